@@ -1,0 +1,1 @@
+"""billing_core: the rules, storage and plumbing shared by every billing process."""

@@ -1,0 +1,48 @@
+# billing — the two commands a newcomer needs are `make up` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+UV_VERSION := 0.13.8
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-14s %s\n", $$1, $$2}'
+
+$(BIN)/.installed: pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q "uv==$(UV_VERSION)"
+	@$(BIN)/uv pip install -q --python $(BIN)/python -r requirements.lock
+	@$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	@touch $@
+
+venv: $(BIN)/.installed ## Create the virtualenv from the pinned lock file
+
+lock: ## Re-resolve requirements.lock from pyproject.toml
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 -o requirements.lock
+
+infra-up: ## Start PostgreSQL, Redis and Kafka on loopback (idempotent)
+	@scripts/infra.sh up
+
+infra-down: ## Stop PostgreSQL, Redis and Kafka
+	@scripts/infra.sh down
+
+migrate: venv infra-up ## Apply database migrations
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing migrate
+
+up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -f Procfile start
+
+down: infra-down ## Stop the infrastructure (processes stop with Ctrl-C on `make up`)
+
+lint: venv ## ruff + mypy (strict)
+	$(BIN)/ruff check libs services tests bench migrations
+	$(BIN)/ruff format --check libs services tests bench migrations
+	$(BIN)/mypy
+
+test: venv infra-up lint ## Run the whole test suite (starts what it needs)
+	$(BIN)/pytest
+
+.PHONY: help venv lock infra-up infra-down migrate up down lint test

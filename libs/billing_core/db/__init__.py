@@ -1,0 +1,1 @@
+"""PostgreSQL access: the schema (tables) and the engine/session factory (engine)."""

@@ -1,0 +1,258 @@
+"""The schema, as SQLAlchemy Core tables. Alembic migrations create it; a test checks they agree.
+
+Money is BIGINT minor units, times are TIMESTAMPTZ (UTC), statuses are CHECK-constrained text.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+TZ = TIMESTAMP(timezone=True)
+NOW = text("now()")
+
+SUBSCRIPTION_STATUSES = ("ACTIVE", "PAST_DUE", "CANCELED")
+INVOICE_STATUSES = ("OPEN", "PAID", "FAILED", "VOID")
+INVOICE_KINDS = ("RENEWAL", "PRORATION")
+INTERVALS = ("MONTH", "YEAR")
+ATTEMPT_OUTCOMES = ("SUCCESS", "DECLINED", "UNKNOWN")
+ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK")
+CREDIT_REASONS = ("DOWNGRADE", "INVOICE", "VOID_REFUND", "ADJUSTMENT")
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+plan = Table(
+    "plan",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("code", String(50), nullable=False, unique=True),
+    Column("name", Text, nullable=False),
+    Column("price_amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("billing_interval", String(10), nullable=False),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("price_amount >= 0", name="price_non_negative"),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
+    CheckConstraint(_in("billing_interval", INTERVALS), name="billing_interval"),
+)
+
+subscription = Table(
+    "subscription",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("customer_id", BigInteger, nullable=False),
+    Column("plan_id", BigInteger, ForeignKey("plan.id"), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("time_zone", Text, nullable=False, server_default=text("'UTC'")),
+    # Period n (0-based) is [boundary(anchor, n), boundary(anchor, n+1)) in time_zone; computing
+    # every boundary from the fixed anchor is what keeps monthly periods from drifting.
+    Column("billing_anchor", TZ, nullable=False),
+    Column("period_index", Integer, nullable=False, server_default=text("0")),
+    Column("current_period_start", TZ, nullable=False),
+    Column("current_period_end", TZ, nullable=False),
+    Column("cancel_at_period_end", Boolean, nullable=False, server_default=text("false")),
+    Column("canceled_at", TZ),
+    Column("credit_balance", BigInteger, nullable=False, server_default=text("0")),
+    # Last per-subscription event sequence number handed out (outbox ordering).
+    Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
+    Column("version", BigInteger, nullable=False, server_default=text("0")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint(_in("status", SUBSCRIPTION_STATUSES), name="status"),
+    CheckConstraint("period_index >= 0", name="period_index_non_negative"),
+    CheckConstraint("current_period_end > current_period_start", name="period_order"),
+    CheckConstraint("credit_balance >= 0", name="credit_non_negative"),
+    Index(
+        "idx_sub_due",
+        "current_period_end",
+        postgresql_where=text("status = 'ACTIVE'"),
+    ),
+    Index("ix_subscription_customer_id", "customer_id"),
+)
+
+invoice = Table(
+    "invoice",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), nullable=False),
+    Column("customer_id", BigInteger, nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("period_index", Integer, nullable=False),
+    Column("period_start", TZ, nullable=False),
+    Column("period_end", TZ, nullable=False),
+    # amount = subtotal - credit_applied: what the gateway is asked to charge.
+    Column("subtotal", BigInteger, nullable=False),
+    Column("credit_applied", BigInteger, nullable=False, server_default=text("0")),
+    Column("amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("status", String(20), nullable=False),
+    # Number of clearly declined attempts so far; the gateway key is inv-{id}-try-{attempt_count}.
+    Column("attempt_count", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ),
+    Column("leased_at", TZ),
+    Column("paid_at", TZ),
+    Column("closed_at", TZ),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint(_in("status", INVOICE_STATUSES), name="status"),
+    CheckConstraint(_in("kind", INVOICE_KINDS), name="kind"),
+    CheckConstraint("subtotal >= 0", name="subtotal_non_negative"),
+    CheckConstraint("credit_applied >= 0", name="credit_non_negative"),
+    CheckConstraint("amount >= 0 AND amount = subtotal - credit_applied", name="amount"),
+    CheckConstraint("attempt_count >= 0", name="attempt_count_non_negative"),
+    CheckConstraint("period_end > period_start", name="period_order"),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
+    # The article's last safety net: one renewal invoice per (subscription, period).
+    Index(
+        "uq_invoice_renewal_period",
+        "subscription_id",
+        "period_start",
+        unique=True,
+        postgresql_where=text("kind = 'RENEWAL'"),
+    ),
+    Index("idx_inv_retry", "next_attempt_at", postgresql_where=text("status = 'OPEN'")),
+    Index("ix_invoice_subscription_id_id", "subscription_id", "id"),
+)
+
+payment_attempt = Table(
+    "payment_attempt",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id"), nullable=False),
+    Column("attempt_number", Integer, nullable=False),
+    Column("idempotency_key", String(100), nullable=False),
+    Column("source", String(20), nullable=False),
+    Column("outcome", String(20), nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("decline_code", Text),
+    Column("gateway_reference", Text),
+    Column("error", Text),
+    Column("requested_at", TZ),
+    Column("recorded_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="outcome"),
+    CheckConstraint(_in("source", ATTEMPT_SOURCES), name="source"),
+    Index("ix_payment_attempt_invoice_id", "invoice_id"),
+    Index("ix_payment_attempt_idempotency_key", "idempotency_key"),
+)
+
+credit_entry = Table(
+    "credit_entry",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), nullable=False),
+    # Positive: credit granted (downgrade); negative: credit consumed by an invoice.
+    Column("amount", BigInteger, nullable=False),
+    Column("reason", String(20), nullable=False),
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("amount <> 0", name="amount_non_zero"),
+    CheckConstraint(_in("reason", CREDIT_REASONS), name="reason"),
+    Index("ix_credit_entry_subscription_id", "subscription_id"),
+)
+
+outbox_event = Table(
+    "outbox_event",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("event_id", UUID(as_uuid=True), nullable=False, unique=True),
+    Column("aggregate_id", BigInteger, nullable=False),
+    Column("sequence", BigInteger, nullable=False),
+    Column("event_type", String(50), nullable=False),
+    Column("schema_version", Integer, nullable=False, server_default=text("1")),
+    Column("payload", JSONB, nullable=False),
+    Column("occurred_at", TZ, nullable=False),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("published_at", TZ),
+    Column("publish_attempts", Integer, nullable=False, server_default=text("0")),
+    Column("last_error", Text),
+    Column("parked_at", TZ),
+    UniqueConstraint("aggregate_id", "sequence"),
+    Index(
+        "idx_outbox_unpublished",
+        "id",
+        postgresql_where=text("published_at IS NULL AND parked_at IS NULL"),
+    ),
+    Index("ix_outbox_event_published_at", "published_at"),
+)
+
+api_client = Table(
+    "api_client",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("name", Text, nullable=False),
+    Column("key_prefix", String(16), nullable=False),
+    # sha256 of the full key; the key itself is shown once and never stored.
+    Column("key_hash", LargeBinary, nullable=False, unique=True),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("revoked_at", TZ),
+)
+
+idempotency_key = Table(
+    "idempotency_key",
+    metadata,
+    Column("client_id", BigInteger, ForeignKey("api_client.id"), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("request_method", String(10), nullable=False),
+    Column("request_path", Text, nullable=False),
+    Column("request_hash", LargeBinary, nullable=False),
+    Column("response_status", Integer),
+    Column("response_headers", JSONB),
+    Column("response_body", LargeBinary),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("completed_at", TZ),
+    Column("expires_at", TZ, nullable=False),
+    PrimaryKeyConstraint("client_id", "key"),
+    Index("ix_idempotency_key_expires_at", "expires_at"),
+)
+
+webhook_event = Table(
+    "webhook_event",
+    metadata,
+    Column("event_id", String(100), primary_key=True),
+    Column("event_type", String(50), nullable=False),
+    Column("invoice_id", BigInteger),
+    Column("payload", JSONB, nullable=False),
+    Column("received_at", TZ, nullable=False, server_default=NOW),
+)
+
+processed_event = Table(
+    "processed_event",
+    metadata,
+    Column("consumer", String(100), nullable=False),
+    Column("event_id", UUID(as_uuid=True), nullable=False),
+    Column("processed_at", TZ, nullable=False, server_default=NOW),
+    PrimaryKeyConstraint("consumer", "event_id"),
+)
+
+ALL_TABLES = [t.name for t in metadata.sorted_tables]

@@ -1,0 +1,1 @@
+"""Repositories: async functions that take a session/connection and never commit."""

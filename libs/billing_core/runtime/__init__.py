@@ -1,0 +1,1 @@
+"""Process plumbing shared by the workers: the loop, the health/metrics endpoint."""

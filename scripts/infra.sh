@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# Real PostgreSQL, Redis and Apache Kafka (KRaft) on loopback, for development, tests and demos.
+#
+#   scripts/infra.sh up                 start all three (reuses what already answers), print URLs
+#   scripts/infra.sh down               stop all three
+#   scripts/infra.sh status             which ones answer
+#   scripts/infra.sh env                print the connection settings as shell exports
+#   scripts/infra.sh start|stop NAME    one of postgres, redis, kafka (used by the fault tests)
+#
+# Everything lives under $BILLING_VAR (default: ./var, ignored by git). Ports are chosen away from
+# the defaults so a server that already runs on this machine is never touched.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VAR="${BILLING_VAR:-$ROOT/var}"
+PG_PORT="${BILLING_PG_PORT:-55432}"
+REDIS_PORT="${BILLING_REDIS_PORT:-56379}"
+KAFKA_PORT="${BILLING_KAFKA_PORT:-59092}"
+KAFKA_CONTROLLER_PORT="${BILLING_KAFKA_CONTROLLER_PORT:-59093}"
+PG_USER=billing
+PG_DB=billing
+
+log() { printf '[infra] %s\n' "$*" >&2; }
+die() { printf '[infra] ERROR: %s\n' "$*" >&2; exit 1; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port seconds name
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    port_open "$1" && return 0
+    sleep 0.1
+  done
+  die "$3 did not open port $1 within $2 s (logs: $VAR/log)"
+}
+
+as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
+
+APT_UPDATED=0
+apt_install() {
+  command -v apt-get >/dev/null || die "missing $* and no apt-get to install it"
+  if [[ $APT_UPDATED -eq 0 ]]; then
+    log "apt-get update"
+    as_root apt-get update -qq >/dev/null
+    APT_UPDATED=1
+  fi
+  log "installing $*"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# ---------------------------------------------------------------- PostgreSQL
+pg_bin() {
+  local d
+  d="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)"
+  if [[ -z "$d" || ! -x "$d/postgres" ]]; then
+    apt_install postgresql postgresql-contrib
+    d="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)"
+  fi
+  echo "$d"
+}
+
+# PostgreSQL refuses to run as root: as root we run it as the "postgres" system user.
+pg_run() {
+  if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_prepare_dirs() {
+  mkdir -p "$VAR/pg" "$VAR/log"
+  if [[ $(id -u) -eq 0 ]]; then
+    id postgres >/dev/null 2>&1 || useradd --system --home-dir "$VAR/pg" postgres
+    # the postgres user must be able to reach the data directory
+    local p="$VAR/pg"
+    while [[ "$p" != "/" ]]; do
+      p="$(dirname "$p")"
+      runuser -u postgres -- test -x "$p" || chmod o+x "$p"
+    done
+    chown -R postgres: "$VAR/pg"
+    touch "$VAR/log/postgres.log" && chown postgres: "$VAR/log/postgres.log"
+  fi
+}
+
+pg_up() {
+  if port_open "$PG_PORT"; then log "postgres already answers on $PG_PORT"; return; fi
+  local bin
+  bin="$(pg_bin)"
+  pg_prepare_dirs
+  if [[ ! -f "$VAR/pg/data/PG_VERSION" ]]; then
+    log "initdb $VAR/pg/data"
+    pg_run "$bin/initdb" -D "$VAR/pg/data" -U "$PG_USER" --auth=trust --encoding=UTF8 \
+      --locale=C.UTF-8 >/dev/null
+    cat >>"$VAR/pg/data/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$VAR/pg'
+max_connections = 300
+shared_buffers = 512MB
+work_mem = 16MB
+maintenance_work_mem = 256MB
+max_wal_size = 4GB
+timezone = 'UTC'
+log_timezone = 'UTC'
+EOF
+  fi
+  rm -f "$VAR/pg/data/postmaster.pid.stale"
+  pg_run "$bin/pg_ctl" -D "$VAR/pg/data" -l "$VAR/log/postgres.log" -w -t 60 start >/dev/null \
+    || die "postgres failed to start (see $VAR/log/postgres.log)"
+  wait_port "$PG_PORT" 60 postgres
+  if ! "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d postgres -tAc \
+    "select 1 from pg_database where datname='$PG_DB'" | grep -q 1; then
+    "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" "$PG_DB"
+  fi
+  log "postgres up on $PG_PORT"
+}
+
+pg_down() {
+  [[ -f "$VAR/pg/data/postmaster.pid" ]] || { log "postgres not running"; return; }
+  pg_run "$(pg_bin)/pg_ctl" -D "$VAR/pg/data" -m fast -w -t 60 stop >/dev/null || true
+  log "postgres stopped"
+}
+
+# ---------------------------------------------------------------- Redis
+redis_up() {
+  if port_open "$REDIS_PORT"; then log "redis already answers on $REDIS_PORT"; return; fi
+  command -v redis-server >/dev/null || apt_install redis-server
+  mkdir -p "$VAR/redis" "$VAR/log"
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$VAR/redis" --daemonize yes \
+    --pidfile "$VAR/redis/redis.pid" --logfile "$VAR/log/redis.log" --save "" \
+    --appendonly no --protected-mode yes >/dev/null
+  wait_port "$REDIS_PORT" 30 redis
+  log "redis up on $REDIS_PORT"
+}
+
+redis_down() {
+  if [[ -f "$VAR/redis/redis.pid" ]] && kill -0 "$(cat "$VAR/redis/redis.pid")" 2>/dev/null; then
+    kill "$(cat "$VAR/redis/redis.pid")"
+    local i
+    for ((i = 0; i < 100; i++)); do port_open "$REDIS_PORT" || break; sleep 0.1; done
+    log "redis stopped"
+  else
+    log "redis not running"
+  fi
+}
+
+# ---------------------------------------------------------------- Kafka (KRaft)
+kafka_libs() {
+  local libs="$VAR/kafka/libs"
+  if [[ ! -f "$libs/.complete" ]]; then
+    command -v java >/dev/null || apt_install default-jre-headless
+    command -v mvn >/dev/null || apt_install maven
+    log "resolving the Kafka broker class path from Maven Central (cached in ~/.m2)"
+    mkdir -p "$libs"
+    (cd "$ROOT/deploy/kafka" && mvn -q -B dependency:copy-dependencies \
+      -DoutputDirectory="$libs" >"$VAR/log/kafka-maven.log" 2>&1) \
+      || die "maven could not resolve Kafka (see $VAR/log/kafka-maven.log)"
+    touch "$libs/.complete"
+  fi
+  echo "$libs"
+}
+
+kafka_up() {
+  if port_open "$KAFKA_PORT"; then log "kafka already answers on $KAFKA_PORT"; return; fi
+  mkdir -p "$VAR/kafka" "$VAR/log"
+  local libs conf
+  libs="$(kafka_libs)"
+  conf="$VAR/kafka/server.properties"
+  sed -e "s#@PORT@#$KAFKA_PORT#g" -e "s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" \
+    -e "s#@DATA_DIR@#$VAR/kafka/data#g" "$ROOT/deploy/kafka/server.properties.in" >"$conf"
+  if [[ ! -f "$VAR/kafka/data/meta.properties" ]]; then
+    local cid
+    cid="$(java -cp "$libs/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)"
+    log "formatting Kafka storage (cluster $cid)"
+    java -cp "$libs/*" -Dlog4j2.configurationFile="$ROOT/deploy/kafka/log4j2.yaml" \
+      -Dkafka.logs.dir="$VAR/log/kafka" kafka.tools.StorageTool format -t "$cid" -c "$conf" \
+      --ignore-formatted >"$VAR/log/kafka-format.log" 2>&1 \
+      || die "kafka storage format failed (see $VAR/log/kafka-format.log)"
+  fi
+  mkdir -p "$VAR/log/kafka"
+  nohup java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$ROOT/deploy/kafka/log4j2.yaml" -Dkafka.logs.dir="$VAR/log/kafka" \
+    -cp "$libs/*" kafka.Kafka "$conf" >"$VAR/log/kafka.out" 2>&1 &
+  echo $! >"$VAR/kafka/kafka.pid"
+  wait_port "$KAFKA_PORT" 120 kafka
+  log "kafka up on $KAFKA_PORT"
+}
+
+kafka_down() {
+  local pidf="$VAR/kafka/kafka.pid"
+  if [[ -f "$pidf" ]] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+    local pid i
+    pid="$(cat "$pidf")"
+    kill "$pid"
+    for ((i = 0; i < 300; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    rm -f "$pidf"
+    log "kafka stopped"
+  else
+    log "kafka not running"
+  fi
+}
+
+print_env() {
+  cat <<EOF
+export BILLING_DATABASE_URL=postgresql+asyncpg://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB
+export BILLING_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+export BILLING_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
+EOF
+}
+
+status() {
+  local name port
+  for name in postgres:$PG_PORT redis:$REDIS_PORT kafka:$KAFKA_PORT; do
+    port="${name#*:}"
+    if port_open "$port"; then echo "${name%%:*}: up ($port)"; else echo "${name%%:*}: down"; fi
+  done
+}
+
+cmd="${1:-up}"
+case "$cmd" in
+  up)
+    pg_up
+    redis_up
+    kafka_up
+    echo "PostgreSQL: postgresql://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB"
+    echo "Redis:      redis://127.0.0.1:$REDIS_PORT/0"
+    echo "Kafka:      127.0.0.1:$KAFKA_PORT"
+    ;;
+  down) kafka_down; redis_down; pg_down ;;
+  status) status ;;
+  env) print_env ;;
+  start | stop)
+    svc="${2:?name one of postgres, redis, kafka}"
+    case "$svc" in
+      postgres) if [[ $cmd == start ]]; then pg_up; else pg_down; fi ;;
+      redis) if [[ $cmd == start ]]; then redis_up; else redis_down; fi ;;
+      kafka) if [[ $cmd == start ]]; then kafka_up; else kafka_down; fi ;;
+      *) die "unknown service $svc" ;;
+    esac
+    ;;
+  *) die "usage: $0 up|down|status|env|start NAME|stop NAME" ;;
+esac

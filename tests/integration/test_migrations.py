@@ -1,0 +1,135 @@
+"""The migrations build the schema the code expects, and go down and up again cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine
+
+from billing_core.db import migrate
+from billing_core.db.tables import metadata
+from tests.support.db import recreate_database
+from tests.support.infra import Services, checkout_database_name
+
+
+def _dsn(url: str) -> str:
+    return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+@pytest.fixture(scope="module")
+def scratch_url(services: Services) -> str:
+    name = checkout_database_name() + "_mig"
+    asyncio.run(recreate_database(services.admin_database_url, name))
+    return services.database_url(name)
+
+
+async def _tables(url: str) -> set[str]:
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        rows = await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        return {r["tablename"] for r in rows}
+    finally:
+        await conn.close()
+
+
+def test_upgrade_downgrade_upgrade_on_empty_database(scratch_url: str) -> None:
+    migrate.upgrade(scratch_url)
+    assert set(metadata.tables) <= asyncio.run(_tables(scratch_url))
+    migrate.downgrade(scratch_url, "base")
+    assert asyncio.run(_tables(scratch_url)) <= {"alembic_version"}
+    migrate.upgrade(scratch_url)
+    assert set(metadata.tables) <= asyncio.run(_tables(scratch_url))
+
+
+def test_migrations_match_the_code_schema(database_url: str) -> None:
+    sync_url = database_url.replace("postgresql+asyncpg://", "postgresql+psycopg://")
+    engine = create_engine(sync_url)
+    try:
+        with engine.connect() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    finally:
+        engine.dispose()
+    assert diff == []
+
+
+async def _index(url: str, name: str) -> asyncpg.Record | None:
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        return await conn.fetchrow(
+            """
+            SELECT i.indisunique AS unique,
+                   pg_get_expr(i.indpred, i.indrelid) AS predicate,
+                   array_agg(a.attname ORDER BY k.ord) AS columns
+            FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indexrelid
+            JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) ON true
+            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+            WHERE c.relname = $1
+            GROUP BY i.indisunique, i.indpred, i.indrelid
+            """,
+            name,
+        )
+    finally:
+        await conn.close()
+
+
+async def test_catalog_has_the_articles_safety_net_and_partial_indexes(database_url: str) -> None:
+    renewal = await _index(database_url, "uq_invoice_renewal_period")
+    assert renewal is not None
+    assert renewal["unique"] is True
+    assert list(renewal["columns"]) == ["subscription_id", "period_start"]
+    assert renewal["predicate"] == "((kind)::text = 'RENEWAL'::text)"
+
+    due = await _index(database_url, "idx_sub_due")
+    assert due is not None
+    assert list(due["columns"]) == ["current_period_end"]
+    assert due["predicate"] == "((status)::text = 'ACTIVE'::text)"
+
+    retry = await _index(database_url, "idx_inv_retry")
+    assert retry is not None
+    assert list(retry["columns"]) == ["next_attempt_at"]
+    assert retry["predicate"] == "((status)::text = 'OPEN'::text)"
+
+
+async def test_money_is_bigint_and_time_is_timestamptz(database_url: str) -> None:
+    conn = await asyncpg.connect(_dsn(database_url))
+    try:
+        rows = await conn.fetch(
+            """
+            SELECT table_name, column_name, data_type FROM information_schema.columns
+            WHERE table_schema = 'public'
+              AND (column_name IN ('price_amount', 'amount', 'subtotal', 'credit_applied',
+                                   'credit_balance') OR column_name LIKE '%\\_at'
+                   OR column_name LIKE 'period\\_%' OR column_name = 'billing_anchor')
+              AND column_name <> 'period_index'
+            """
+        )
+    finally:
+        await conn.close()
+    kinds = {(r["table_name"], r["column_name"]): r["data_type"] for r in rows}
+    assert kinds, "no money or time columns found"
+    for (table, column), kind in kinds.items():
+        money = column in ("price_amount", "amount", "subtotal", "credit_applied", "credit_balance")
+        expected = "bigint" if money else "timestamp with time zone"
+        assert kind == expected, f"{table}.{column} is {kind}"
+
+
+async def test_status_columns_reject_unknown_values(database_url: str) -> None:
+    conn = await asyncpg.connect(_dsn(database_url))
+    try:
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(
+                "INSERT INTO plan (code, name, price_amount, currency, billing_interval) "
+                "VALUES ('X', 'x', 1, 'EUR', 'WEEK')"
+            )
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute(
+                "INSERT INTO plan (code, name, price_amount, currency, billing_interval) "
+                "VALUES ('Y', 'y', -1, 'EUR', 'MONTH')"
+            )
+    finally:
+        await conn.close()
