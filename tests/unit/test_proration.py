@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -55,8 +56,11 @@ def test_never_overflows_bigint_and_nets_to_zero(
     period = Period(start, start + timedelta(seconds=length))
     at = start + timedelta(seconds=data.draw(st.integers(0, length)))
     remaining = whole_seconds(period.end - at)
-    assert max(old, new) * remaining < BIGINT_MAX
     up = prorate(old, new, period, at)
+    # exact floor of the rational value, whatever the size of the intermediate product
+    assert up.charge == Fraction(new * remaining, length).__floor__()
+    assert up.credit == Fraction(old * remaining, length).__floor__()
+    assert all(abs(v) <= BIGINT_MAX for v in (up.credit, up.charge, up.due))
     down = prorate(new, old, period, at)
     assert abs(up.due + down.due) <= 1
     assert 0 <= up.charge <= new and 0 <= up.credit <= old

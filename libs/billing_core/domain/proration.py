@@ -3,6 +3,10 @@
 ``total`` and ``remaining`` are whole seconds; ``credit = floor(old * remaining / total)``,
 ``charge = floor(new * remaining / total)``, ``due = charge - credit`` (multiply before dividing).
 A negative ``due`` is credit for later invoices.
+
+The intermediate product can exceed BIGINT (a 10^12 price times the ~3.2·10^7 seconds of a year),
+so the arithmetic is done here with Python's exact integers, never in SQL BIGINT nor in floats;
+the results are bounded by the prices themselves.
 """
 
 from __future__ import annotations
