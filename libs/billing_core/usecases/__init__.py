@@ -1,0 +1,1 @@
+"""Units of work shared by several processes; the caller owns the transaction."""
