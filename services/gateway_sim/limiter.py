@@ -14,7 +14,8 @@ WINDOW_NS = 1_000_000_000
 
 class RollingSecondLimiter:
     def __init__(self, limit: int) -> None:
-        self.limit = limit  # 0 = unlimited
+        self.limit = limit  # 0 = unlimited (admitted calls are still tracked, so a limit set
+        # at run time counts the calls of the last second before it)
         self._admitted: deque[int] = deque()
 
     def _expire(self, now_ns: int) -> None:
@@ -25,10 +26,8 @@ class RollingSecondLimiter:
 
     def try_acquire(self, now_ns: int) -> bool:
         """Admit the call arriving at ``now_ns`` (and count it) or refuse it (count nothing)."""
-        if self.limit <= 0:
-            return True
         self._expire(now_ns)
-        if len(self._admitted) >= self.limit:
+        if 0 < self.limit <= len(self._admitted):
             return False
         self._admitted.append(now_ns)
         return True
