@@ -76,9 +76,11 @@ _INSERT_ATTEMPT = text(
 _UPDATE_INVOICE = text(
     """
     UPDATE invoice
-    SET status = :status, attempt_count = :attempt_count, next_attempt_at = :next_attempt_at,
-        leased_at = NULL, paid_at = CASE WHEN :status = 'PAID' THEN :now ELSE paid_at END,
-        closed_at = CASE WHEN :status = 'OPEN' THEN NULL ELSE :now END, updated_at = :now
+    SET status = CAST(:status AS varchar), attempt_count = :attempt_count,
+        next_attempt_at = :next_attempt_at, leased_at = NULL,
+        paid_at = CASE WHEN CAST(:status AS varchar) = 'PAID' THEN :now ELSE paid_at END,
+        closed_at = CASE WHEN CAST(:status AS varchar) = 'OPEN' THEN NULL ELSE :now END,
+        updated_at = :now
     WHERE id = :id
     """
 )
