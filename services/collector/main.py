@@ -53,6 +53,11 @@ async def run(settings: CollectorSettings) -> None:
         batch_size=settings.collector_batch_size,
         max_in_flight=settings.collector_max_in_flight,
         lease=timedelta(seconds=settings.collector_lease_seconds),
+        call_budget=timedelta(
+            seconds=settings.collector_connect_timeout_seconds
+            + settings.collector_read_timeout_seconds
+            + 1
+        ),
     )
     worker = Worker(
         "collector",

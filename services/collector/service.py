@@ -28,10 +28,6 @@ from services.collector import metrics
 
 log = get_logger(__name__)
 
-# A permit obtained this close to the end of the lease is not used: another replica may claim
-# the invoice soon, and the call must be over by then.
-LEASE_SAFETY = timedelta(seconds=30)
-
 
 class Collector:
     def __init__(
@@ -47,6 +43,7 @@ class Collector:
         batch_size: int,
         max_in_flight: int,
         lease: timedelta,
+        call_budget: timedelta,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
@@ -58,6 +55,9 @@ class Collector:
         self._batch_size = batch_size
         self._max_in_flight = max_in_flight
         self._lease = lease
+        # A permit obtained closer than this to the end of the lease is not used: the call could
+        # outlive the lease, when another replica may already retry the invoice.
+        self._call_budget = call_budget
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
 
@@ -109,7 +109,7 @@ class Collector:
         started = time.monotonic()
         await self._limiter.acquire()
         metrics.LIMITER_WAIT.observe(time.monotonic() - started)
-        if self._clock.now() > invoice.lease_until - LEASE_SAFETY:
+        if self._clock.now() > invoice.lease_until - self._call_budget:
             metrics.ABANDONED.inc()
             log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
             return

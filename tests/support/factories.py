@@ -104,18 +104,19 @@ async def due_subscriptions_with_invoices(
     rows = await conn.execute(
         text(
             """
-            WITH p AS (SELECT id FROM plan WHERE code = 'BASIC_MONTHLY'),
+            WITH p AS (SELECT id, CAST(:now AS timestamptz) AS now
+                       FROM plan WHERE code = 'BASIC_MONTHLY'),
             subs AS (
                 INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
                     current_period_start, current_period_end)
-                SELECT :first + g, p.id, 'ACTIVE', :now, :now, :now + interval '30 days'
+                SELECT :first + g, p.id, 'ACTIVE', p.now, p.now, p.now + interval '30 days'
                 FROM generate_series(0, :n - 1) g, p
-                RETURNING id, customer_id
+                RETURNING id, customer_id, current_period_start AS now
             )
             INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
                 period_end, subtotal, amount, currency, status, next_attempt_at)
-            SELECT id, customer_id, 'RENEWAL', 0, :now, :now + interval '30 days', :amount,
-                   :amount, 'EUR', 'OPEN', :now
+            SELECT id, customer_id, 'RENEWAL', 0, now, now + interval '30 days', :amount,
+                   :amount, 'EUR', 'OPEN', now
             FROM subs
             RETURNING id
             """
