@@ -46,3 +46,6 @@ test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
 .PHONY: help venv lock infra-up infra-down migrate up down lint test
+
+bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
+	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py

@@ -156,7 +156,8 @@ class Gateway:
                 late=decision.late,
                 created=int(now.timestamp()),
             )
-            self.webhooks.publish(self._event(index, now), behaviour)
+            if behaviour.webhook_url:
+                self.webhooks.publish(self._event(index, now), behaviour)
         finally:
             del self._inflight[request.key]
             done.set_result(None)

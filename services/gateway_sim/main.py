@@ -40,6 +40,7 @@ def main() -> None:
             log_level="warning",
             timeout_graceful_shutdown=max(1, int(settings.late_answer_grace_s)),
             server_header=False,
+            proxy_headers=False,
         )
     finally:
         get_logger(__name__).info("gateway_sim_stopped")
