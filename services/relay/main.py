@@ -67,8 +67,7 @@ async def run(settings: RelaySettings) -> None:
         with stop_on_signals(worker.stop):
             await worker.run()
     finally:
-        await producers.close()
-        await leaser.release_all()
+        await relay.close()
         await health.stop()
         await engine.dispose()
         await leases.dispose()

@@ -18,7 +18,7 @@ PUBLISHED = Counter(
     "billing_relay_published_events_total",
     "Events acknowledged by Kafka and marked published (rate() gives events/s).",
 )
-PARKED_TOTAL = Counter("billing_relay_parked_events_total", "Events parked by this process.")
+PARKED_TOTAL = Counter("billing_relay_events_parked_total", "Events parked by this process.")
 ERRORS = Counter("billing_relay_errors_total", "Relay errors by kind.", ["kind"])
 PRODUCER_REBUILDS = Counter(
     "billing_relay_producer_rebuilds_total", "Kafka producers torn down and created again."

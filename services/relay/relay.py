@@ -258,6 +258,11 @@ class Relay:
             log.info("outbox_pruned", rows=total)
         return total
 
+    async def close(self) -> None:
+        """Flush and close the producer, then give the shard leases back."""
+        await self._producers.close()
+        await self._leaser.release_all()
+
     async def ready(self) -> bool:
         async with self._engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
