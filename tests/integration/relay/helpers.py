@@ -209,8 +209,7 @@ def relays(topic: str, n: int, **env: str) -> Iterator[list[RelayProcess]]:
         yield procs
     finally:
         for p in procs:
-            if p.proc.poll() is None:
-                p.stop()
+            p.stop()
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
