@@ -46,3 +46,6 @@ test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
 .PHONY: help venv lock infra-up infra-down migrate up down lint test
+
+bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag at 1 000 events/s
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.relay_bench
