@@ -194,9 +194,11 @@ async def relay_run(url: str, replicas: int, events: int) -> float:
     try:
         first: tuple[float, int] | None = None
         while True:
-            published = await conn.fetchval(
-                "SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL"
+            # the partial index: cheap, and it shrinks as the relay works
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND parked_at IS NULL"
             )
+            published = events - waiting
             now = time.perf_counter()
             if first is None and published > 0:
                 first = (now, published)
@@ -204,7 +206,7 @@ async def relay_run(url: str, replicas: int, events: int) -> float:
                 break
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError("a relay process exited during the benchmark")
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.25)
         assert first is not None
         return (events - first[1]) / max(now - first[0], 1e-6)
     finally:
