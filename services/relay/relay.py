@@ -33,7 +33,7 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core import cloudevents
 from billing_core.clock import Clock
@@ -68,6 +68,7 @@ class BatchOutcome:
     published: list[int] = field(default_factory=list)
     parked: list[tuple[int, str]] = field(default_factory=list)
     failure: BaseException | None = None
+    claimed_while_committing: bool = False  # the previous batch was not committed at claim time
 
 
 def sendable_in_order(rows: Sequence[store.OutboxRow]) -> list[store.OutboxRow]:
@@ -109,11 +110,13 @@ class Relay:
         self._next_prune = time.monotonic() + min(5.0, settings.relay_prune_interval_s)
         self._next_stats = 0.0
         self.batches_acknowledged = 0
+        self._finishing: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ the loop body
     async def tick(self) -> bool:
         mono = time.monotonic()
         if mono >= self._next_rebalance:
+            await self.finish_pending()  # a shard is released only with its batches committed
             await self._leaser.rebalance()
             self._next_rebalance = mono + self._s.relay_rebalance_interval_s
             metrics.OWNED_SHARDS.set(len(self._leaser.owned))
@@ -128,20 +131,39 @@ class Relay:
             await self.prune()
         owned = sorted(self._leaser.owned)
         if not owned:
+            await self.finish_pending()
             return False
         started = time.perf_counter()
         outcome = await self.publish_batch(owned)
         metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
         if outcome.failure is not None:
+            await self.finish_pending()
             raise PublishIncomplete(repr(outcome.failure)) from outcome.failure
-        if not outcome.published and not outcome.parked:
-            return False  # nothing sendable now (empty, or waiting on a predecessor)
-        return outcome.claimed >= self._s.relay_batch_size
+        progressed = bool(outcome.published or outcome.parked)
+        if not progressed and outcome.claimed and outcome.claimed_while_committing:
+            # everything waited on the batch being committed: go again once it is
+            await self.finish_pending()
+            return True
+        more = outcome.claimed >= self._s.relay_batch_size and progressed
+        if not more:
+            await self.finish_pending()  # idle: let the next claim see this batch committed
+        return more
 
     async def publish_batch(self, owned: Sequence[int]) -> BatchOutcome:
+        """Claim, send and wait for one batch; its marking and commit go on in the background.
+
+        The next batch is claimed while this one commits. That is safe: this batch's rows stay
+        locked and unpublished until the commit, so the next claim skips them, and the
+        successors it finds are held back (their predecessor is neither published nor in their
+        batch) until a later batch. At most one batch is being committed at a time.
+        """
         outcome = BatchOutcome()
         producer = await self._producers.get()
-        async with self._engine.connect() as conn, conn.begin():
+        conn = await self._engine.connect()
+        handed_off = False
+        try:
+            await conn.begin()
+            outcome.claimed_while_committing = self._finishing is not None
             rows = await store.claim(
                 conn, shards=self._s.relay_shards, owned=owned, limit=self._s.relay_batch_size
             )
@@ -153,18 +175,36 @@ class Relay:
             if self._s.relay_crash_after_send == self.batches_acknowledged:
                 log.warning("crash_point_reached", batch=self.batches_acknowledged)
                 os._exit(CRASH_EXIT_CODE)
+            await self.finish_pending()
+            self._finishing = asyncio.create_task(self._finish(conn, outcome))
+            handed_off = True
+        finally:
+            if not handed_off:
+                await conn.close()  # rolls back: nothing marked
+        if outcome.failure is not None:
+            metrics.ERRORS.labels(kind=type(outcome.failure).__name__).inc()
+            await self._producers.discard(repr(outcome.failure))
+        return outcome
+
+    async def _finish(self, conn: AsyncConnection, outcome: BatchOutcome) -> None:
+        try:
             now = self._clock.now()
             await store.mark_published(conn, outcome.published, now)
             await store.park(conn, outcome.parked, now)
+            await conn.commit()
+        finally:
+            await conn.close()
         metrics.PUBLISHED.inc(len(outcome.published))
         if outcome.parked:
             metrics.PARKED_TOTAL.inc(len(outcome.parked))
             for row_id, error in outcome.parked:
                 log.error("event_parked", outbox_id=row_id, error=error)
-        if outcome.failure is not None:
-            metrics.ERRORS.labels(kind=type(outcome.failure).__name__).inc()
-            await self._producers.discard(repr(outcome.failure))
-        return outcome
+
+    async def finish_pending(self) -> None:
+        """Wait until the batch being committed is committed (raises if its commit failed)."""
+        task, self._finishing = self._finishing, None
+        if task is not None:
+            await task
 
     async def _send_and_wait(
         self, producer: AIOKafkaProducer, rows: list[store.OutboxRow], outcome: BatchOutcome
@@ -259,7 +299,11 @@ class Relay:
         return total
 
     async def close(self) -> None:
-        """Flush and close the producer, then give the shard leases back."""
+        """Commit the last batch, close the producer, then give the shard leases back."""
+        try:
+            await self.finish_pending()
+        except Exception as exc:
+            log.warning("last_batch_commit_failed", error=repr(exc))
         await self._producers.close()
         await self._leaser.release_all()
 

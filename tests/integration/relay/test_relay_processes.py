@@ -157,6 +157,8 @@ async def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
                 lambda: _unpublished_is(engine, 0), timeout=180, what="drain after restart"
             )
             assert await count(engine, "parked_at IS NOT NULL") == 0
+            logs = "".join(p.log_text() for p in procs)
+        assert "producer_discarded" in logs  # the stuck producer was torn down and rebuilt
         consumed = await consume(broker.bootstrap, kafka_topic, first + backlog, timeout=60)
     events = consumed.events()
     assert {e.id for e in events} == await _all_ids(engine)
