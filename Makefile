@@ -49,3 +49,6 @@ test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py
+
+bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag at 1 000 events/s
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.relay_bench

@@ -49,6 +49,14 @@ def relay() -> None:
     run()
 
 
+@app.command()
+def notifier() -> None:
+    """Run the e-mail notifier: a reference consumer of the billing events."""
+    from services.notifier.main import main as run  # noqa: PLC0415
+
+    run()
+
+
 @app.command("gateway-sim")
 def gateway_sim() -> None:
     """Run the payment gateway simulator (development, demos, tests, benchmarks)."""
