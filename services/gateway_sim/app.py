@@ -146,6 +146,10 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
             [{**ledger.charge(i, gateway.salt), "late": ledger.late(i)} for i in indexes],
         )
 
+    async def successes_by_invoice(_: Request) -> Response:
+        counts = gateway.ledger.successes_by_invoice()
+        return _json(200, [[invoice, n] for invoice, n in sorted(counts.items())])
+
     async def calls_per_second(_: Request) -> Response:
         return _json(200, gateway.ledger.calls_per_second())
 
@@ -227,6 +231,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
             Route("/v1/ledger/summary", ledger_summary, methods=["GET"]),
             Route("/v1/ledger/charges", ledger_charges, methods=["GET"]),
             Route("/v1/ledger/calls-per-second", calls_per_second, methods=["GET"]),
+            Route("/v1/ledger/successes-by-invoice", successes_by_invoice, methods=["GET"]),
             Route("/v1/admin/config", get_config, methods=["GET"]),
             Route("/v1/admin/config", set_config, methods=["POST"]),
             Route(

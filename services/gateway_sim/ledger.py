@@ -177,6 +177,15 @@ class Ledger:
     def late(self, index: int) -> bool:
         return bool(self._late[index])
 
+    def successes_by_invoice(self) -> dict[int, int]:
+        """Successful charges per invoice, over every key (the auditor's evidence)."""
+        counts: dict[int, int] = {}
+        for index, outcome in enumerate(self._outcome):
+            if outcome == SUCCEEDED:
+                invoice = self._invoice[index]
+                counts[invoice] = counts.get(invoice, 0) + 1
+        return counts
+
     # -- audits ----------------------------------------------------------------------------
 
     def summary(self) -> dict[str, object]:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -206,3 +207,17 @@ async def test_sigterm_finishes_and_records_in_flight_calls(
         await asyncio.sleep(0.1)
     assert proc.terminate(timeout=20) == 0
     assert await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 30
+
+
+async def test_the_simulator_lists_successful_charges_per_invoice(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    invoices = await seed(engine, 12)
+    collectors.start()
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 12
+
+    await wait_for(all_paid, 30, "every invoice paid")
+    listed = httpx.get(f"{simulator.url}/v1/ledger/successes-by-invoice", timeout=5).json()
+    assert listed == [[i, 1] for i in sorted(invoices)]
