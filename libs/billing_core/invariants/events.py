@@ -14,7 +14,7 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -36,21 +36,20 @@ class TopicEvidence:
 async def read_topic(bootstrap: str, topic: str, timeout: float = 120.0) -> TopicEvidence:
     evidence = TopicEvidence()
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest"
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
     )
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic) or set()
-        if not partitions:
-            await consumer.topics()
-            partitions = consumer.partitions_for_topic(topic) or set()
-        assigned = [TopicPartition(topic, p) for p in sorted(partitions)]
-        if not assigned:
-            return evidence
-        consumer.assign(assigned)
-        await consumer.seek_to_beginning(*assigned)
-        ends = await consumer.end_offsets(assigned)
         async with asyncio.timeout(timeout):
+            while not consumer.assignment():
+                await asyncio.sleep(0.05)
+            assigned = sorted(consumer.assignment())
+            await consumer.seek_to_beginning(*assigned)
+            ends = await consumer.end_offsets(assigned)
             while [tp for tp in assigned if await consumer.position(tp) < ends[tp]]:
                 batch = await consumer.getmany(*assigned, timeout_ms=1000, max_records=5000)
                 for records in batch.values():
