@@ -7,8 +7,8 @@ delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a 
 replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL.
 When the system has drained, the invariant checker must find no violation.
 
-Full run:   python -m tests.chaos.harness            (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
-CI version: tests/chaos/test_chaos.py               (2 000 subscriptions, 5 kills, shorter outages)
+Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
+CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
 """
 
 from __future__ import annotations
