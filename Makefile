@@ -33,7 +33,16 @@ migrate: venv infra-up ## Apply database migrations
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing migrate
 
 up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process
-	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -f Procfile start
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -e deploy/dev.env -f Procfile start
+
+demo: venv ## With `make up` running (another terminal): a small 1st of the month, end to end
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing demo
+
+status: venv ## Backlogs of the running system
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing status
+
+check: venv ## Invariant checker against the running system
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing check
 
 down: infra-down ## Stop the infrastructure (processes stop with Ctrl-C on `make up`)
 
@@ -45,7 +54,7 @@ lint: venv ## ruff + mypy (strict)
 test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
-.PHONY: help venv lock infra-up infra-down migrate up down lint test
+.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint test
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py
