@@ -61,3 +61,6 @@ bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpo
 
 bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag at 1 000 events/s
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.relay_bench
+
+bench-collector: venv infra-up ## Collector: drain time vs backlog/200 s, ceiling at 1 000/s, plot
+	$(BIN)/python -m bench.collector_bench
