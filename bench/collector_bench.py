@@ -1,7 +1,7 @@
 """Collector benchmark: two collector processes drain a backlog through the gateway simulator.
 
 Phase 1 — the peak-day floor: a backlog of due invoices, the simulator at its 200 calls/s limit
-with 100–300 ms latency. The physical floor is backlog / 200 s; we report sustained charges/s ÷ 200,
+with 100-300 ms latency. The physical floor is backlog / 200 s; we report sustained charges/s ÷ 200,
 drain time ÷ floor, 429s and the busiest rolling second, all from the simulator's own ledger.
 Phase 2 — the ceiling: the same with a 1 000 calls/s limit.
 
