@@ -1,0 +1,79 @@
+"""The FastAPI application factory: ``create_app(settings, clock)``.
+
+The engine is created in the lifespan (never at import time) and disposed at shutdown; the
+lifespan also runs the periodic purge of expired idempotency keys.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from billing_core.clock import Clock
+from billing_core.db.engine import create_engine, session_factory
+from billing_core.logging import get_logger
+from services.api import problems
+from services.api.context import AppContext, KeyCache
+from services.api.idempotency import purge_loop
+from services.api.middleware import RequestContextMiddleware
+from services.api.routes import health, plans, subscriptions, webhooks
+from services.api.settings import ApiSettings
+
+log = get_logger(__name__)
+
+DESCRIPTION = """
+Subscription billing: subscribe customers to plans, change plans (prorated), cancel, and
+receive the payment gateway's signed results.
+
+* Authentication: `Authorization: Bearer <api key>` (create one with
+  `billing create-api-key NAME`). `/healthz`, `/readyz`, `/metrics` and the docs are open.
+* Every POST accepts an `Idempotency-Key` header (required to create a subscription).
+* Errors are `application/problem+json` (RFC 9457) with a stable `type`.
+"""
+
+
+def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
+    context = AppContext(
+        settings=settings, clock=clock, key_cache=KeyCache(settings.auth_cache_seconds)
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        context.engine = create_engine(settings)
+        context.sessions_ = session_factory(context.engine)
+        purge: asyncio.Task[None] | None = None
+        if settings.idempotency_purge_interval_seconds > 0:
+            purge = asyncio.create_task(
+                purge_loop(context, settings.idempotency_purge_interval_seconds),
+                name="idempotency-purge",
+            )
+        log.info("api_started")
+        try:
+            yield
+        finally:
+            if purge is not None:
+                purge.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purge
+            await context.engine.dispose()
+            context.sessions_ = None
+            log.info("api_stopped")
+
+    app = FastAPI(
+        title="billing API",
+        version="1.0.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.context = context
+    problems.install(app)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    for module in (subscriptions, plans, webhooks, health):
+        app.include_router(module.router)
+    return app
