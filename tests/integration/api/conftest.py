@@ -6,10 +6,12 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -88,9 +90,10 @@ def free_port() -> int:
 
 
 class ApiServer:
-    def __init__(self, base_url: str, process: subprocess.Popen[bytes]) -> None:
+    def __init__(self, base_url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
         self.base_url = base_url
         self.process = process
+        self.log = log
 
 
 def start_api_server(extra_env: dict[str, str] | None = None) -> ApiServer:
@@ -106,26 +109,29 @@ def start_api_server(extra_env: dict[str, str] | None = None) -> ApiServer:
         "BILLING_PROCESS_NAME": "api-tests-uvicorn",
         **(extra_env or {}),
     }
+    log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-m", "services.api"],
         cwd=ROOT,
         env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
-    base_url = f"http://127.0.0.1:{port}"
+    server = ApiServer(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            err = process.stderr.read().decode() if process.stderr else ""
-            raise RuntimeError(f"the API exited with {process.returncode}: {err[-2000:]}")
+            log.seek(0)
+            output = log.read().decode(errors="replace")
+            log.close()
+            raise RuntimeError(f"the API exited with {process.returncode}: {output[-2000:]}")
         try:
-            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
-                return ApiServer(base_url, process)
+            if httpx.get(f"{server.base_url}/healthz", timeout=1).status_code == 200:
+                return server
         except httpx.TransportError:
             pass
         time.sleep(0.1)
-    process.kill()
+    stop_api_server(server)
     raise RuntimeError("the API did not start within 30 s")
 
 
@@ -136,6 +142,7 @@ def stop_api_server(server: ApiServer) -> None:
     except subprocess.TimeoutExpired:
         server.process.kill()
         server.process.wait()
+    server.log.close()
 
 
 @pytest.fixture(scope="module")
