@@ -43,7 +43,7 @@ async def authenticate(
     digest = hash_key(key)
     client = ctx.key_cache.get(digest)
     if client is None:
-        async with ctx.sessions() as session:
+        async with ctx.reads() as session:
             client = await api_clients_repo.find_active_by_key(session, key)
         if client is None:
             raise _unauthorized("Invalid API key.")

@@ -48,12 +48,21 @@ class AppContext:
     policy: DunningPolicy = field(default_factory=DunningPolicy)
     engine: AsyncEngine | None = None
     sessions_: async_sessionmaker[AsyncSession] | None = None
+    reads_: async_sessionmaker[AsyncSession] | None = None
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:
+        """Sessions for units of work: ``async with ctx.sessions.begin() as session``."""
         if self.sessions_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.sessions_
+
+    @property
+    def reads(self) -> async_sessionmaker[AsyncSession]:
+        """Autocommit sessions for single-statement reads (no BEGIN/ROLLBACK round trips)."""
+        if self.reads_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.reads_
 
 
 def get_context(request: Request) -> AppContext:

@@ -34,7 +34,7 @@ async def healthz() -> Response:
 async def readyz(request: Request) -> Response:
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-            async with get_context(request).sessions() as session:
+            async with get_context(request).reads() as session:
                 await session.execute(text("SELECT 1"))
     except Exception as exc:
         log.warning("not_ready", error=repr(exc))

@@ -16,6 +16,6 @@ router = APIRouter(tags=["plans"])
 
 @router.get("/plans", response_model=PlanList, summary="List active plans", responses=problems(401))
 async def list_plans(request: Request, _client: CurrentClient) -> Response:
-    async with get_context(request).sessions() as session:
+    async with get_context(request).reads() as session:
         plans = await plans_repo.list_active(session)
     return json_response(PlanList(items=[PlanOut.of(p) for p in plans]))

@@ -96,7 +96,7 @@ async def create_subscription(
 async def get_subscription(
     request: Request, subscription_id: SubscriptionId, _client: CurrentClient
 ) -> Response:
-    async with get_context(request).sessions() as session:
+    async with get_context(request).reads() as session:
         sub = await subscriptions_repo.get(session, subscription_id)
     return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
 
