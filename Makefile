@@ -46,3 +46,6 @@ test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
 .PHONY: help venv lock infra-up infra-down migrate up down lint test
+
+bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.api_bench --runs 3 --seconds 5
