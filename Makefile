@@ -47,5 +47,11 @@ test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 
 .PHONY: help venv lock infra-up infra-down migrate up down lint test
 
+bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
+	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py
+
+bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag at 1 000 events/s
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.relay_bench
+
 bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.api_bench --runs 3 --seconds 5

@@ -58,12 +58,63 @@ def relay() -> None:
     run()
 
 
+@app.command()
+def notifier() -> None:
+    """Run the e-mail notifier: a reference consumer of the billing events."""
+    from services.notifier.main import main as run  # noqa: PLC0415
+
+    run()
+
+
 @app.command("gateway-sim")
 def gateway_sim() -> None:
     """Run the payment gateway simulator (development, demos, tests, benchmarks)."""
     from services.gateway_sim.main import main as run  # noqa: PLC0415
 
     run()
+
+
+@app.command()
+def check(
+    gateway_url: str = typer.Option(
+        "http://127.0.0.1:8100",
+        help="Gateway simulator whose ledger is the charge evidence; '' to skip.",
+    ),
+    topic: str = typer.Option("", help="Kafka topic to read (default: BILLING_KAFKA_TOPIC)."),
+    no_kafka: bool = typer.Option(False, help="Skip the Kafka evidence."),
+    renewal_tolerance_s: int = typer.Option(300, help="How late a renewal may be."),
+    retry_bound_s: int = typer.Option(1200, help="How long an OPEN invoice may stay overdue."),
+) -> None:
+    """Check the hard invariants (no double charge, no skipped period, ...); exit 1 on violation."""
+    import asyncio  # noqa: PLC0415
+    from datetime import timedelta  # noqa: PLC0415
+
+    from billing_core.clock import clock_from_offset  # noqa: PLC0415
+    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.invariants.checker import run_checker  # noqa: PLC0415
+    from billing_core.settings import CoreSettings  # noqa: PLC0415
+
+    settings = CoreSettings(process_name="check")
+
+    async def go() -> bool:
+        engine = create_engine(settings)
+        try:
+            report = await run_checker(
+                engine,
+                now=clock_from_offset(settings.clock_offset_seconds).now(),
+                gateway_url=gateway_url or None,
+                kafka_bootstrap=None if no_kafka else settings.kafka_bootstrap,
+                topic=topic or settings.kafka_topic,
+                renewal_tolerance=timedelta(seconds=renewal_tolerance_s),
+                retry_bound=timedelta(seconds=retry_bound_s),
+            )
+        finally:
+            await engine.dispose()
+        report.render()
+        return report.ok
+
+    if not asyncio.run(go()):
+        raise typer.Exit(1)
 
 
 def main() -> None:

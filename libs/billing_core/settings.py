@@ -7,8 +7,12 @@ configures the whole system and every field is documented in one place per proce
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from billing_core.domain.dunning import DunningPolicy
 
 
 class CoreSettings(BaseSettings):
@@ -31,3 +35,23 @@ class CoreSettings(BaseSettings):
         description="Moves every process's clock by this many seconds (demos, tests).",
     )
     process_name: str = Field(default="billing", description="Shown in logs and pg_stat_activity.")
+    health_host: str = Field(
+        default="127.0.0.1", description="Interface of the workers' /healthz /readyz /metrics."
+    )
+    dunning_delays_seconds: tuple[int, ...] = Field(
+        default=(86_400, 259_200, 432_000),
+        description="Retry delays after the 1st, 2nd, 3rd decline (JSON list). After one more "
+        "decline the invoice fails and the subscription is canceled.",
+        min_length=1,
+    )
+    dunning_jitter_seconds: int = Field(default=7_200, ge=0, description="Random extra delay.")
+    unknown_retry_seconds: int = Field(
+        default=900, ge=1, description="Retry delay after an uncertain gateway result."
+    )
+
+    def dunning_policy(self) -> DunningPolicy:
+        return DunningPolicy(
+            delays=tuple(timedelta(seconds=s) for s in self.dunning_delays_seconds),
+            jitter=timedelta(seconds=self.dunning_jitter_seconds),
+            unknown_retry=timedelta(seconds=self.unknown_retry_seconds),
+        )

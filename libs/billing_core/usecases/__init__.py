@@ -1,1 +1,1 @@
-"""Units of work shared by the processes; each takes a session and never commits."""
+"""Units of work shared by several processes; the caller owns the transaction."""

@@ -1,0 +1,86 @@
+"""Claiming invoices to charge: SKIP LOCKED + a lease, in a short transaction of its own.
+
+The claim pushes ``next_attempt_at`` forward by the lease and commits BEFORE the gateway call, so
+no lock is held during the call. If the collector dies mid-call, the invoice comes due again when
+the lease ends, and the next try uses the same attempt count — the same idempotency key — so the
+gateway answers with the first result instead of charging again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from billing_core.domain.charge_result import idempotency_key
+
+
+@dataclass(frozen=True)
+class LeasedInvoice:
+    id: int
+    subscription_id: int
+    customer_id: int
+    amount: int
+    currency: str
+    attempt_count: int
+    lease_until: datetime
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.id, self.attempt_count)
+
+
+_CLAIM = text(
+    """
+    WITH due AS (
+        SELECT id FROM invoice
+        WHERE status = 'OPEN' AND next_attempt_at <= :now
+        ORDER BY next_attempt_at
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE invoice i
+    SET next_attempt_at = :lease_until, leased_at = :now, updated_at = :now
+    FROM due WHERE i.id = due.id
+    RETURNING i.id, i.subscription_id, i.customer_id, i.amount, i.currency, i.attempt_count
+    """
+)
+
+_BACKLOG = text(
+    """
+    SELECT count(*) AS due, min(next_attempt_at) AS oldest
+    FROM invoice WHERE status = 'OPEN' AND next_attempt_at <= :now
+    """
+)
+
+
+async def claim_due_invoices(
+    db: AsyncSession | AsyncConnection, *, now: datetime, limit: int, lease: timedelta
+) -> list[LeasedInvoice]:
+    lease_until = now + lease
+    rows = (
+        await db.execute(_CLAIM, {"now": now, "limit": limit, "lease_until": lease_until})
+    ).mappings()
+    leased = [
+        LeasedInvoice(
+            id=r["id"],
+            subscription_id=r["subscription_id"],
+            customer_id=r["customer_id"],
+            amount=r["amount"],
+            currency=r["currency"],
+            attempt_count=r["attempt_count"],
+            lease_until=lease_until,
+        )
+        for r in rows
+    ]
+    leased.sort(key=lambda inv: inv.id)
+    return leased
+
+
+async def due_backlog(
+    db: AsyncSession | AsyncConnection, *, now: datetime
+) -> tuple[int, datetime | None]:
+    row = (await db.execute(_BACKLOG, {"now": now})).mappings().one()
+    return int(row["due"]), row["oldest"]

@@ -1,0 +1,1 @@
+"""The collector: charges open invoices at the gateway's rate, never twice, with dunning."""

@@ -1,0 +1,3 @@
+from services.collector.main import main
+
+main()

@@ -1,0 +1,27 @@
+"""Prometheus metrics of the collector."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CALLS = Counter("billing_collector_gateway_calls_total", "Gateway calls by outcome", ["outcome"])
+CALL_SECONDS = Histogram(
+    "billing_collector_gateway_call_seconds",
+    "Gateway call latency",
+    buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 5, 10, 30),
+)
+LIMITER_WAIT = Histogram(
+    "billing_collector_limiter_wait_seconds",
+    "Time waited for a rate-limit permit",
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 30),
+)
+LIMITER_CLOSED = Gauge(
+    "billing_collector_limiter_closed", "1 while Redis is unreachable (collection paused)"
+)
+RECORDED = Counter("billing_collector_results_total", "Recorded results", ["result"])
+ABANDONED = Counter(
+    "billing_collector_abandoned_total", "Leased invoices dropped before the call (lease too old)"
+)
+IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
+BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
+OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")

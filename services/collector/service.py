@@ -1,0 +1,188 @@
+"""The collector's work: claim + lease, wait for a permit, call the gateway, record the result.
+
+Three separate steps, never one transaction: (1) a short transaction claims and leases a batch;
+(2) each invoice waits for a global permit and calls the gateway with
+``inv-{id}-try-{attemptCount}``; (3) the result is recorded in its own transaction. Many calls are
+in flight at once (bounded), so one replica can keep a 200 calls/s gateway busy at 300 ms latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from datetime import timedelta
+
+import redis.asyncio as aioredis
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from billing_core.clock import Clock
+from billing_core.domain.dunning import DunningPolicy
+from billing_core.gateway import ChargeResult, PaymentGateway
+from billing_core.logging import get_logger
+from billing_core.ratelimit import SlidingWindowLimiter
+from billing_core.repo.collection import LeasedInvoice, claim_due_invoices, due_backlog
+from billing_core.usecases.payment_result import record_charge_result
+from services.collector import metrics
+
+log = get_logger(__name__)
+
+
+class Collector:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        gateway: PaymentGateway,
+        limiter: SlidingWindowLimiter,
+        redis: aioredis.Redis,
+        clock: Clock,
+        policy: DunningPolicy,
+        rng: random.Random,
+        batch_size: int,
+        max_in_flight: int,
+        lease: timedelta,
+        call_budget: timedelta,
+    ) -> None:
+        self._sessions = sessions
+        self._gateway = gateway
+        self._limiter = limiter
+        self._redis = redis
+        self._clock = clock
+        self._policy = policy
+        self._rng = rng
+        self._batch_size = batch_size
+        self._max_in_flight = max_in_flight
+        self._lease = lease
+        # A permit obtained closer than this to the end of the lease is not used: the call could
+        # outlive the lease, when another replica may already retry the invoice.
+        self._call_budget = call_budget
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._slot_freed = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    async def tick(self) -> bool:
+        """Claim what free slots allow; True when more work may be waiting right now."""
+        while len(self._in_flight) >= self._max_in_flight:
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
+        if not await self._limiter_reachable():
+            return False
+        want = min(self._batch_size, self._max_in_flight - len(self._in_flight))
+        async with self._sessions.begin() as session:
+            leased = await claim_due_invoices(
+                session, now=self._clock.now(), limit=want, lease=self._lease
+            )
+        for invoice in leased:
+            task = asyncio.create_task(self._charge(invoice), name=f"charge-{invoice.id}")
+            self._in_flight.add(task)
+            task.add_done_callback(self._done)
+        metrics.IN_FLIGHT.set(len(self._in_flight))
+        return len(leased) == want
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        metrics.IN_FLIGHT.set(len(self._in_flight))
+        self._slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("charge_task_failed", error=repr(task.exception()))
+
+    async def _limiter_reachable(self) -> bool:
+        """Fail closed: no claim (and so no call) while Redis does not answer."""
+        try:
+            await self._redis.ping()
+        except Exception as exc:
+            if not self._limiter.closed:
+                log.warning("redis_unreachable_pausing_collection", error=repr(exc))
+            self._limiter.closed = True
+            metrics.LIMITER_CLOSED.set(1)
+            return False
+        metrics.LIMITER_CLOSED.set(1 if self._limiter.closed else 0)
+        return True
+
+    async def _charge(self, invoice: LeasedInvoice) -> None:
+        started = time.monotonic()
+        await self._limiter.acquire()
+        metrics.LIMITER_WAIT.observe(time.monotonic() - started)
+        if self._clock.now() > invoice.lease_until - self._call_budget:
+            metrics.ABANDONED.inc()
+            log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
+            return
+        call_started = time.monotonic()
+        result = await self._gateway.charge(
+            invoice.customer_id,
+            invoice.amount,
+            invoice.currency,
+            invoice.idempotency_key,
+            {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
+        )
+        metrics.CALL_SECONDS.observe(time.monotonic() - call_started)
+        metrics.CALLS.labels(str(result.outcome)).inc()
+        await self._record(invoice, result)
+
+    async def _record(self, invoice: LeasedInvoice, result: ChargeResult) -> None:
+        """Record in its own transaction; retried while the lease lasts (e.g. a DB restart).
+
+        If it still fails, the lease expires and the next try reuses the same key: the gateway
+        replays the result, nothing is charged twice.
+        """
+        delay = 0.2
+        while True:
+            try:
+                async with self._sessions.begin() as session:
+                    outcome = await record_charge_result(
+                        session,
+                        invoice_id=invoice.id,
+                        attempt_number=invoice.attempt_count,
+                        outcome=result.outcome,
+                        source="COLLECTOR",
+                        idempotency_key=invoice.idempotency_key,
+                        now=self._clock.now(),
+                        rng=self._rng,
+                        policy=self._policy,
+                        decline_code=result.decline_code,
+                        gateway_reference=result.gateway_reference,
+                        error=result.error,
+                    )
+                metrics.RECORDED.labels(str(outcome)).inc()
+                log.info(
+                    "charge_recorded",
+                    invoice_id=invoice.id,
+                    key=invoice.idempotency_key,
+                    outcome=str(result.outcome),
+                    result=str(outcome),
+                )
+                return
+            except Exception as exc:
+                if self._clock.now() + timedelta(seconds=delay) > invoice.lease_until:
+                    log.error(
+                        "record_failed_lease_will_retry", invoice_id=invoice.id, error=repr(exc)
+                    )
+                    return
+                log.warning("record_failed_retrying", invoice_id=invoice.id, error=repr(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def drain(self, timeout: float) -> None:
+        """Let in-flight calls finish and be recorded (graceful shutdown)."""
+        if not self._in_flight:
+            return
+        log.info("draining_in_flight_calls", count=len(self._in_flight))
+        _, pending = await asyncio.wait(set(self._in_flight), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("shutdown_cancelled_calls", count=len(pending))
+            await asyncio.wait(pending, timeout=2)
+
+    async def refresh_backlog(self) -> None:
+        now = self._clock.now()
+        async with self._sessions() as session:
+            due, oldest = await due_backlog(session, now=now)
+        metrics.BACKLOG.set(due)
+        metrics.OLDEST_DUE.set((now - oldest).total_seconds() if oldest else 0)

@@ -1,0 +1,36 @@
+"""Collector settings: ``BILLING_COLLECTOR_*`` plus the shared ``BILLING_*`` ones."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from billing_core.settings import CoreSettings
+
+
+class CollectorSettings(CoreSettings):
+    process_name: str = "collector"
+    collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
+    collector_rate_limit_per_second: int = Field(default=200, ge=1, le=100_000)
+    collector_rate_limit_guard_ms: int = Field(
+        default=20, ge=0, le=500, description="Extra window length absorbing call jitter."
+    )
+    collector_rate_limit_key: str = Field(default="billing:gateway:permits")
+    collector_batch_size: int = Field(default=100, ge=1, le=10_000)
+    collector_max_in_flight: int = Field(default=128, ge=1, le=10_000)
+    collector_lease_seconds: int = Field(default=120, ge=5)
+    collector_poll_interval_seconds: float = Field(default=1.0, gt=0)
+    collector_connect_timeout_seconds: float = Field(default=2.0, gt=0)
+    collector_read_timeout_seconds: float = Field(default=10.0, gt=0)
+    collector_health_port: int = Field(default=9102, ge=0, le=65535)
+    collector_shutdown_timeout_seconds: float = Field(default=25.0, gt=0)
+    collector_rng_seed: int | None = Field(default=None, description="Seeds dunning jitter.")
+
+    @model_validator(mode="after")
+    def _lease_outlives_a_call(self) -> CollectorSettings:
+        call = self.collector_connect_timeout_seconds + self.collector_read_timeout_seconds
+        if self.collector_lease_seconds <= call * 2:
+            raise ValueError(
+                "BILLING_COLLECTOR_LEASE_SECONDS must exceed twice the gateway timeouts "
+                f"({call:.0f} s), or another replica could retry while a call is in flight"
+            )
+        return self

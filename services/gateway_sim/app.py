@@ -1,0 +1,249 @@
+"""The simulator's HTTP surface: the gateway contract, the audit ledger and the admin endpoints.
+
+A lean Starlette app (no per-request dependency injection or model validation on the charge
+path) so one core serves well over a thousand calls per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from billing_core.logging import get_logger
+from services.gateway_sim.behaviour import Behaviour, DeclineCode
+from services.gateway_sim.charges import Gateway, problem
+from services.gateway_sim.ledger import ChargeInput
+from services.gateway_sim.settings import GatewaySimSettings
+
+log = get_logger(__name__)
+
+BIGINT_MAX = 2**63 - 1
+MAX_KEY_LENGTH = 255
+CURRENCY = re.compile(r"^[A-Z]{3}$")
+JSON = "application/json"
+PROBLEM = "application/problem+json"
+
+
+class InvalidCharge(ValueError):
+    pass
+
+
+class DeclineUntil(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    until: AwareDatetime | None
+    code: DeclineCode = "card_declined"
+
+
+def _json(status: int, body: object, headers: dict[str, str] | None = None) -> Response:
+    media = PROBLEM if status >= 400 and status != 402 else JSON
+    content = json.dumps(body, separators=(",", ":")).encode()
+    return Response(content, status_code=status, media_type=media, headers=headers)
+
+
+def _problem(
+    status: int, title: str, detail: str, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    return _json(status, {**problem(status, title, detail), **extra}, headers)
+
+
+def _int(value: object, name: str, low: int, high: int = BIGINT_MAX) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidCharge(f"{name} must be an integer in [{low}, {high}]")
+    return value
+
+
+def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
+    """Validate a ``POST /v1/charges`` request (header + JSON body) or raise InvalidCharge."""
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidCharge(f"an Idempotency-Key header of 1 to {MAX_KEY_LENGTH} chars is required")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidCharge("the body is not JSON") from exc
+    if not isinstance(body, dict):
+        raise InvalidCharge("the body must be a JSON object")
+    currency = body.get("currency")
+    if not isinstance(currency, str) or not CURRENCY.match(currency):
+        raise InvalidCharge("currency must be an ISO-4217 code (three capital letters)")
+    metadata = body.get("metadata")
+    if not isinstance(metadata, dict):
+        raise InvalidCharge("metadata must be an object with invoiceId and attempt")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.blake2b(canonical, digest_size=8).digest()
+    return ChargeInput(
+        key=key,
+        customer_id=_int(body.get("customerId"), "customerId", 0),
+        amount=_int(body.get("amount"), "amount", 1),
+        currency=currency,
+        invoice_id=_int(metadata.get("invoiceId"), "metadata.invoiceId", 0),
+        attempt=_int(metadata.get("attempt"), "metadata.attempt", 0),
+        fingerprint=int.from_bytes(digest, "big", signed=True),
+    )
+
+
+def create_app(settings: GatewaySimSettings) -> Starlette:
+    gateway = Gateway(
+        behaviour=settings.behaviour(),
+        seed=settings.seed,
+        max_pending_webhooks=settings.webhook_max_pending,
+    )
+
+    async def create_charge(request: Request) -> Response:
+        admitted, now_ns = gateway.admit()
+        if not admitted:
+            wait = gateway.limiter.retry_after_seconds(now_ns)
+            return _problem(
+                429,
+                "Too Many Requests",
+                f"More than {gateway.limiter.limit} calls in the last second; nothing charged.",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        try:
+            charge = parse_charge(request.headers.get("idempotency-key"), await request.body())
+        except InvalidCharge as exc:
+            gateway.ledger.invalid += 1
+            gateway.count("invalid")
+            return _problem(400, "Invalid charge request", str(exc))
+        reply = await gateway.charge(charge)
+        if reply.late_s:
+            await asyncio.sleep(reply.late_s)
+        headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
+        return _json(reply.status, reply.body, headers)
+
+    async def ledger_summary(_: Request) -> Response:
+        return _json(200, gateway.ledger.summary())
+
+    async def ledger_charges(request: Request) -> Response:
+        ledger = gateway.ledger
+        invoice = request.query_params.get("invoiceId")
+        key = request.query_params.get("idempotencyKey")
+        if invoice is not None:
+            try:
+                indexes = ledger.charges_of_invoice(int(invoice))
+            except ValueError:
+                return _problem(400, "Invalid query", "invoiceId must be an integer")
+        elif key is not None:
+            found = ledger.find(key)
+            indexes = [] if found is None else [found]
+        else:
+            return _problem(400, "Invalid query", "give invoiceId or idempotencyKey")
+        return _json(
+            200,
+            [{**ledger.charge(i, gateway.salt), "late": ledger.late(i)} for i in indexes],
+        )
+
+    async def successes_by_invoice(_: Request) -> Response:
+        counts = gateway.ledger.successes_by_invoice()
+        return _json(200, [[invoice, n] for invoice, n in sorted(counts.items())])
+
+    async def calls_per_second(_: Request) -> Response:
+        return _json(200, gateway.ledger.calls_per_second())
+
+    async def get_config(_: Request) -> Response:
+        return _json(200, gateway.behaviour.public())
+
+    async def set_config(request: Request) -> Response:
+        try:
+            patch = json.loads(await request.body())
+            if not isinstance(patch, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            return _problem(400, "Invalid configuration", "the body must be a JSON object")
+        try:
+            updated = Behaviour.model_validate({**gateway.behaviour.model_dump(), **patch})
+        except ValidationError as exc:
+            return _problem(
+                422,
+                "Invalid configuration",
+                "the configuration was not changed",
+                errors=json.loads(exc.json(include_url=False, include_input=False)),
+            )
+        gateway.configure(updated)
+        log.info("config_changed", changed=sorted(patch))
+        return _json(200, updated.public())
+
+    async def decline_until(request: Request) -> Response:
+        customer_id = int(request.path_params["customer_id"])
+        try:
+            order = DeclineUntil.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return _problem(
+                422,
+                "Invalid decline order",
+                'expected {"until": ISO-8601 with offset | null, "code": "..."}',
+                errors=json.loads(exc.json(include_url=False, include_input=False)),
+            )
+        gateway.decline_customer(customer_id, order.until, order.code)
+        return _json(
+            200,
+            {
+                "customerId": customer_id,
+                "until": None if order.until is None else order.until.isoformat(),
+                "code": order.code,
+                "active": order.until is not None and gateway.behaviour.now() < order.until,
+            },
+        )
+
+    async def reset(_: Request) -> Response:
+        await gateway.webhooks.cancel_pending()
+        gateway.reset()
+        log.info("reset")
+        return _json(200, {"reset": True})
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(gateway.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        await gateway.webhooks.start()
+        log.info(
+            "gateway_sim_listening",
+            host=settings.host,
+            port=settings.port,
+            seed=settings.seed,
+            **{k: v for k, v in gateway.behaviour.public().items() if k != "decline_codes"},
+        )
+        try:
+            yield
+        finally:
+            await gateway.webhooks.stop()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/charges", create_charge, methods=["POST"]),
+            Route("/v1/ledger/summary", ledger_summary, methods=["GET"]),
+            Route("/v1/ledger/charges", ledger_charges, methods=["GET"]),
+            Route("/v1/ledger/calls-per-second", calls_per_second, methods=["GET"]),
+            Route("/v1/ledger/successes-by-invoice", successes_by_invoice, methods=["GET"]),
+            Route("/v1/admin/config", get_config, methods=["GET"]),
+            Route("/v1/admin/config", set_config, methods=["POST"]),
+            Route(
+                "/v1/admin/customers/{customer_id:int}/decline-until",
+                decline_until,
+                methods=["POST"],
+            ),
+            Route("/v1/admin/reset", reset, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    return app

@@ -1,0 +1,212 @@
+"""Charging: the idempotency rules around one call, independent of HTTP.
+
+* A stored key answers its stored result (success or decline), flagged as a replay; with a
+  different body it is a conflict.
+* A key already in flight makes later requests wait for the first one's result (one charge).
+* Otherwise: wait the drawn latency, draw the outcome, and either answer 5xx (nothing stored, the
+  key stays free) or store the result, publish its webhook, and answer -- at once, or after
+  ``timeout_delay_s`` for a "timeout" (charged and stored, answered too late).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from prometheus_client import CollectorRegistry, Counter
+
+from services.gateway_sim.behaviour import Behaviour, decide, latency_seconds
+from services.gateway_sim.ledger import ChargeInput, Ledger
+from services.gateway_sim.limiter import RollingSecondLimiter
+from services.gateway_sim.webhooks import WebhookSender
+
+OUTCOMES = (
+    "succeeded",
+    "declined",
+    "timeout",
+    "replayed",
+    "conflict",
+    "server_error",
+    "rate_limited",
+    "invalid",
+)
+
+
+class Reply(NamedTuple):
+    status: int
+    body: dict[str, object]
+    replayed: bool
+    late_s: float
+
+
+class CustomerDecline(NamedTuple):
+    until: datetime
+    code: str
+
+
+class Gateway:
+    def __init__(self, *, behaviour: Behaviour, seed: int, max_pending_webhooks: int) -> None:
+        self.registry = CollectorRegistry()
+        calls = Counter(
+            "billing_gateway_sim_calls_total",
+            "Charge calls by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._calls = {outcome: calls.labels(outcome) for outcome in OUTCOMES}
+        self._rate_limited = Counter(
+            "billing_gateway_sim_rate_limited_total",
+            "Charge calls refused with 429 (over the rolling-second limit).",
+            registry=self.registry,
+        )
+        self.ledger = Ledger()
+        self.limiter = RollingSecondLimiter(behaviour.rate_limit_per_second)
+        self.webhooks = WebhookSender(
+            rng=random.Random(),
+            max_pending=max_pending_webhooks,
+            registry=self.registry,
+            now_unix=lambda: int(self.behaviour.now().timestamp()),
+        )
+        self._seed = seed
+        self._inflight: dict[str, asyncio.Future[None]] = {}
+        self.behaviour = behaviour
+        self._initial = behaviour
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the state at start: empty ledger, initial behaviour, reseeded draws."""
+        self.configure(self._initial)
+        self.ledger.clear()
+        self.limiter.clear()
+        self.declines: dict[int, CustomerDecline] = {}
+        self._outcome_rng = random.Random(f"{self._seed}:outcomes")
+        self._latency_rng = random.Random(f"{self._seed}:latency")
+        self.webhooks.rng.seed(f"{self._seed}:webhooks")
+        self.salt = f"{random.Random(f'{self._seed}:ids').getrandbits(32):08x}"
+        self._events = 0
+
+    def configure(self, behaviour: Behaviour) -> None:
+        self.behaviour = behaviour
+        self.limiter.limit = behaviour.rate_limit_per_second
+
+    def count(self, outcome: str) -> None:
+        self._calls[outcome].inc()
+
+    def admit(self) -> tuple[bool, int]:
+        """Rate limit a call arriving now: (admitted, arrival ns); both kinds are recorded."""
+        now_ns = self.ledger.clock.now_ns()
+        if self.limiter.try_acquire(now_ns):
+            self.ledger.record_call(now_ns)
+            return True, now_ns
+        self.ledger.record_rate_limited(now_ns)
+        self._rate_limited.inc()
+        self.count("rate_limited")
+        return False, now_ns
+
+    def decline_customer(self, customer_id: int, until: datetime | None, code: str) -> None:
+        if until is None:
+            self.declines.pop(customer_id, None)
+        else:
+            self.declines[customer_id] = CustomerDecline(until.astimezone(UTC), code)
+
+    def _forced_decline(self, customer_id: int, now: datetime) -> str | None:
+        decline = self.declines.get(customer_id)
+        if decline is None or now >= decline.until:
+            return None
+        return decline.code
+
+    async def charge(self, request: ChargeInput) -> Reply:
+        ledger = self.ledger
+        while True:
+            index = ledger.find(request.key)
+            if index is not None:
+                if ledger.fingerprint(index) != request.fingerprint:
+                    ledger.conflicts += 1
+                    self.count("conflict")
+                    return Reply(409, _conflict(request.key), False, 0.0)
+                ledger.replays += 1
+                self.count("replayed")
+                return self._answer(index, replayed=True)
+            pending = self._inflight.get(request.key)
+            if pending is None:
+                break
+            await asyncio.shield(pending)
+
+        done = asyncio.get_running_loop().create_future()
+        self._inflight[request.key] = done
+        try:
+            behaviour = self.behaviour
+            delay = latency_seconds(behaviour, self._latency_rng)
+            if delay:
+                await asyncio.sleep(delay)
+                behaviour = self.behaviour
+            now = behaviour.now()
+            decision = decide(
+                behaviour, self._outcome_rng, self._forced_decline(request.customer_id, now)
+            )
+            if decision.error_status is not None:
+                ledger.server_errors += 1
+                self.count("server_error")
+                return Reply(decision.error_status, _server_error(decision.error_status), False, 0)
+            index = ledger.store(
+                request,
+                decline_code=decision.decline_code,
+                late=decision.late,
+                created=int(now.timestamp()),
+            )
+            if behaviour.webhook_url:
+                self.webhooks.publish(self._event(index, now), behaviour)
+        finally:
+            del self._inflight[request.key]
+            done.set_result(None)
+        if decision.late:
+            ledger.timeouts += 1
+            self.count("timeout")
+            reply = self._answer(index, replayed=False)
+            return reply._replace(late_s=behaviour.timeout_delay_s)
+        self.count("succeeded" if decision.decline_code is None else "declined")
+        return self._answer(index, replayed=False)
+
+    def _answer(self, index: int, *, replayed: bool) -> Reply:
+        body = self.ledger.charge(index, self.salt)
+        status = 200 if body["status"] == "succeeded" else 402
+        return Reply(status, body, replayed, 0.0)
+
+    def _event(self, index: int, now: datetime) -> dict[str, object]:
+        self._events += 1
+        charge = self.ledger.charge(index, self.salt)
+        metadata = charge["metadata"]
+        assert isinstance(metadata, dict)
+        return {
+            "id": f"evt_{self.salt}{self._events:08x}",
+            "type": "charge.succeeded" if charge["status"] == "succeeded" else "charge.declined",
+            "created": int(now.timestamp()),
+            "data": {
+                "chargeId": charge["id"],
+                "idempotencyKey": charge["idempotencyKey"],
+                "invoiceId": metadata["invoiceId"],
+                "attempt": metadata["attempt"],
+                "customerId": charge["customerId"],
+                "amount": charge["amount"],
+                "currency": charge["currency"],
+                "declineCode": charge["declineCode"],
+            },
+        }
+
+
+def problem(status: int, title: str, detail: str) -> dict[str, object]:
+    return {"type": "about:blank", "title": title, "status": status, "detail": detail}
+
+
+def _conflict(key: str) -> dict[str, object]:
+    return problem(
+        409,
+        "Idempotency key reused",
+        f"Idempotency-Key {key!r} was used with a different request body.",
+    )
+
+
+def _server_error(status: int) -> dict[str, object]:
+    return problem(status, "Gateway error", "Simulated gateway failure; nothing was charged.")

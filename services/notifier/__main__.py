@@ -1,0 +1,3 @@
+from services.notifier.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The outbox relay: publishes ``outbox_event`` rows to Kafka as CloudEvents, in order."""

@@ -1,0 +1,3 @@
+from services.relay.main import main
+
+main()

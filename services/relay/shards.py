@@ -1,0 +1,127 @@
+"""Shard leases: which relay replica may publish which subscriptions.
+
+Subscriptions are split into a fixed number of shards (``aggregate_id % shards``). A replica
+publishes a shard only while it holds the PostgreSQL session advisory lock
+``(SHARD_LOCK_CLASS, shard)`` on one dedicated connection. A replica that dies loses its session,
+PostgreSQL releases its locks, and the survivors take the shards over at their next rebalance.
+
+Membership uses the same trick: each replica holds one lock ``(MEMBER_LOCK_CLASS, random id)``;
+counting those locks in ``pg_locks`` gives the number of live replicas, and each aims at
+``ceil(shards / members)`` shards: it releases extra ones (between batches, never during one) and
+tries to take free ones. Locks are per database, so deployments in other databases never meet.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from billing_core.logging import get_logger
+
+log = get_logger(__name__)
+
+SHARD_LOCK_CLASS = 0x52454C41  # "RELA"
+MEMBER_LOCK_CLASS = 0x52454C42
+
+_HELD = text(
+    """
+    SELECT l.objid::int AS key, l.pid AS pid FROM pg_locks l
+    JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
+    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.classid = :cls
+    """
+)
+_TRY = text("SELECT pg_try_advisory_lock(:cls, :key)")
+_UNLOCK = text("SELECT pg_advisory_unlock(:cls, :key)")
+
+
+class ShardLeaser:
+    def __init__(self, engine: AsyncEngine, shards: int, *, rng: random.Random | None = None):
+        """``engine`` should be a NullPool engine: the lease connection is never pooled."""
+        self._engine = engine
+        self.shards = shards
+        self._rng = rng or random.Random()
+        self._conn: AsyncConnection | None = None
+        self.member_id: int | None = None
+        self.owned: set[int] = set()
+        self.members = 0
+
+    async def _connect(self) -> AsyncConnection:
+        raw = await self._engine.connect()
+        conn = await raw.execution_options(isolation_level="AUTOCOMMIT")
+        for _ in range(100):
+            candidate = self._rng.randrange(1, 2**31 - 1)
+            if (await conn.execute(_TRY, {"cls": MEMBER_LOCK_CLASS, "key": candidate})).scalar():
+                self.member_id = candidate
+                break
+        else:  # pragma: no cover - 100 collisions in 2**31 ids
+            await raw.close()
+            raise RuntimeError("could not register as a relay member")
+        log.info("relay_member_registered", member_id=self.member_id)
+        return conn
+
+    async def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        self.owned.clear()
+        self.member_id = None
+        if conn is not None:
+            try:
+                # Invalidate, never return to a pool: a pooled connection would keep the locks.
+                await conn.invalidate()
+                await conn.close()
+            except Exception as exc:
+                log.warning("lease_connection_close_failed", error=repr(exc))
+
+    async def heartbeat(self) -> None:
+        """Check the lease connection answers; on failure every shard is dropped (and raised)."""
+        if self._conn is None:
+            return
+        try:
+            await self._conn.execute(text("SELECT 1"))
+        except Exception:
+            log.warning("lease_connection_lost", shards=sorted(self.owned))
+            await self._drop_connection()
+            raise
+
+    async def rebalance(self) -> None:
+        """Count members, then release or take shards towards ``ceil(shards / members)``."""
+        if self._conn is None:
+            self._conn = await self._connect()
+        conn = self._conn
+        try:
+            members = len((await conn.execute(_HELD, {"cls": MEMBER_LOCK_CLASS})).all())
+            self.members = max(1, members)
+            target = math.ceil(self.shards / self.members)
+            if len(self.owned) > target:
+                extra = sorted(self.owned)[target:]
+                for shard in extra:
+                    await conn.execute(_UNLOCK, {"cls": SHARD_LOCK_CLASS, "key": shard})
+                    self.owned.discard(shard)
+                log.info("shards_released", shards=extra, owned=len(self.owned), target=target)
+            elif len(self.owned) < target:
+                held = {
+                    row.key for row in (await conn.execute(_HELD, {"cls": SHARD_LOCK_CLASS})).all()
+                }
+                free = [s for s in range(self.shards) if s not in held]
+                self._rng.shuffle(free)
+                taken: list[int] = []
+                for shard in free:
+                    if len(self.owned) >= target:
+                        break
+                    ok = (
+                        await conn.execute(_TRY, {"cls": SHARD_LOCK_CLASS, "key": shard})
+                    ).scalar()
+                    if ok:
+                        self.owned.add(shard)
+                        taken.append(shard)
+                if taken:
+                    log.info("shards_taken", shards=sorted(taken), owned=len(self.owned))
+        except Exception:
+            await self._drop_connection()
+            raise
+
+    async def release_all(self) -> None:
+        """Give every shard back (graceful shutdown): the others take them at once."""
+        await self._drop_connection()

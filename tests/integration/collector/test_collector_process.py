@@ -1,0 +1,223 @@
+"""Collector processes against the gateway simulator process, real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tests.integration.collector.conftest import Collectors, Simulator
+from tests.support.factories import create_subscription, due_subscriptions_with_invoices
+from tests.support.processes import private_redis
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def count(engine: AsyncEngine, sql: str, **params: object) -> int:
+    async with engine.connect() as conn:
+        return int((await conn.execute(text(sql), params)).scalar_one())
+
+
+async def seed(engine: AsyncEngine, n: int) -> list[int]:
+    async with engine.begin() as conn:
+        return await due_subscriptions_with_invoices(conn, n, now=datetime.now(UTC))
+
+
+async def test_two_collectors_charge_every_invoice_exactly_once(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    invoices = await seed(engine, 400)
+    collectors.start()
+    collectors.start()
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 400
+
+    await wait_for(all_paid, 40, "every invoice paid")
+    summary = simulator.summary()
+    assert summary["charges_succeeded"] == len(invoices)
+    assert summary["duplicate_success_invoices"] == []
+    assert summary["rate_limited_429"] == 0
+    assert summary["max_calls_in_any_rolling_second"] <= 200
+    attempts = await count(engine, "SELECT count(DISTINCT invoice_id) FROM payment_attempt")
+    assert attempts == 400
+    for proc in collectors.procs:
+        assert proc.terminate() == 0
+
+
+async def test_timeout_then_retry_with_the_same_key_gets_the_stored_success(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    simulator.config(timeout_rate=1.0, timeout_delay_s=4.0)
+    invoices = await seed(engine, 5)
+    collectors.start(
+        BILLING_COLLECTOR_READ_TIMEOUT_SECONDS="1",
+        BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS="1",
+        BILLING_COLLECTOR_LEASE_SECONDS="10",
+        BILLING_UNKNOWN_RETRY_SECONDS="3",
+    )
+
+    async def unknown_recorded() -> bool:
+        n = "SELECT count(*) FROM payment_attempt WHERE outcome = 'UNKNOWN'"
+        return await count(engine, n) >= 5
+
+    await wait_for(unknown_recorded, 20, "the timeouts to be recorded")
+    simulator.config(timeout_rate=0.0)
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 5
+
+    await wait_for(all_paid, 30, "the retries to settle the invoices")
+    for invoice_id in invoices:
+        succeeded = [c for c in simulator.charges(invoice_id) if c.get("status") == "succeeded"]
+        assert len(succeeded) == 1, simulator.charges(invoice_id)
+        keys = await count(
+            engine,
+            "SELECT count(DISTINCT idempotency_key) FROM payment_attempt WHERE invoice_id = :i",
+            i=invoice_id,
+        )
+        assert keys == 1  # the retry reused inv-{id}-try-0
+    assert simulator.summary()["duplicate_success_invoices"] == []
+
+
+async def test_declines_run_the_whole_dunning_schedule_to_cancellation(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        sub = await create_subscription(conn, customer_id=4242, start=now)
+        await conn.execute(
+            text(
+                "INSERT INTO invoice (subscription_id, customer_id, kind, period_index, "
+                "period_start, period_end, subtotal, amount, currency, status, next_attempt_at) "
+                "VALUES (:s, 4242, 'RENEWAL', 0, :now, :end, 990, 990, 'EUR', 'OPEN', :now)"
+            ),
+            {"s": sub, "now": now, "end": now + timedelta(days=30)},
+        )
+    simulator.decline_until(4242, (now + timedelta(days=365)).isoformat())
+    collectors.start(BILLING_DUNNING_DELAYS_SECONDS="[1, 1, 1]", BILLING_DUNNING_JITTER_SECONDS="0")
+
+    async def canceled() -> bool:
+        q = "SELECT count(*) FROM subscription WHERE id = :s AND status = 'CANCELED'"
+        return await count(engine, q, s=sub) == 1
+
+    await wait_for(canceled, 30, "the subscription to be canceled for non-payment")
+    async with engine.connect() as conn:
+        keys = [
+            r[0]
+            for r in await conn.execute(
+                text(
+                    "SELECT pa.idempotency_key FROM payment_attempt pa JOIN invoice i "
+                    "ON i.id = pa.invoice_id WHERE i.subscription_id = :s ORDER BY pa.id"
+                ),
+                {"s": sub},
+            )
+        ]
+        status = (
+            await conn.execute(
+                text("SELECT status FROM invoice WHERE subscription_id = :s"), {"s": sub}
+            )
+        ).scalar_one()
+        events = [
+            r[0]
+            for r in await conn.execute(
+                text(
+                    "SELECT event_type FROM outbox_event WHERE aggregate_id = :s ORDER BY sequence"
+                ),
+                {"s": sub},
+            )
+        ]
+    assert status == "FAILED"
+    assert [k.rsplit("-", 1)[1] for k in keys] == ["0", "1", "2", "3"]
+    assert events.count("PaymentFailed") == 4
+    assert events[-1] == "SubscriptionCanceled"
+
+
+async def test_redis_down_means_zero_gateway_calls_until_it_returns(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors, tmp_path: Path
+) -> None:
+    port, up, down = private_redis(tmp_path)
+    try:
+        collectors.start(BILLING_REDIS_URL=f"redis://127.0.0.1:{port}/0")
+        down()
+        await seed(engine, 50)
+        await asyncio.sleep(3)
+        assert simulator.summary()["calls"] == 0
+        assert await count(engine, "SELECT count(*) FROM invoice WHERE status = 'OPEN'") == 50
+        up()
+
+        async def all_paid() -> bool:
+            return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 50
+
+        await wait_for(all_paid, 30, "collection to resume after Redis returned")
+        assert simulator.summary()["charges_succeeded"] == 50
+    finally:
+        down()
+
+
+async def test_kill9_mid_call_then_another_replica_never_charges_twice(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    simulator.config(latency_min_ms=2000, latency_max_ms=2000)
+    invoices = await seed(engine, 20)
+    fast_lease = {
+        "BILLING_COLLECTOR_LEASE_SECONDS": "11",
+        "BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS": "1",
+        "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "4",
+    }
+    first = collectors.start(**fast_lease)
+    deadline = time.monotonic() + 10
+    while simulator.summary()["calls"] < 20 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    first.kill9()
+    assert await count(engine, "SELECT count(*) FROM payment_attempt") == 0
+    collectors.start(**fast_lease)
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 20
+
+    await wait_for(all_paid, 40, "the second replica to settle the leased invoices")
+    summary = simulator.summary()
+    assert summary["charges_succeeded"] == len(invoices)
+    assert summary["duplicate_success_invoices"] == []
+    assert summary["replays"] >= 1
+
+
+async def test_sigterm_finishes_and_records_in_flight_calls(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    simulator.config(latency_min_ms=1500, latency_max_ms=1500)
+    await seed(engine, 30)
+    proc = collectors.start()
+    deadline = time.monotonic() + 10
+    while simulator.summary()["calls"] < 30 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert proc.terminate(timeout=20) == 0
+    assert await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 30
+
+
+async def test_the_simulator_lists_successful_charges_per_invoice(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    invoices = await seed(engine, 12)
+    collectors.start()
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 12
+
+    await wait_for(all_paid, 30, "every invoice paid")
+    listed = httpx.get(f"{simulator.url}/v1/ledger/successes-by-invoice", timeout=5).json()
+    assert listed == [[i, 1] for i in sorted(invoices)]

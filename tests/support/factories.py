@@ -1,0 +1,126 @@
+"""Test data written straight with SQL (the same rows the services write)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+
+async def plan_id(conn: AsyncConnection, code: str) -> int:
+    return int(
+        (await conn.execute(text("SELECT id FROM plan WHERE code = :c"), {"c": code})).scalar_one()
+    )
+
+
+async def create_subscription(
+    conn: AsyncConnection,
+    *,
+    customer_id: int,
+    start: datetime,
+    plan_code: str = "BASIC_MONTHLY",
+    status: str = "ACTIVE",
+    period_days: int = 30,
+    time_zone: str = "UTC",
+    credit_balance: int = 0,
+) -> int:
+    pid = await plan_id(conn, plan_code)
+    return int(
+        (
+            await conn.execute(
+                text(
+                    """
+                    INSERT INTO subscription (customer_id, plan_id, status, time_zone,
+                        billing_anchor, period_index, current_period_start, current_period_end,
+                        credit_balance)
+                    VALUES (:customer, :plan, :status, :tz, :start, 0, :start, :end, :credit)
+                    RETURNING id
+                    """
+                ),
+                {
+                    "customer": customer_id,
+                    "plan": pid,
+                    "status": status,
+                    "tz": time_zone,
+                    "start": start,
+                    "end": start + timedelta(days=period_days),
+                    "credit": credit_balance,
+                },
+            )
+        ).scalar_one()
+    )
+
+
+async def create_invoice(
+    conn: AsyncConnection,
+    *,
+    subscription_id: int,
+    customer_id: int,
+    amount: int,
+    next_attempt_at: datetime,
+    period_start: datetime,
+    currency: str = "EUR",
+    kind: str = "RENEWAL",
+    status: str = "OPEN",
+    attempt_count: int = 0,
+    period_index: int = 0,
+) -> int:
+    return int(
+        (
+            await conn.execute(
+                text(
+                    """
+                    INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
+                        period_start, period_end, subtotal, credit_applied, amount, currency,
+                        status, attempt_count, next_attempt_at)
+                    VALUES (:sub, :customer, :kind, :pidx, :ps, :pe, :amount, 0, :amount, :cur,
+                        :status, :attempts, :next)
+                    RETURNING id
+                    """
+                ),
+                {
+                    "sub": subscription_id,
+                    "customer": customer_id,
+                    "kind": kind,
+                    "pidx": period_index,
+                    "ps": period_start,
+                    "pe": period_start + timedelta(days=30),
+                    "amount": amount,
+                    "cur": currency,
+                    "status": status,
+                    "attempts": attempt_count,
+                    "next": next_attempt_at,
+                },
+            )
+        ).scalar_one()
+    )
+
+
+async def due_subscriptions_with_invoices(
+    conn: AsyncConnection, n: int, *, now: datetime, amount: int = 990, first_customer: int = 1
+) -> list[int]:
+    """``n`` subscriptions, each with one OPEN invoice due at ``now`` (set-based)."""
+    rows = await conn.execute(
+        text(
+            """
+            WITH p AS (SELECT id, CAST(:now AS timestamptz) AS now
+                       FROM plan WHERE code = 'BASIC_MONTHLY'),
+            subs AS (
+                INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
+                    current_period_start, current_period_end)
+                SELECT :first + g, p.id, 'ACTIVE', p.now, p.now, p.now + interval '30 days'
+                FROM generate_series(0, :n - 1) g, p
+                RETURNING id, customer_id, current_period_start AS now
+            )
+            INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                period_end, subtotal, amount, currency, status, next_attempt_at)
+            SELECT id, customer_id, 'RENEWAL', 0, now, now + interval '30 days', :amount,
+                   :amount, 'EUR', 'OPEN', now
+            FROM subs
+            RETURNING id
+            """
+        ),
+        {"n": n, "now": now, "amount": amount, "first": first_customer},
+    )
+    return [int(r[0]) for r in rows]
