@@ -90,10 +90,10 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (subscriptions_repo.VersionConflict, VERSION_CONFLICT),
     (plans_repo.PlanNotFound, UNKNOWN_PLAN),
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),
-    (change_plan_uc.SubscriptionNotChangeable, STATE_CONFLICT),
     (subscribe_uc.InvalidStart, BUSINESS_RULE),
     (domain_errors.IllegalTransition, STATE_CONFLICT),
     (domain_errors.ChangeOutsidePeriod, STATE_CONFLICT),
+    (domain_errors.UnknownTimeZone, BUSINESS_RULE),
     (domain_errors.DomainError, BUSINESS_RULE),
 )
 

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.db import tables as t
 from billing_core.domain.errors import DomainError
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 
 
 class SubscriptionNotFound(DomainError):
@@ -58,6 +59,17 @@ class Subscription:
     plan_price_amount: int
     plan_currency: str
     plan_interval: str
+
+
+def domain_state(sub: Subscription) -> SubscriptionState:
+    return SubscriptionState(
+        id=sub.id,
+        status=SubscriptionStatus(sub.status),
+        cancel_at_period_end=sub.cancel_at_period_end,
+        plan_code=sub.plan_code,
+        version=sub.version,
+        canceled_at=sub.canceled_at,
+    )
 
 
 _s = t.subscription
@@ -179,4 +191,27 @@ async def add_credit_entry(
             invoice_id=invoice_id,
             created_at=now,
         )
+    )
+
+
+async def return_credit(
+    session: AsyncSession, *, subscription_id: int, amount: int, invoice_id: int, now: datetime
+) -> None:
+    """Give back credit a voided invoice had consumed (ledger line + balance).
+
+    Only for a transaction that has already made its version-checked write to this
+    subscription (it holds the row lock and bumped the version once for the whole change).
+    """
+    await session.execute(
+        update(_s)
+        .where(_s.c.id == subscription_id)
+        .values(credit_balance=_s.c.credit_balance + amount, updated_at=now)
+    )
+    await add_credit_entry(
+        session,
+        subscription_id=subscription_id,
+        amount=amount,
+        reason="VOID_REFUND",
+        invoice_id=invoice_id,
+        now=now,
     )

@@ -6,7 +6,8 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from billing_core.domain.events import DomainEvent, EventType
+from billing_core.domain import events as ev
+from billing_core.domain import subscription as sub_domain
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -30,71 +31,39 @@ async def cancel(
     sub = await subscriptions_repo.get(session, subscription_id)
     if expected_version is not None and expected_version != sub.version:
         raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
-    if sub.status == "CANCELED":
-        return False
+    state = subscriptions_repo.domain_state(sub)
     if at_period_end:
-        if sub.cancel_at_period_end:
-            return False
-        await subscriptions_repo.update_versioned(
-            session,
-            subscription_id,
-            expected_version=sub.version,
-            now=now,
-            values={"cancel_at_period_end": True},
-        )
-        return True
+        new_state, events = sub_domain.schedule_cancel_at_period_end(state, now)
+    else:
+        new_state, events = sub_domain.cancel_now(state, now)
+    if new_state == state:
+        return False
 
-    # Invoices before the subscription row: the same lock order as recording a payment result.
-    voided = await invoices_repo.void_open_invoices(session, subscription_id, now=now)
-    refund = sum(v.credit_applied for v in voided)
+    # The subscription row first (version check and row lock), then its invoices: the same
+    # lock order as recording a payment result, so the two never deadlock.
     await subscriptions_repo.update_versioned(
         session,
         subscription_id,
         expected_version=sub.version,
         now=now,
         values={
-            "status": "CANCELED",
-            "canceled_at": now,
-            "cancel_at_period_end": False,
-            "credit_balance": sub.credit_balance + refund,
+            "status": str(new_state.status),
+            "canceled_at": new_state.canceled_at,
+            "cancel_at_period_end": new_state.cancel_at_period_end,
         },
     )
-    for v in voided:
-        if v.credit_applied:
-            await subscriptions_repo.add_credit_entry(
-                session,
-                subscription_id=subscription_id,
-                amount=v.credit_applied,
-                reason="VOID_REFUND",
-                invoice_id=v.id,
-                now=now,
-            )
-    events = [
-        DomainEvent(
-            EventType.InvoiceVoided,
-            subscription_id,
-            {
-                "invoiceId": v.id,
-                "subscriptionId": subscription_id,
-                "amount": v.amount,
-                "currency": v.currency,
-                "reason": "subscription_canceled",
-            },
-        )
-        for v in voided
-    ]
-    events.append(
-        DomainEvent(
-            EventType.SubscriptionCanceled,
-            subscription_id,
-            {
-                "subscriptionId": subscription_id,
-                "customerId": sub.customer_id,
-                "reason": "customer_request",
-                "canceledAt": now.isoformat(),
-                "voidedInvoiceIds": [v.id for v in voided],
-            },
-        )
-    )
-    await outbox.append_events(session, events, now)
+    voided: list[invoices_repo.VoidedInvoice] = []
+    if not at_period_end:
+        voided = await invoices_repo.void_open_invoices(session, subscription_id, now=now)
+        for v in voided:
+            if v.credit_applied:
+                await subscriptions_repo.return_credit(
+                    session,
+                    subscription_id=subscription_id,
+                    amount=v.credit_applied,
+                    invoice_id=v.id,
+                    now=now,
+                )
+    all_events = [ev.invoice_voided(subscription_id, v.id, now) for v in voided] + events
+    await outbox.append_events(session, all_events, now)
     return True

@@ -7,9 +7,10 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import events as ev
+from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
-from billing_core.domain.events import DomainEvent, EventType
 from billing_core.domain.period import Period
 from billing_core.domain.proration import prorate
 from billing_core.repo import invoices as invoices_repo
@@ -21,10 +22,6 @@ from billing_core.usecases.subscribe import invoice_created_event
 
 class IncompatiblePlanChange(DomainError):
     """The new plan bills in another currency or at another interval."""
-
-
-class SubscriptionNotChangeable(DomainError):
-    """A canceled subscription keeps its plan."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +50,12 @@ async def change_plan(
     if expected_version is not None and expected_version != sub.version:
         raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
     new_plan = await plans_repo.get_by_code(session, plan_code)
-    if new_plan.id == sub.plan_id:
+    state = subscriptions_repo.domain_state(sub)
+    if new_plan.code == sub.plan_code:
+        sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
         return PlanChange(changed=False)
     if sub.status == "CANCELED":
-        raise SubscriptionNotChangeable(f"subscription {subscription_id} is canceled")
+        sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
     if new_plan.currency != sub.plan_currency:
         raise IncompatiblePlanChange(
             f"plan {new_plan.code} is billed in {new_plan.currency}, "
@@ -86,7 +85,10 @@ async def change_plan(
         credit_granted = credit_from_proration(proration.due)
         balance += credit_granted
 
-    new_version = await subscriptions_repo.update_versioned(
+    _new_state, events = sub_domain.change_plan(
+        state, new_plan.code, now, proration_due=proration.due
+    )
+    await subscriptions_repo.update_versioned(
         session,
         subscription_id,
         expected_version=sub.version,
@@ -126,39 +128,11 @@ async def change_plan(
             now=now,
         )
 
-    events = [
-        DomainEvent(
-            EventType.SubscriptionPlanChanged,
-            subscription_id,
-            {
-                "subscriptionId": subscription_id,
-                "fromPlan": sub.plan_code,
-                "toPlan": new_plan.code,
-                "credit": proration.credit,
-                "charge": proration.charge,
-                "due": proration.due,
-                "creditGranted": credit_granted,
-                "prorationInvoiceId": invoice.id if invoice else None,
-                "version": new_version,
-            },
-        )
-    ]
     if invoice is not None:
         events.append(invoice_created_event(invoice))
-        if invoice.status == "PAID":
+        if invoice.status == "PAID":  # credit covered all of it
             events.append(
-                DomainEvent(
-                    EventType.InvoicePaid,
-                    subscription_id,
-                    {
-                        "invoiceId": invoice.id,
-                        "subscriptionId": subscription_id,
-                        "amount": 0,
-                        "creditApplied": invoice.credit_applied,
-                        "currency": invoice.currency,
-                        "paidBy": "credit",
-                    },
-                )
+                ev.invoice_paid(subscription_id, invoice.id, invoice.amount, invoice.currency, now)
             )
     await outbox.append_events(session, events, now)
     return PlanChange(

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import events as ev
 from billing_core.domain.errors import DomainError
-from billing_core.domain.events import DomainEvent, EventType
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
@@ -77,17 +77,8 @@ async def subscribe(
         now=now,
     )
     events = [
-        DomainEvent(
-            EventType.SubscriptionCreated,
-            subscription_id,
-            {
-                "subscriptionId": subscription_id,
-                "customerId": customer_id,
-                "planCode": plan.code,
-                "timeZone": time_zone,
-                "periodStart": period.start.isoformat(),
-                "periodEnd": period.end.isoformat(),
-            },
+        ev.subscription_created(
+            subscription_id, customer_id, plan.code, period.start, period.end, time_zone
         ),
         invoice_created_event(invoice),
     ]
@@ -95,22 +86,13 @@ async def subscribe(
     return Subscribed(subscription_id, invoice.id)
 
 
-def invoice_created_event(invoice: invoices_repo.Invoice) -> DomainEvent:
-    return DomainEvent(
-        EventType.InvoiceCreated,
+def invoice_created_event(invoice: invoices_repo.Invoice) -> ev.DomainEvent:
+    return ev.invoice_created(
         invoice.subscription_id,
-        {
-            "invoiceId": invoice.id,
-            "subscriptionId": invoice.subscription_id,
-            "customerId": invoice.customer_id,
-            "kind": invoice.kind,
-            "periodIndex": invoice.period_index,
-            "periodStart": invoice.period_start.isoformat(),
-            "periodEnd": invoice.period_end.isoformat(),
-            "subtotal": invoice.subtotal,
-            "creditApplied": invoice.credit_applied,
-            "amount": invoice.amount,
-            "currency": invoice.currency,
-            "status": invoice.status,
-        },
+        invoice.id,
+        invoice.kind,
+        invoice.amount,
+        invoice.currency,
+        invoice.period_start,
+        invoice.period_end,
     )

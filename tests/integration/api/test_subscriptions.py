@@ -343,3 +343,41 @@ async def test_list_invoices_newest_first_with_cursor_and_offset(
         422,
         "validation-error",
     )
+
+
+async def test_cancel_returns_credit_of_voided_invoices_and_canceled_keeps_its_plan(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="PRO_MONTHLY")
+    clock.advance(timedelta(days=10))
+    for plan in ("BASIC_MONTHLY", "BUSINESS_MONTHLY"):  # credit 1355, then consumed by upgrade
+        r = await client.post(
+            f"/subscriptions/{sub['id']}/change-plan", json={"planCode": plan}, headers=key()
+        )
+        assert r.status_code == 200, r.text
+    canceled = await client.post(
+        f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
+    )
+    assert canceled.status_code == 200
+    assert canceled.json()["creditBalance"] == 1355
+    assert canceled.json()["version"] == 3
+    statuses = await rows(
+        engine, "SELECT status FROM invoice WHERE subscription_id = :s", s=sub["id"]
+    )
+    assert {r["status"] for r in statuses} == {"VOID"}
+    ledger = await rows(
+        engine,
+        "SELECT amount, reason FROM credit_entry WHERE subscription_id = :s ORDER BY id",
+        s=sub["id"],
+    )
+    assert ledger[-1] == {"amount": 1355, "reason": "VOID_REFUND"}
+    assert (await events_of(engine, sub["id"]))[-3:] == [
+        "InvoiceVoided",
+        "InvoiceVoided",
+        "SubscriptionCanceled",
+    ]
+
+    refused = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}, headers=key()
+    )
+    assert_problem(refused, 409, "state-conflict")
