@@ -64,3 +64,6 @@ bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag 
 
 bench-collector: venv infra-up ## Collector: drain time vs backlog/200 s, ceiling at 1 000/s, plot
 	$(BIN)/python -m bench.collector_bench
+
+bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.api_bench --runs 3 --seconds 5

@@ -25,6 +25,15 @@ def api() -> None:
     run()
 
 
+@app.command("create-api-key")
+def create_api_key(name: str = typer.Argument(..., help="Who the key is for.")) -> None:
+    """Create an API client and print its key (shown once; only its hash is stored)."""
+    from services.api.admin import create_api_key as create  # noqa: PLC0415
+    from services.api.settings import ApiSettings  # noqa: PLC0415
+
+    typer.echo(create(ApiSettings(), name))
+
+
 @app.command()
 def renewer() -> None:
     """Run the renewer: invoices due subscriptions and advances their periods."""
