@@ -6,11 +6,13 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import asyncpg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from billing_core.repo import renewal as renewal_repo
+from billing_core.seeding import SeedSpec, seed_subscriptions
 from services.renewer.batch import renew_due_batch
 from services.renewer.loop import Renewer
 from tests.integration.renewer.support import (
@@ -372,23 +374,13 @@ async def test_bad_row_is_parked_and_the_rest_renewed(
 
 
 async def test_two_renewers_at_once_renew_each_subscription_exactly_once(
-    engine: AsyncEngine, clock: ManualClock
+    engine: AsyncEngine, pg: asyncpg.Connection, clock: ManualClock
 ) -> None:
-    import asyncpg  # noqa: PLC0415
-
-    from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_subscriptions  # noqa: PLC0415
-
     n = 3000
-    conn = await asyncpg.connect(asyncpg_dsn(engine.url.render_as_string(hide_password=False)))
-    try:
-        await seed_subscriptions(
-            conn,
-            SeedSpec(
-                count=n, due_from=clock.now() - timedelta(hours=2), due_window=timedelta(hours=1)
-            ),
-        )
-    finally:
-        await conn.close()
+    await seed_subscriptions(
+        pg,
+        SeedSpec(count=n, due_from=clock.now() - timedelta(hours=2), due_window=timedelta(hours=1)),
+    )
     before = await snapshot(engine)
     claimed: list[list[int]] = [[], []]
 
