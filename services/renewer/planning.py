@@ -78,16 +78,18 @@ def plan_row(
     """
     try:
         interval = period_rules.Interval(due.billing_interval)
-        current = period_rules.period_bounds(
+        current_end = period_rules.period_end(
             due.billing_anchor, interval, due.period_index, due.time_zone
         )
     except Exception as exc:
         raise BadSubscriptionData(f"cannot compute periods: {exc!r}") from exc
-    if current.end != due.current_period_end:
+    # The stored period must be the anchor's period n: then each next period starts exactly where
+    # the previous one ended (no gap, no overlap) and only its end needs computing.
+    if current_end != due.current_period_end:
         raise BadSubscriptionData(
-            f"current_period_end {due.current_period_end.isoformat()} is not period "
+            f"current_period_end {due.current_period_end.isoformat()} is not the end of period "
             f"{due.period_index} of anchor {due.billing_anchor.isoformat()} "
-            f"({current.end.isoformat()})"
+            f"({current_end.isoformat()})"
         )
 
     state = _state_of(due)
@@ -117,8 +119,10 @@ def plan_row(
             return plan
         plan.trailing_events.extend(events)
         index += 1
-        nxt = period_rules.period_bounds(due.billing_anchor, interval, index, due.time_zone)
-        start, end = nxt.start, nxt.end
+        start, end = (
+            end,
+            period_rules.period_end(due.billing_anchor, interval, index, due.time_zone),
+        )
         renewed += 1
         if (due.id, start) in existing:
             plan.already_invoiced.append(index)
