@@ -320,9 +320,7 @@ async def claim_scaling(urls: Urls, args: argparse.Namespace) -> list[tuple[int,
     try:
         await seed_subscriptions(
             conn,
-            SeedSpec(
-                count=due, due_from=now - timedelta(hours=25), due_window=timedelta(hours=24)
-            ),
+            SeedSpec(count=due, due_from=now - timedelta(hours=25), due_window=timedelta(hours=24)),
         )
         size = due
         with progress_bar() as bar:

@@ -70,7 +70,7 @@ FROM inv i JOIN adv a ON a.id = i.subscription_id
 async def floor_batch(conn: asyncpg.Connection, *, now: datetime, batch_size: int) -> int:
     """One batch in one statement (its own transaction); returns the invoices written."""
     status: str = await conn.execute(FLOOR_SQL, now, batch_size)
-    return int(status.split()[-1])
+    return int(status.rsplit(maxsplit=1)[-1])
 
 
 _LOCK = """
