@@ -48,6 +48,6 @@ test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 .PHONY: help venv lock infra-up infra-down migrate up down lint test
 
 bench-renewer: venv infra-up ## Renewer benchmark: 1 M due subscriptions vs the SQL floor and row by row
-	@eval "$$(scripts/infra.sh env)" && PYTHONPATH=libs:. $(BIN)/python -m bench.renewer_bench --json var/bench-renewer.json
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.renewer_bench --json var/bench-renewer.json
 
 .PHONY: bench-renewer
