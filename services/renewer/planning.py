@@ -46,11 +46,6 @@ class RowPlan:
     # after the invoice events of this row.
     trailing_events: list[DomainEvent] = field(default_factory=list)
 
-    @property
-    def still_due_at(self) -> datetime | None:
-        """The new period end if the row was left due (catch-up cap reached), else None."""
-        return None if self.canceled else self.write.current_period_end
-
 
 def _state_of(due: DueSubscription) -> subscription_rules.SubscriptionState:
     return subscription_rules.SubscriptionState(
@@ -95,29 +90,17 @@ def plan_row(
     state = _state_of(due)
     index, start, end = due.period_index, due.current_period_start, due.current_period_end
     balance = due.credit_balance
-    plan = RowPlan(
-        due=due,
-        write=_write(
-            due, state=state, index=index, start=start, end=end, balance=balance, canceled_at=None
-        ),
-    )
+    invoices: list[PlannedInvoice] = []
+    already_invoiced: list[int] = []
+    trailing: list[DomainEvent] = []
+    canceled_at: datetime | None = None
     renewed = 0
     while end <= now and renewed < max_periods:
         state, events = subscription_rules.renew_or_cancel_at_period_end(state, now)
+        trailing.extend(events)
         if state.status == subscription_rules.SubscriptionStatus.CANCELED:
-            plan.canceled = True
-            plan.trailing_events.extend(events)
-            plan.write = _write(
-                due,
-                state=state,
-                index=index,
-                start=start,
-                end=end,
-                balance=balance,
-                canceled_at=now,
-            )
-            return plan
-        plan.trailing_events.extend(events)
+            canceled_at = now
+            break
         index += 1
         start, end = (
             end,
@@ -125,12 +108,12 @@ def plan_row(
         )
         renewed += 1
         if (due.id, start) in existing:
-            plan.already_invoiced.append(index)
+            already_invoiced.append(index)
             continue
         split = credit_rules.apply_credit(due.price_amount, balance)
         balance = split.credit_remaining
         zero = split.amount_due == 0
-        plan.invoices.append(
+        invoices.append(
             PlannedInvoice(
                 invoice=NewRenewalInvoice(
                     subscription_id=due.id,
@@ -149,10 +132,22 @@ def plan_row(
                 credit_used=split.credit_used,
             )
         )
-    plan.write = _write(
-        due, state=state, index=index, start=start, end=end, balance=balance, canceled_at=None
+    return RowPlan(
+        due=due,
+        write=_write(
+            due,
+            state=state,
+            index=index,
+            start=start,
+            end=end,
+            balance=balance,
+            canceled_at=canceled_at,
+        ),
+        invoices=invoices,
+        canceled=canceled_at is not None,
+        already_invoiced=already_invoiced,
+        trailing_events=trailing,
     )
-    return plan
 
 
 def _write(
