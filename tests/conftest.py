@@ -19,7 +19,7 @@ from billing_core.db import migrate
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.settings import CoreSettings
 from tests.support.db import recreate_database, truncate_all
-from tests.support.infra import Services, start_services, checkout_database_name
+from tests.support.infra import Services, checkout_database_name, start_services
 
 
 @pytest.fixture(scope="session")

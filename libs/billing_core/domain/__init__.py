@@ -1,0 +1,1 @@
+"""Pure billing rules: no I/O, no clock of their own (every function takes ``now``)."""

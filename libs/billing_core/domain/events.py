@@ -1,0 +1,190 @@
+"""Domain events: what other systems learn through the outbox and Kafka.
+
+Payloads are JSON-serialisable (ints, strings, booleans, ISO-8601 UTC strings, null) with
+camelCase keys; ``SCHEMA_VERSION`` is bumped on any incompatible payload change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+SCHEMA_VERSION = 1
+
+
+class EventType(StrEnum):
+    SUBSCRIPTION_CREATED = "SubscriptionCreated"
+    SUBSCRIPTION_PLAN_CHANGED = "SubscriptionPlanChanged"
+    SUBSCRIPTION_CANCELED = "SubscriptionCanceled"
+    SUBSCRIPTION_PAST_DUE = "SubscriptionPastDue"
+    SUBSCRIPTION_REACTIVATED = "SubscriptionReactivated"
+    INVOICE_CREATED = "InvoiceCreated"
+    INVOICE_PAID = "InvoicePaid"
+    PAYMENT_FAILED = "PaymentFailed"
+    INVOICE_VOIDED = "InvoiceVoided"
+    PAYMENT_RECONCILIATION_NEEDED = "PaymentReconciliationNeeded"
+
+
+@dataclass(frozen=True)
+class DomainEvent:
+    type: EventType
+    subscription_id: int
+    payload: dict[str, object]
+
+
+def iso(when: datetime | None) -> str | None:
+    if when is None:
+        return None
+    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def subscription_created(
+    subscription_id: int,
+    customer_id: int,
+    plan_code: str,
+    period_start: datetime,
+    period_end: datetime,
+    time_zone: str,
+) -> DomainEvent:
+    return DomainEvent(
+        EventType.SUBSCRIPTION_CREATED,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "customerId": customer_id,
+            "planCode": plan_code,
+            "currentPeriodStart": iso(period_start),
+            "currentPeriodEnd": iso(period_end),
+            "timeZone": time_zone,
+        },
+    )
+
+
+def subscription_plan_changed(
+    subscription_id: int, old_plan_code: str, new_plan_code: str, due: int, changed_at: datetime
+) -> DomainEvent:
+    return DomainEvent(
+        EventType.SUBSCRIPTION_PLAN_CHANGED,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "oldPlanCode": old_plan_code,
+            "newPlanCode": new_plan_code,
+            "prorationDue": due,
+            "changedAt": iso(changed_at),
+        },
+    )
+
+
+def subscription_canceled(subscription_id: int, reason: str, canceled_at: datetime) -> DomainEvent:
+    return DomainEvent(
+        EventType.SUBSCRIPTION_CANCELED,
+        subscription_id,
+        {"subscriptionId": subscription_id, "reason": reason, "canceledAt": iso(canceled_at)},
+    )
+
+
+def subscription_past_due(subscription_id: int, invoice_id: int | None) -> DomainEvent:
+    return DomainEvent(
+        EventType.SUBSCRIPTION_PAST_DUE,
+        subscription_id,
+        {"subscriptionId": subscription_id, "invoiceId": invoice_id},
+    )
+
+
+def subscription_reactivated(subscription_id: int, invoice_id: int | None) -> DomainEvent:
+    return DomainEvent(
+        EventType.SUBSCRIPTION_REACTIVATED,
+        subscription_id,
+        {"subscriptionId": subscription_id, "invoiceId": invoice_id},
+    )
+
+
+def invoice_created(
+    subscription_id: int,
+    invoice_id: int,
+    kind: str,
+    amount: int,
+    currency: str,
+    period_start: datetime,
+    period_end: datetime,
+) -> DomainEvent:
+    return DomainEvent(
+        EventType.INVOICE_CREATED,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "invoiceId": invoice_id,
+            "kind": kind,
+            "amount": amount,
+            "currency": currency,
+            "periodStart": iso(period_start),
+            "periodEnd": iso(period_end),
+        },
+    )
+
+
+def invoice_paid(
+    subscription_id: int, invoice_id: int, amount: int, currency: str, paid_at: datetime
+) -> DomainEvent:
+    return DomainEvent(
+        EventType.INVOICE_PAID,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "invoiceId": invoice_id,
+            "amount": amount,
+            "currency": currency,
+            "paidAt": iso(paid_at),
+        },
+    )
+
+
+def payment_failed(
+    subscription_id: int,
+    invoice_id: int,
+    attempt: int,
+    decline_code: str | None,
+    next_attempt_at: datetime | None,
+) -> DomainEvent:
+    return DomainEvent(
+        EventType.PAYMENT_FAILED,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "invoiceId": invoice_id,
+            "attempt": attempt,
+            "declineCode": decline_code,
+            "nextAttemptAt": iso(next_attempt_at),
+            "final": next_attempt_at is None,
+        },
+    )
+
+
+def invoice_voided(subscription_id: int, invoice_id: int, voided_at: datetime) -> DomainEvent:
+    return DomainEvent(
+        EventType.INVOICE_VOIDED,
+        subscription_id,
+        {"subscriptionId": subscription_id, "invoiceId": invoice_id, "voidedAt": iso(voided_at)},
+    )
+
+
+def payment_reconciliation_needed(
+    subscription_id: int,
+    invoice_id: int,
+    invoice_status: str,
+    idempotency_key: str,
+    gateway_reference: str | None,
+) -> DomainEvent:
+    return DomainEvent(
+        EventType.PAYMENT_RECONCILIATION_NEEDED,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "invoiceId": invoice_id,
+            "invoiceStatus": invoice_status,
+            "idempotencyKey": idempotency_key,
+            "gatewayReference": gateway_reference,
+        },
+    )

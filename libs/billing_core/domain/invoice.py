@@ -1,0 +1,60 @@
+"""The invoice state machine: OPEN -> PAID | FAILED | VOID."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from billing_core.domain.errors import IllegalTransition, InvoiceNotPayable
+
+
+class InvoiceStatus(StrEnum):
+    OPEN = "OPEN"
+    PAID = "PAID"
+    FAILED = "FAILED"
+    VOID = "VOID"
+
+
+class InvoiceKind(StrEnum):
+    RENEWAL = "RENEWAL"
+    PRORATION = "PRORATION"
+
+
+@dataclass(frozen=True)
+class InvoiceState:
+    status: InvoiceStatus
+    attempt_count: int
+
+
+def is_settled(status: InvoiceStatus | str) -> bool:
+    return InvoiceStatus(status) != InvoiceStatus.OPEN
+
+
+def pay(state: InvoiceState) -> InvoiceState:
+    """OPEN -> PAID; paying a PAID invoice is a no-op; FAILED/VOID cannot be paid."""
+    if state.status == InvoiceStatus.PAID:
+        return state
+    if state.status != InvoiceStatus.OPEN:
+        raise InvoiceNotPayable(f"a {state.status} invoice cannot be paid")
+    return replace(state, status=InvoiceStatus.PAID)
+
+
+def decline(state: InvoiceState) -> InvoiceState:
+    """A clear decline of an OPEN invoice: one more failed attempt."""
+    if state.status != InvoiceStatus.OPEN:
+        raise IllegalTransition(f"a {state.status} invoice cannot record a decline")
+    return replace(state, attempt_count=state.attempt_count + 1)
+
+
+def fail(state: InvoiceState) -> InvoiceState:
+    if state.status != InvoiceStatus.OPEN:
+        raise IllegalTransition(f"a {state.status} invoice cannot fail")
+    return replace(state, status=InvoiceStatus.FAILED)
+
+
+def void(state: InvoiceState) -> InvoiceState:
+    if state.status == InvoiceStatus.VOID:
+        return state
+    if state.status != InvoiceStatus.OPEN:
+        raise IllegalTransition(f"a {state.status} invoice cannot be voided")
+    return replace(state, status=InvoiceStatus.VOID)

@@ -1,0 +1,108 @@
+"""Billing periods computed from a fixed anchor, so they never drift.
+
+Period ``n`` (0-based) of a subscription is ``[boundary(n), boundary(n + 1))`` where
+``boundary(k)`` is the billing anchor moved ``k`` months (or ``12 k`` for yearly plans) in the
+subscription's IANA time zone. Every boundary is computed from the anchor itself, never from the
+previous end: an anchor on Jan 31 gives Feb 28 (29), Mar 31, Apr 30, May 31 — not Mar 28.
+
+Rules, in the subscription's local time:
+
+* The day is the anchor's day clamped to the month's last day (and restored the month after).
+  Yearly: Feb 29 → Feb 28 in common years, Feb 29 again in leap years.
+* The local wall time of day is the anchor's (this spreads month-start renewals over 24 h).
+* Daylight saving: where that wall time exists once, it is used. In a spring-forward gap (the
+  wall time does not exist) the time is shifted forward by the gap (02:30 → 03:30). In a
+  fall-back fold (the wall time happens twice) the first occurrence is used.
+
+Results are timezone-aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from billing_core.domain.errors import BeforeAnchor, NaiveDatetime, UnknownTimeZone
+
+
+class Interval(StrEnum):
+    MONTH = "MONTH"
+    YEAR = "YEAR"
+
+
+@dataclass(frozen=True)
+class Period:
+    start: datetime
+    end: datetime
+
+
+def zone(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise UnknownTimeZone(f"unknown IANA time zone {tz!r}") from exc
+
+
+def require_aware(when: datetime, name: str = "datetime") -> None:
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise NaiveDatetime(f"{name} must be timezone-aware")
+
+
+def _months(interval: Interval) -> int:
+    return 12 if interval == Interval.YEAR else 1
+
+
+def boundary(anchor: datetime, interval: Interval, k: int, tz: str) -> datetime:
+    """The anchor moved ``k`` intervals forward in ``tz``, as UTC (``k = 0``: the anchor)."""
+    require_aware(anchor, "anchor")
+    if k < 0:
+        raise ValueError("k must be >= 0")
+    zi = zone(tz)
+    if k == 0:
+        return anchor.astimezone(UTC)
+    local = anchor.astimezone(zi)
+    month_index = local.year * 12 + (local.month - 1) + k * _months(interval)
+    year, month0 = divmod(month_index, 12)
+    month = month0 + 1
+    day = min(local.day, calendar.monthrange(year, month)[1])
+    wall = datetime(
+        year,
+        month,
+        day,
+        local.hour,
+        local.minute,
+        local.second,
+        local.microsecond,
+        tzinfo=zi,
+        fold=0,
+    )
+    # fold=0 picks the first occurrence in a fold, and in a gap resolves with the offset in
+    # force before the transition, which lands the same distance past it (02:30 -> 03:30).
+    return wall.astimezone(UTC)
+
+
+def period_bounds(anchor: datetime, interval: Interval, n: int, tz: str) -> Period:
+    return Period(boundary(anchor, interval, n, tz), boundary(anchor, interval, n + 1, tz))
+
+
+def period_end(anchor: datetime, interval: Interval, n: int, tz: str) -> datetime:
+    return boundary(anchor, interval, n + 1, tz)
+
+
+def period_index_at(anchor: datetime, interval: Interval, tz: str, at: datetime) -> int:
+    """The ``n`` with ``boundary(n) <= at < boundary(n + 1)``."""
+    require_aware(anchor, "anchor")
+    require_aware(at, "at")
+    if at < anchor:
+        raise BeforeAnchor("the time is before the billing anchor")
+    zi = zone(tz)
+    a, b = anchor.astimezone(zi), at.astimezone(zi)
+    n = max(0, ((b.year - a.year) * 12 + (b.month - a.month)) // _months(interval))
+    while n > 0 and boundary(anchor, interval, n, tz) > at:
+        n -= 1
+    while boundary(anchor, interval, n + 1, tz) <= at:
+        n += 1
+    return n

@@ -1,0 +1,149 @@
+"""Every (state, action) pair of the subscription and invoice machines, legal and illegal."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from billing_core.domain import invoice as inv
+from billing_core.domain import subscription as sub
+from billing_core.domain.errors import (
+    IllegalTransition,
+    InvoiceNotPayable,
+    SubscriptionCanceledError,
+)
+from billing_core.domain.events import EventType
+from billing_core.domain.invoice import InvoiceState, InvoiceStatus
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+A, P, C = SubscriptionStatus.ACTIVE, SubscriptionStatus.PAST_DUE, SubscriptionStatus.CANCELED
+
+Action = Callable[[SubscriptionState], sub.Transition]
+ACTIONS: dict[str, Action] = {
+    "cancel_now": lambda s: sub.cancel_now(s, NOW),
+    "cancel_at_period_end": lambda s: sub.schedule_cancel_at_period_end(s, NOW),
+    "change_plan": lambda s: sub.change_plan(s, "PRO_MONTHLY", NOW, proration_due=100),
+    "mark_past_due": lambda s: sub.mark_past_due(s, NOW, 9),
+    "reactivate": lambda s: sub.reactivate(s, NOW, 9),
+    "cancel_for_nonpayment": lambda s: sub.cancel_for_nonpayment(s, NOW),
+    "renew": lambda s: sub.renew_or_cancel_at_period_end(s, NOW),
+}
+
+# (status, action) -> (new status, events) or the error raised
+SUB_TABLE: dict[
+    tuple[SubscriptionStatus, str], tuple[SubscriptionStatus, list[EventType]] | type[Exception]
+] = {
+    (A, "cancel_now"): (C, [EventType.SUBSCRIPTION_CANCELED]),
+    (P, "cancel_now"): (C, [EventType.SUBSCRIPTION_CANCELED]),
+    (C, "cancel_now"): (C, []),
+    (A, "cancel_at_period_end"): (A, []),
+    (P, "cancel_at_period_end"): (P, []),
+    (C, "cancel_at_period_end"): (C, []),
+    (A, "change_plan"): (A, [EventType.SUBSCRIPTION_PLAN_CHANGED]),
+    (P, "change_plan"): (P, [EventType.SUBSCRIPTION_PLAN_CHANGED]),
+    (C, "change_plan"): SubscriptionCanceledError,
+    (A, "mark_past_due"): (P, [EventType.SUBSCRIPTION_PAST_DUE]),
+    (P, "mark_past_due"): (P, []),
+    (C, "mark_past_due"): SubscriptionCanceledError,
+    (A, "reactivate"): (A, []),
+    (P, "reactivate"): (A, [EventType.SUBSCRIPTION_REACTIVATED]),
+    (C, "reactivate"): SubscriptionCanceledError,
+    (A, "cancel_for_nonpayment"): (C, [EventType.SUBSCRIPTION_CANCELED]),
+    (P, "cancel_for_nonpayment"): (C, [EventType.SUBSCRIPTION_CANCELED]),
+    (C, "cancel_for_nonpayment"): (C, []),
+    (A, "renew"): (A, []),
+    (P, "renew"): IllegalTransition,
+    (C, "renew"): IllegalTransition,
+}
+
+
+def state(status: SubscriptionStatus, flag: bool = False) -> SubscriptionState:
+    return SubscriptionState(
+        id=7, status=status, cancel_at_period_end=flag, plan_code="BASIC_MONTHLY", version=3
+    )
+
+
+def test_the_table_covers_every_pair() -> None:
+    assert set(SUB_TABLE) == {(s, a) for s in SubscriptionStatus for a in ACTIONS}
+
+
+@pytest.mark.parametrize(("status", "action"), sorted(SUB_TABLE, key=str))
+def test_subscription_transition(status: SubscriptionStatus, action: str) -> None:
+    expected = SUB_TABLE[(status, action)]
+    before = state(status)
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            ACTIONS[action](before)
+        return
+    after, events = ACTIONS[action](before)
+    new_status, types = expected
+    assert after.status == new_status
+    assert [e.type for e in events] == types
+    assert all(e.subscription_id == 7 for e in events)
+    changed = after != before
+    assert after.version == before.version + (1 if changed else 0)
+
+
+def test_renew_cancels_when_flagged() -> None:
+    after, events = sub.renew_or_cancel_at_period_end(state(A, flag=True), NOW)
+    assert after.status == C and after.canceled_at == NOW
+    assert [e.type for e in events] == [EventType.SUBSCRIPTION_CANCELED]
+    assert events[0].payload["reason"] == "period_end"
+
+
+def test_cancel_at_period_end_sets_the_flag_once() -> None:
+    after, _ = sub.schedule_cancel_at_period_end(state(A), NOW)
+    assert after.cancel_at_period_end and after.version == 4
+    again, events = sub.schedule_cancel_at_period_end(after, NOW)
+    assert again == after and events == []
+
+
+def test_same_plan_is_a_no_op() -> None:
+    before = replace(state(A), plan_code="PRO_MONTHLY")
+    assert sub.change_plan(before, "PRO_MONTHLY", NOW) == (before, [])
+
+
+OP, PD, F, V = InvoiceStatus.OPEN, InvoiceStatus.PAID, InvoiceStatus.FAILED, InvoiceStatus.VOID
+INV_ACTIONS = {"pay": inv.pay, "decline": inv.decline, "fail": inv.fail, "void": inv.void}
+INV_TABLE: dict[tuple[InvoiceStatus, str], InvoiceState | type[Exception]] = {
+    (OP, "pay"): InvoiceState(PD, 1),
+    (PD, "pay"): InvoiceState(PD, 1),
+    (F, "pay"): InvoiceNotPayable,
+    (V, "pay"): InvoiceNotPayable,
+    (OP, "decline"): InvoiceState(OP, 2),
+    (PD, "decline"): IllegalTransition,
+    (F, "decline"): IllegalTransition,
+    (V, "decline"): IllegalTransition,
+    (OP, "fail"): InvoiceState(F, 1),
+    (PD, "fail"): IllegalTransition,
+    (F, "fail"): IllegalTransition,
+    (V, "fail"): IllegalTransition,
+    (OP, "void"): InvoiceState(V, 1),
+    (PD, "void"): IllegalTransition,
+    (F, "void"): IllegalTransition,
+    (V, "void"): InvoiceState(V, 1),
+}
+
+
+def test_invoice_table_covers_every_pair() -> None:
+    assert set(INV_TABLE) == {(s, a) for s in InvoiceStatus for a in INV_ACTIONS}
+
+
+@pytest.mark.parametrize(("status", "action"), sorted(INV_TABLE, key=str))
+def test_invoice_transition(status: InvoiceStatus, action: str) -> None:
+    expected = INV_TABLE[(status, action)]
+    before = InvoiceState(status, 1)
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            INV_ACTIONS[action](before)
+    else:
+        assert INV_ACTIONS[action](before) == expected
+
+
+def test_is_settled() -> None:
+    assert not inv.is_settled("OPEN")
+    assert all(inv.is_settled(s) for s in (PD, F, V))
