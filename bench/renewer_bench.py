@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 from rich.console import Console
 from rich.progress import (
     BarColumn,

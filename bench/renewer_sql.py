@@ -15,7 +15,7 @@ import json
 import uuid
 from datetime import datetime
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.domain import period as period_rules
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from billing_core.domain import credit as credit_rules
 from billing_core.domain import period as period_rules
@@ -47,6 +48,16 @@ class RowPlan:
     trailing_events: list[DomainEvent] = field(default_factory=list)
 
 
+# ZoneInfo keeps only a few zones strongly cached; holding every zone seen keeps the domain's
+# ZoneInfo(tz) lookups in memory instead of re-reading the tz database under a mix of zones.
+_ZONES: dict[str, ZoneInfo] = {}
+
+
+def _hold_zone(tz: str) -> None:
+    if tz not in _ZONES and len(_ZONES) < 2000:
+        _ZONES[tz] = period_rules.zone(tz)
+
+
 def _state_of(due: DueSubscription) -> subscription_rules.SubscriptionState:
     return subscription_rules.SubscriptionState(
         id=due.id,
@@ -72,6 +83,7 @@ def plan_row(
     billing anchor).
     """
     try:
+        _hold_zone(due.time_zone)
         interval = period_rules.Interval(due.billing_interval)
         current_end = period_rules.period_end(
             due.billing_anchor, interval, due.period_index, due.time_zone
