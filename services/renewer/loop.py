@@ -1,6 +1,8 @@
 """The renewer's loop body: one batch per tick, in its own transaction.
 
-The tick claims a batch, renews it and commits. It asks for another tick right away while the
+The tick claims a batch, renews it and commits; with ``concurrency`` > 1 it runs that many
+batches at once on separate connections (SKIP LOCKED keeps them disjoint), so the Python side of
+one batch overlaps the database side of the other. It asks for another tick right away while the
 batches come back full (or a subscription is still catching up), otherwise the worker sleeps for
 the poll interval. PAST_DUE subscriptions are never claimed (the due index holds ACTIVE rows only):
 they are renewed once a payment returns them to ACTIVE, catching up every period they missed.
@@ -8,6 +10,7 @@ they are renewed once a payment returns them to ACTIVE, catching up every period
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from sqlalchemy import text
@@ -31,7 +34,11 @@ class Renewer:
         batch_size: int,
         max_periods_per_row: int = 24,
         backlog_refresh_seconds: float = 5.0,
+        concurrency: int = 1,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self._concurrency = concurrency
         self._engine = engine
         self._clock = clock
         self._batch_size = batch_size
@@ -42,7 +49,23 @@ class Renewer:
         self.last_result: BatchResult | None = None
 
     async def tick(self) -> bool:
-        """Renew one batch; True when more due work is probably waiting."""
+        """Renew ``concurrency`` batches at once (each its own transaction and connection);
+        True when more due work is probably waiting."""
+        if self._concurrency == 1:
+            results = [await self._batch()]
+        else:
+            outcomes = await asyncio.gather(
+                *(self._batch() for _ in range(self._concurrency)), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            results = [o for o in outcomes if isinstance(o, BatchResult)]
+        full = any(r.claimed >= self._batch_size or r.still_due > 0 for r in results)
+        await self._refresh_backlog(force=not full)
+        return full
+
+    async def _batch(self) -> BatchResult:
         now = self._clock.now()
         started = time.perf_counter()
         async with self._engine.begin() as conn:
@@ -76,8 +99,7 @@ class Renewer:
                 still_due=result.still_due,
                 duration_ms=round(elapsed * 1000, 1),
             )
-        await self._refresh_backlog(force=result.claimed < self._batch_size)
-        return result.claimed >= self._batch_size or result.still_due > 0
+        return result
 
     async def _refresh_backlog(self, *, force: bool) -> None:
         mono = time.monotonic()

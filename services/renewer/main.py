@@ -17,13 +17,14 @@ log = get_logger(__name__)
 
 async def run(settings: RenewerSettings, clock: Clock | None = None) -> None:
     """Run the renewer until SIGTERM/SIGINT; the current batch finishes or rolls back."""
-    engine = create_engine(settings, pool_size=2)
+    engine = create_engine(settings, pool_size=settings.renewer_concurrency + 1)
     renewer = Renewer(
         engine,
         clock or clock_from_offset(settings.clock_offset_seconds),
         batch_size=settings.renewer_batch_size,
         max_periods_per_row=settings.renewer_max_periods_per_row,
         backlog_refresh_seconds=settings.renewer_backlog_refresh_seconds,
+        concurrency=settings.renewer_concurrency,
     )
     worker = Worker(
         "renewer",
@@ -44,6 +45,7 @@ async def run(settings: RenewerSettings, clock: Clock | None = None) -> None:
                 "renewer_started",
                 health_port=health.port,
                 batch_size=settings.renewer_batch_size,
+                concurrency=settings.renewer_concurrency,
                 poll_interval_s=settings.renewer_poll_interval_seconds,
             )
             await worker.run()

@@ -12,6 +12,13 @@ class RenewerSettings(CoreSettings):
     renewer_batch_size: int = Field(
         default=1000, ge=1, le=50_000, description="Subscriptions claimed per transaction."
     )
+    renewer_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=16,
+        description="Batches in flight per process, each on its own connection: one is planned "
+        "in Python while the other is written by PostgreSQL.",
+    )
     renewer_poll_interval_seconds: float = Field(
         default=10.0, gt=0, description="Sleep between polls once no batch is full."
     )

@@ -188,6 +188,7 @@ async def test_kill_9_mid_batch_leaves_nothing_half_done(
     proc = RenewerProcess(
         tmp_path / "renewer.log",
         BILLING_RENEWER_BATCH_SIZE=str(n),  # one huge batch: the kill lands inside it
+        BILLING_RENEWER_CONCURRENCY="1",
         BILLING_PROCESS_NAME=app,
     )
     processes.append(proc)
