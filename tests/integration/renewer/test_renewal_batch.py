@@ -398,3 +398,23 @@ async def test_two_renewers_at_once_renew_each_subscription_exactly_once(
     assert await assert_exactly_once(engine, before) == n
     after = await snapshot(engine)
     assert all(after.period_index[i] == before.period_index[i] + 1 for i in before.period_index)
+
+
+async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
+    engine: AsyncEngine, pg: asyncpg.Connection, clock: ManualClock
+) -> None:
+    await seed_subscriptions(
+        pg,
+        SeedSpec(
+            count=600, due_from=clock.now() - timedelta(hours=2), due_window=timedelta(hours=1)
+        ),
+    )
+    before = await snapshot(engine)
+    renewer = Renewer(engine, clock, batch_size=50, concurrency=2)
+
+    ticks = 0
+    while await renewer.tick():
+        ticks += 1
+
+    assert ticks == 6  # 600 rows, 2 x 50 per tick; the 7th tick finds nothing
+    assert await assert_exactly_once(engine, before) == 600
