@@ -67,3 +67,10 @@ bench-collector: venv infra-up ## Collector: drain time vs backlog/200 s, ceilin
 
 bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.api_bench --runs 3 --seconds 5
+
+.PHONY: help venv lock infra-up infra-down migrate up down lint test
+
+bench-renewer: venv infra-up ## Renewer benchmark: 1 M due subscriptions vs the SQL floor and row by row
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.renewer_bench --json var/bench-renewer.json
+
+.PHONY: bench-renewer
