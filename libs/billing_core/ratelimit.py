@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -83,10 +84,11 @@ class SlidingWindowLimiter:
         self._keys = [key, f"{key}:seq"]
         self._limit = limit
         self._window_us = (window_ms + guard_ms) * 1000
+        self._max_permit_age_s = max(guard_ms, 5) / 1000
         self._max_batch = max(1, min(max_batch, 2000))
         self._closed_backoff_s = closed_backoff_s
         self._script = redis.register_script(_SCRIPT)
-        self._waiters: deque[asyncio.Future[int]] = deque()
+        self._waiters: deque[asyncio.Future[float]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
@@ -101,11 +103,16 @@ class SlidingWindowLimiter:
         self.round_trips += 1
         return Grant(int(granted), int(wait), int(now))
 
-    async def acquire(self) -> int:
-        """Wait for one permit; returns its grant time (Redis clock, microseconds)."""
+    async def acquire(self) -> float:
+        """Wait for one permit; returns when it arrived here (``time.monotonic()``).
+
+        A permit is only good right away: the guard absorbs a few milliseconds between the grant
+        and the call, so a caller that could not use it promptly (a starved event loop) should
+        drop it and ask again — see :meth:`fresh`.
+        """
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._dispense(), name="rate-limit-dispenser")
-        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         self._wakeup.set()
         try:
@@ -114,6 +121,10 @@ class SlidingWindowLimiter:
             if not future.done():
                 future.cancel()
             raise
+
+    def fresh(self, received: float) -> bool:
+        """Whether a permit that arrived at ``received`` may still be used now."""
+        return time.monotonic() - received <= self._max_permit_age_s
 
     async def close(self) -> None:
         if self._task is not None:
@@ -148,10 +159,11 @@ class SlidingWindowLimiter:
                 log.info("rate_limiter_open_again")
             self.closed = False
             handed = 0
+            received = time.monotonic()
             while handed < grant.granted and self._waiters:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
-                    waiter.set_result(grant.redis_time_us)
+                    waiter.set_result(received)
                     handed += 1
             self.granted += handed
             if grant.granted < min(pending, self._max_batch):

@@ -64,7 +64,10 @@ def _connect_args(settings: ApiSettings) -> dict[str, Any]:
 
 def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     context = AppContext(
-        settings=settings, clock=clock, key_cache=KeyCache(settings.auth_cache_seconds)
+        settings=settings,
+        clock=clock,
+        key_cache=KeyCache(settings.auth_cache_seconds),
+        policy=settings.dunning_policy(),
     )
 
     @contextlib.asynccontextmanager

@@ -25,3 +25,7 @@ ABANDONED = Counter(
 IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
 BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
 OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")
+STALE_PERMITS = Counter(
+    "billing_collector_stale_permits_total",
+    "Permits dropped because the process could not use them at once (CPU starvation)",
+)

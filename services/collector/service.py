@@ -107,7 +107,8 @@ class Collector:
 
     async def _charge(self, invoice: LeasedInvoice) -> None:
         started = time.monotonic()
-        await self._limiter.acquire()
+        while not self._limiter.fresh(await self._limiter.acquire()):
+            metrics.STALE_PERMITS.inc()  # held too long before use: the call would be late
         metrics.LIMITER_WAIT.observe(time.monotonic() - started)
         if self._clock.now() > invoice.lease_until - self._call_budget:
             metrics.ABANDONED.inc()

@@ -238,9 +238,9 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
     logs = folder / "logs"
     logs.mkdir()
     console.log(f"chaos run in {folder}")
-    infra.run("up")
+    await asyncio.to_thread(infra.run, "up")
     urls = infra.urls()
-    migrate.upgrade(urls["BILLING_DATABASE_URL"])
+    await asyncio.to_thread(migrate.upgrade, urls["BILLING_DATABASE_URL"])
     engine = create_async_engine(urls["BILLING_DATABASE_URL"], pool_pre_ping=True)
     topic = f"chaos-{config.seed}-{int(time.time())}"
     api_port, sim_port = free_port(), free_port()

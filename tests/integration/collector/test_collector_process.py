@@ -221,3 +221,33 @@ async def test_the_simulator_lists_successful_charges_per_invoice(
     await wait_for(all_paid, 30, "every invoice paid")
     listed = httpx.get(f"{simulator.url}/v1/ledger/successes-by-invoice", timeout=5).json()
     assert listed == [[i, 1] for i in sorted(invoices)]
+
+
+async def test_redis_stopped_mid_run_stops_gateway_calls_until_it_returns(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors, tmp_path: Path
+) -> None:
+    port, up, down = private_redis(tmp_path)
+    try:
+        await seed(engine, 300)
+        collectors.start(
+            BILLING_REDIS_URL=f"redis://127.0.0.1:{port}/0",
+            BILLING_COLLECTOR_RATE_LIMIT_PER_SECOND="20",
+        )
+
+        async def some_paid() -> bool:
+            return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") > 10
+
+        await wait_for(some_paid, 20, "collection to start")
+        down()
+        await asyncio.sleep(1.0)  # calls already granted a permit may still land
+        calls_at_stop = simulator.summary()["calls"]
+        await asyncio.sleep(4)
+        assert simulator.summary()["calls"] == calls_at_stop, "gateway called while Redis was down"
+        up()
+
+        async def all_paid() -> bool:
+            return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 300
+
+        await wait_for(all_paid, 60, "collection to resume after Redis returned")
+    finally:
+        down()

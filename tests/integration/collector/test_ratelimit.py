@@ -9,7 +9,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from billing_core.ratelimit import SlidingWindowLimiter
+from billing_core.ratelimit import Grant, SlidingWindowLimiter
 from tests.support.infra import Services
 from tests.support.processes import private_redis
 
@@ -24,12 +24,23 @@ def max_in_any_window(times_us: list[int], window_us: int = 1_000_000) -> int:
     return best
 
 
+class RecordingLimiter(SlidingWindowLimiter):
+    """Keeps the Redis time of every permit granted (the script's own clock)."""
+
+    granted_at: list[int]
+
+    async def grant(self, want: int) -> Grant:
+        result = await super().grant(want)
+        self.__dict__.setdefault("granted_at", []).extend([result.redis_time_us] * result.granted)
+        return result
+
+
 async def test_three_replicas_never_exceed_the_limit_in_any_rolling_second(
     services: Services, redis_prefix: str
 ) -> None:
     clients = [aioredis.from_url(services.redis_url) for _ in range(3)]
     limiters = [
-        SlidingWindowLimiter(c, key=f"{redis_prefix}permits", limit=100, guard_ms=0, max_batch=16)
+        RecordingLimiter(c, key=f"{redis_prefix}permits", limit=100, guard_ms=0, max_batch=16)
         for c in clients
     ]
     try:
@@ -42,7 +53,9 @@ async def test_three_replicas_never_exceed_the_limit_in_any_rolling_second(
         for c in clients:
             await c.aclose()
     assert len(grants) == 450
-    assert max_in_any_window(grants) <= 100
+    granted_at = [t for limiter in limiters for t in limiter.__dict__.get("granted_at", [])]
+    assert len(granted_at) >= 450
+    assert max_in_any_window(granted_at) <= 100
     # close to the limit when there is work: 450 permits at 100/s need a bit over 3.5 s
     assert 3.4 < elapsed < 6.0
     round_trips = sum(limiter.round_trips for limiter in limiters)
