@@ -32,8 +32,16 @@ async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers
         ids = await append_events(
             conn,
             [
-                DomainEvent(EventType.INVOICE_PAID, sub, {"invoice_id": 7, "amount": 1999}),
-                DomainEvent(EventType.SUBSCRIPTION_CANCELED, sub, {"at_period_end": False}),
+                DomainEvent(
+                    type=EventType("InvoicePaid"),
+                    subscription_id=sub,
+                    payload={"invoice_id": 7, "amount": 1999},
+                ),
+                DomainEvent(
+                    type=EventType("SubscriptionCanceled"),
+                    subscription_id=sub,
+                    payload={"at_period_end": False},
+                ),
             ],
             occurred,
         )
