@@ -202,9 +202,7 @@ def test_metrics_are_scraped_on_the_process_port(
 
 
 @pytest.mark.parametrize("process", PROCESSES, ids=PROCESS_IDS)
-def test_resources_have_requests_within_limits(
-    rendered: list[Resource], process: Process
-) -> None:
+def test_resources_have_requests_within_limits(rendered: list[Resource], process: Process) -> None:
     resources = _container(_one(rendered, "Deployment", f"billing-{process.name}"))["resources"]
     for kind in ("cpu", "memory"):
         request = _quantity(resources["requests"][kind])
@@ -237,9 +235,9 @@ def test_process_has_a_disruption_budget(rendered: list[Resource], process: Proc
     assert len(budgets) == 1
     spec = budgets[0]["spec"]
     # A budget of minAvailable == replicas would block every node drain.
-    assert spec.get("maxUnavailable", 0) >= 1 or spec["minAvailable"] < deployment["spec"][
-        "replicas"
-    ]
+    assert (
+        spec.get("maxUnavailable", 0) >= 1 or spec["minAvailable"] < deployment["spec"]["replicas"]
+    )
 
 
 @pytest.mark.parametrize("process", PROCESSES, ids=PROCESS_IDS)
@@ -249,7 +247,8 @@ def test_process_has_an_autoscaler(rendered: list[Resource], process: Process) -
         r
         for r in rendered
         if r["kind"] == "HorizontalPodAutoscaler"
-        and r["spec"]["scaleTargetRef"] == {
+        and r["spec"]["scaleTargetRef"]
+        == {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "name": deployment["metadata"]["name"],
@@ -296,7 +295,9 @@ def test_api_service_routes_to_the_api_port(
 ) -> None:
     deployment = _one(rendered, "Deployment", "billing-api")
     service = _one(rendered, "Service", "billing-api")
-    assert _selects(service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert _selects(
+        service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"]
+    )
     (port,) = service["spec"]["ports"]
     assert _resolve_port(_container(deployment), port["targetPort"]) == int(config["BILLING_PORT"])
 
