@@ -33,7 +33,16 @@ migrate: venv infra-up ## Apply database migrations
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing migrate
 
 up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process
-	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -f Procfile start
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -e deploy/dev.env -f Procfile start
+
+demo: venv ## With `make up` running (another terminal): a small 1st of the month, end to end
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing demo
+
+status: venv ## Backlogs of the running system
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing status
+
+check: venv ## Invariant checker against the running system
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing check
 
 down: infra-down ## Stop the infrastructure (processes stop with Ctrl-C on `make up`)
 
@@ -45,10 +54,23 @@ lint: venv ## ruff + mypy (strict)
 test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
-.PHONY: help venv lock infra-up infra-down migrate up down lint test
+.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint test
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py
 
 bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag at 1 000 events/s
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.relay_bench
+
+bench-collector: venv infra-up ## Collector: drain time vs backlog/200 s, ceiling at 1 000/s, plot
+	$(BIN)/python -m bench.collector_bench
+
+bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.api_bench --runs 3 --seconds 5
+
+.PHONY: help venv lock infra-up infra-down migrate up down lint test
+
+bench-renewer: venv infra-up ## Renewer benchmark: 1 M due subscriptions vs the SQL floor and row by row
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.renewer_bench --json var/bench-renewer.json
+
+.PHONY: bench-renewer

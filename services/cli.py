@@ -25,6 +25,15 @@ def api() -> None:
     run()
 
 
+@app.command("create-api-key")
+def create_api_key(name: str = typer.Argument(..., help="Who the key is for.")) -> None:
+    """Create an API client and print its key (shown once; only its hash is stored)."""
+    from services.api.admin import create_api_key as create  # noqa: PLC0415
+    from services.api.settings import ApiSettings  # noqa: PLC0415
+
+    typer.echo(create(ApiSettings(), name))
+
+
 @app.command()
 def renewer() -> None:
     """Run the renewer: invoices due subscriptions and advances their periods."""
@@ -103,6 +112,123 @@ def check(
             await engine.dispose()
         report.render()
         return report.ok
+
+    if not asyncio.run(go()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def seed(
+    count: int = typer.Argument(10_000, help="How many subscriptions."),
+    due_in_s: int = typer.Option(60, help="They come due from now..."),
+    window_s: int = typer.Option(86_400, help="...spread over this many seconds."),
+    first_customer_id: int = typer.Option(1, help="Customer ids start here."),
+) -> None:
+    """Seed realistic subscriptions (plans, time zones, due times) with their paid history."""
+    import asyncio  # noqa: PLC0415
+    from datetime import timedelta  # noqa: PLC0415
+
+    from billing_core.clock import clock_from_offset  # noqa: PLC0415
+    from billing_core.settings import CoreSettings  # noqa: PLC0415
+    from services.ops.seed import seed as run_seed  # noqa: PLC0415
+
+    settings = CoreSettings()
+    now = clock_from_offset(settings.clock_offset_seconds).now()
+    inserted = asyncio.run(
+        run_seed(
+            settings.database_url,
+            count=count,
+            due_from=now + timedelta(seconds=due_in_s),
+            due_window=timedelta(seconds=max(window_s, 1)),
+            first_customer_id=first_customer_id,
+        )
+    )
+    typer.echo(f"seeded {inserted} subscriptions")
+
+
+@app.command()
+def status() -> None:
+    """Backlogs: due subscriptions, invoices by attempt, outbox lag, gateway budget use."""
+    import asyncio  # noqa: PLC0415
+
+    from billing_core.clock import clock_from_offset  # noqa: PLC0415
+    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from services.collector.settings import CollectorSettings  # noqa: PLC0415
+    from services.ops.status import gather, render  # noqa: PLC0415
+
+    settings = CollectorSettings(process_name="status")
+    now = clock_from_offset(settings.clock_offset_seconds).now()
+
+    async def go() -> None:
+        engine = create_engine(settings, pool_size=1)
+        try:
+            result = await gather(
+                engine,
+                now,
+                settings.redis_url,
+                settings.collector_rate_limit_key,
+                settings.collector_rate_limit_per_second,
+            )
+        finally:
+            await engine.dispose()
+        render(result, now)
+
+    asyncio.run(go())
+
+
+@app.command()
+def demo(
+    subscriptions: int = typer.Option(20_000, help="Subscriptions coming due."),
+    due_within_s: int = typer.Option(60, help="They all come due within this many seconds."),
+    decline_share: float = typer.Option(0.01, help="Share of cards that decline (dunning)."),
+    timeout_s: int = typer.Option(900, help="Give up after this many seconds."),
+    gateway_url: str = typer.Option("http://127.0.0.1:8100", help="The gateway simulator."),
+    plot: str = typer.Option("var/demo/demo.png", help="Where the PNG plot goes."),
+) -> None:
+    """Run a small "1st of the month" on the running system (`make up`) and summarise it."""
+    import asyncio  # noqa: PLC0415
+    from datetime import timedelta  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    from rich.console import Console  # noqa: PLC0415
+
+    from billing_core.clock import clock_from_offset  # noqa: PLC0415
+    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.settings import CoreSettings  # noqa: PLC0415
+    from services.ops.demo import run_demo, wait_for_processes  # noqa: PLC0415
+
+    settings = CoreSettings(process_name="demo")
+    console = Console()
+
+    async def go() -> bool:
+        missing = await wait_for_processes(
+            [
+                f"{gateway_url}/healthz",
+                "http://127.0.0.1:8000/healthz",
+                "http://127.0.0.1:9101/healthz",
+                "http://127.0.0.1:9102/healthz",
+                "http://127.0.0.1:9103/healthz",
+            ]
+        )
+        if missing:
+            console.print(f"[red]not running: {missing} — start the system with `make up`")
+            return False
+        engine = create_engine(settings, pool_size=2)
+        try:
+            return await run_demo(
+                engine,
+                database_url=settings.database_url,
+                clock=clock_from_offset(settings.clock_offset_seconds),
+                gateway_url=gateway_url,
+                subscriptions=subscriptions,
+                due_within=timedelta(seconds=due_within_s),
+                decline_share=decline_share,
+                timeout=timedelta(seconds=timeout_s),
+                plot_path=Path(plot),
+                console=console,
+            )
+        finally:
+            await engine.dispose()
 
     if not asyncio.run(go()):
         raise typer.Exit(1)

@@ -1,0 +1,340 @@
+"""API throughput and latency next to the same server's /healthz floor.
+
+Starts the API under uvicorn (``python -m services.api``, one worker) on a fresh, migrated
+database, then drives it from a separate load-generator process (a small asyncio HTTP/1.1
+keep-alive client, lighter than a full client library so the server stays the bottleneck):
+
+1. closed loop at a fixed concurrency: GET /healthz, POST /subscriptions (a new
+   Idempotency-Key each), GET /subscriptions/{id}: throughput, p50, p99;
+2. open loop at half of each write/read's measured throughput: p99 latency.
+
+Each figure is the median of ``--runs`` runs. Ratios are printed against /healthz: targets are
+POST >= 0.3x and GET >= 0.5x the /healthz throughput, and p99 < 100 ms at half the max rate.
+
+    make bench-api            # or: python -m bench.api_bench --runs 3 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Result:
+    requests: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds
+
+    def pct(self, q: float) -> float:
+        xs = sorted(self.latencies_ms)
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+# --- the load generator (runs in its own process) -------------------------------------------
+
+
+class Conn:
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, raw: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        if length:
+            await self.reader.readexactly(length)
+        return status
+
+
+def build(method: str, path: str, host: str, token: str, body: bytes = b"", **extra: str) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host}", f"Authorization: Bearer {token}"]
+    lines += [f"{k}: {v}" for k, v in extra.items()]
+    if body:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def make_request(scenario: str, host: str, token: str, ids: list[int], rng: random.Random) -> bytes:
+    if scenario == "healthz":
+        return build("GET", "/healthz", host, token)
+    if scenario == "get":
+        return build("GET", f"/subscriptions/{rng.choice(ids)}", host, token)
+    body = json.dumps({"customerId": rng.randint(1, 10**9), "planCode": "PRO_MONTHLY"}).encode()
+    return build(
+        "POST", "/subscriptions", host, token, body, **{"Idempotency-Key": str(uuid.uuid4())}
+    )
+
+
+async def closed_loop(
+    *,
+    host: str,
+    port: int,
+    token: str,
+    scenario: str,
+    concurrency: int,
+    seconds: float,
+    ids: list[int],
+) -> Result:
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + seconds
+    rng = random.Random(7)
+
+    async def worker() -> None:
+        nonlocal errors
+        conn = Conn(host, port)
+        while time.perf_counter() < deadline:
+            raw = make_request(scenario, host, token, ids, rng)
+            t0 = time.perf_counter()
+            status = await conn.request(raw)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if status >= 400:
+                errors += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Result(len(latencies), errors, time.perf_counter() - start, latencies)
+
+
+async def open_loop(
+    *,
+    host: str,
+    port: int,
+    token: str,
+    scenario: str,
+    rate: float,
+    seconds: float,
+    ids: list[int],
+    max_connections: int = 64,
+) -> Result:
+    """Requests sent on a fixed schedule (``rate`` per second), whatever the answers' pace."""
+    latencies: list[float] = []
+    errors = 0
+    rng = random.Random(11)
+    idle: asyncio.Queue[Conn] = asyncio.Queue()
+    for _ in range(max_connections):
+        idle.put_nowait(Conn(host, port))
+
+    async def one(scheduled: float) -> None:
+        nonlocal errors
+        conn = await idle.get()
+        try:
+            status = await conn.request(make_request(scenario, host, token, ids, rng))
+        finally:
+            idle.put_nowait(conn)
+        latencies.append((time.perf_counter() - scheduled) * 1000)  # includes queueing
+        if status >= 400:
+            errors += 1
+
+    start = time.perf_counter()
+    n = int(rate * seconds)
+    tasks = []
+    for i in range(n):
+        scheduled = start + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(scheduled)))
+    await asyncio.gather(*tasks)
+    return Result(n, errors, time.perf_counter() - start, latencies)
+
+
+def _load_main(args: dict[str, Any], out: Any) -> None:
+    kind = args.pop("kind")
+    result = asyncio.run(closed_loop(**args) if kind == "closed" else open_loop(**args))
+    out.send(result)
+
+
+def run_load(kind: str, **kwargs: Any) -> Result:
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_load_main, args=({"kind": kind, **kwargs}, child))
+    proc.start()
+    result: Result = parent.recv()
+    proc.join()
+    return result
+
+
+# --- orchestration ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def fresh_database(url: str) -> None:
+    base, _, name = url.rpartition("/")
+    admin = await asyncpg.connect(base.replace("postgresql+asyncpg", "postgresql") + "/postgres")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seed-subscriptions", type=int, default=2000)
+    default_server = os.environ.get(
+        "BILLING_DATABASE_URL", "postgresql+asyncpg://billing@127.0.0.1:55432/billing"
+    ).rpartition("/")[0]
+    parser.add_argument("--database-url", default=f"{default_server}/billing_bench_api")
+    args = parser.parse_args()
+
+    from billing_core.db import migrate  # noqa: PLC0415
+    from billing_core.settings import CoreSettings  # noqa: PLC0415
+    from services.api.admin import create_api_key  # noqa: PLC0415
+
+    asyncio.run(fresh_database(args.database_url))
+    migrate.upgrade(args.database_url)
+    token = create_api_key(CoreSettings(database_url=args.database_url), "bench")
+    port = free_port()
+    env = {
+        **os.environ,
+        "BILLING_DATABASE_URL": args.database_url,
+        "BILLING_PORT": str(port),
+        "BILLING_LOG_LEVEL": "WARNING",
+        "BILLING_AUTH_CACHE_SECONDS": "30",
+    }
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "services.api"], cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    try:
+        _wait_up(port)
+        host = "127.0.0.1"
+        common = {"host": host, "port": port, "token": token}
+        seed = run_load("closed", scenario="post", concurrency=8, seconds=2.0, ids=[], **common)
+        print(f"warm-up: {seed.requests} POSTs")
+        ids = list(range(1, seed.requests + 1))
+        table: dict[str, list[Result]] = {"healthz": [], "post": [], "get": []}
+        for run in range(args.runs):
+            for scenario, results in table.items():
+                r = run_load(
+                    "closed",
+                    scenario=scenario,
+                    concurrency=args.concurrency,
+                    seconds=args.seconds,
+                    ids=ids,
+                    **common,
+                )
+                results.append(r)
+                print(
+                    f"run {run + 1} {scenario:8s} {r.rps:8.0f} req/s  p50 {r.pct(0.5):6.1f} ms  "
+                    f"p99 {r.pct(0.99):6.1f} ms  errors {r.errors}"
+                )
+        med = {s: _medians(rs) for s, rs in table.items()}
+        half: dict[str, list[Result]] = {"post": [], "get": []}
+        for _ in range(args.runs):
+            for scenario, half_results in half.items():
+                rate = med[scenario]["rps"] / 2
+                half_results.append(
+                    run_load(
+                        "open",
+                        scenario=scenario,
+                        rate=rate,
+                        seconds=args.seconds,
+                        ids=ids,
+                        **common,
+                    )
+                )
+        print()
+        print(
+            f"concurrency {args.concurrency}, {args.seconds:.0f} s per run, medians of "
+            f"{args.runs} runs"
+        )
+        print(
+            f"{'':10s}{'req/s':>9s}{'p50 ms':>9s}{'p99 ms':>9s}{'x healthz':>11s}"
+            f"{'p99 @ half rate':>17s}"
+        )
+        floor = med["healthz"]["rps"]
+        for scenario in ("healthz", "post", "get"):
+            m = med[scenario]
+            half_p99 = (
+                f"{statistics.median(r.pct(0.99) for r in half[scenario]):.1f} ms"
+                if scenario in half
+                else "-"
+            )
+            print(
+                f"{scenario:10s}{m['rps']:9.0f}{m['p50']:9.1f}{m['p99']:9.1f}"
+                f"{m['rps'] / floor:11.2f}{half_p99:>17s}"
+            )
+        errors = sum(r.errors for rs in (*table.values(), *half.values()) for r in rs)
+        print(f"errors: {errors}")
+        print(
+            f"targets: POST >= 0.30x healthz: {med['post']['rps'] / floor >= 0.3}; "
+            f"GET >= 0.50x healthz: {med['get']['rps'] / floor >= 0.5}; p99 at half rate "
+            f"< 100 ms: {all(_p99(v) < 100 for v in half.values())}"
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+        log.close()
+
+
+def _medians(results: list[Result]) -> dict[str, float]:
+    return {
+        "rps": statistics.median(r.rps for r in results),
+        "p50": statistics.median(r.pct(0.5) for r in results),
+        "p99": statistics.median(r.pct(0.99) for r in results),
+    }
+
+
+def _p99(results: list[Result]) -> float:
+    return statistics.median(r.pct(0.99) for r in results)
+
+
+def _wait_up(port: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if s.recv(12).endswith(b"200"):
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the API did not start")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""Collector benchmark: two collector processes drain a backlog through the gateway simulator.
+
+Phase 1 — the peak-day floor: a backlog of due invoices, the simulator at its 200 calls/s limit
+with 100-300 ms latency. The physical floor is backlog / 200 s; we report sustained charges/s ÷ 200,
+drain time ÷ floor, 429s and the busiest rolling second, all from the simulator's own ledger.
+Phase 2 — the ceiling: the same with a 1 000 calls/s limit.
+
+    python -m bench.collector_bench [--invoices 20000] [--fast-invoices 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from billing_core.db import migrate
+from tests.support.db import recreate_database, truncate_all
+from tests.support.factories import due_subscriptions_with_invoices
+from tests.support.infra import start_services
+from tests.support.processes import Proc, free_port, start
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+async def paid(engine: AsyncEngine) -> int:
+    async with engine.connect() as conn:
+        q = text("SELECT count(*) FROM invoice WHERE status = 'PAID'")
+        return int((await conn.execute(q)).scalar_one())
+
+
+async def phase(
+    engine: AsyncEngine,
+    database_url: str,
+    logs: Path,
+    *,
+    invoices: int,
+    limit: int,
+    in_flight: int,
+) -> dict[str, Any]:
+    await truncate_all(database_url)
+    async with engine.begin() as conn:
+        await due_subscriptions_with_invoices(conn, invoices, now=datetime.now(UTC))
+    sim_port = free_port()
+    sim = start(
+        f"sim-{limit}",
+        "services.gateway_sim",
+        {
+            "BILLING_GATEWAY_SIM_PORT": str(sim_port),
+            "BILLING_GATEWAY_SIM_RATE_LIMIT_PER_SECOND": str(limit),
+            "BILLING_GATEWAY_SIM_LATENCY_MIN_MS": "100",
+            "BILLING_GATEWAY_SIM_LATENCY_MAX_MS": "300",
+            "BILLING_LOG_LEVEL": "WARNING",
+        },
+        logs,
+        ready_url=f"http://127.0.0.1:{sim_port}/healthz",
+    )
+    sim_url = f"http://127.0.0.1:{sim_port}"
+    key = f"bench:{time.time_ns()}:permits"
+    collectors: list[Proc] = []
+    started = time.monotonic()
+    try:
+        for i in range(2):
+            port = free_port()
+            collectors.append(
+                start(
+                    f"collector-{limit}-{i}",
+                    "services.collector",
+                    {
+                        "BILLING_DATABASE_URL": database_url,
+                        "BILLING_COLLECTOR_GATEWAY_URL": sim_url,
+                        "BILLING_COLLECTOR_HEALTH_PORT": str(port),
+                        "BILLING_COLLECTOR_RATE_LIMIT_PER_SECOND": str(limit),
+                        "BILLING_COLLECTOR_RATE_LIMIT_KEY": key,
+                        "BILLING_COLLECTOR_MAX_IN_FLIGHT": str(in_flight),
+                        "BILLING_COLLECTOR_BATCH_SIZE": str(min(in_flight, 200)),
+                        "BILLING_COLLECTOR_POLL_INTERVAL_SECONDS": "0.2",
+                        "BILLING_LOG_LEVEL": "WARNING",
+                    },
+                    logs,
+                    ready_url=f"http://127.0.0.1:{port}/readyz",
+                )
+            )
+        deadline = time.monotonic() + invoices / limit * 3 + 60
+        while await paid(engine) < invoices and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        wall = time.monotonic() - started
+        async with httpx.AsyncClient(base_url=sim_url, timeout=120) as client:
+            summary = (await client.get("/v1/ledger/summary")).json()
+            per_second = (await client.get("/v1/ledger/calls-per-second")).json()
+    finally:
+        for proc in collectors:
+            proc.terminate(timeout=60)
+        sim.terminate()
+    busy = [r for r in per_second if r["calls"] > 0]
+    first, last = busy[0]["second"], busy[-1]["second"]
+    # drain time: from the first call's second to the last call's second, inclusive
+    drain = last - first + 1
+    steady = busy[1:-1] or busy
+    floor = invoices / limit
+    return {
+        "limit": limit,
+        "invoices": invoices,
+        "paid": await paid(engine),
+        "wall_s": round(wall, 1),
+        "drain_s": drain,
+        "floor_s": round(floor, 1),
+        "drain_over_floor": round(drain / floor, 3),
+        "sustained_per_s": round(sum(r["calls"] for r in steady) / len(steady), 1),
+        "sustained_over_limit": round(sum(r["calls"] for r in steady) / len(steady) / limit, 3),
+        "rate_limited_429": summary["rate_limited_429"],
+        "max_in_any_rolling_second": summary["max_calls_in_any_rolling_second"],
+        "duplicate_success_invoices": len(summary["duplicate_success_invoices"]),
+        "per_second": [(r["second"] - first, r["calls"]) for r in per_second],
+    }
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 3.5 * len(results)))
+    for ax, r in zip(axes if len(results) > 1 else [axes], results, strict=True):
+        xs = [t for t, _ in r["per_second"]]
+        ax.plot(xs, [c for _, c in r["per_second"]], label="gateway calls/s")
+        ax.axhline(r["limit"], color="red", linestyle="--", label=f"limit {r['limit']}/s")
+        ax.set_title(f"{r['invoices']} invoices, two collectors, limit {r['limit']}/s")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("calls/s")
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    services = start_services()
+    name = "billing_bench_collector"
+    await recreate_database(services.admin_database_url, name)
+    database_url = services.database_url(name)
+    await asyncio.to_thread(migrate.upgrade, database_url)
+    os.environ["BILLING_DATABASE_URL"] = database_url
+    os.environ["BILLING_REDIS_URL"] = services.redis_url
+    engine = create_async_engine(database_url)
+    logs = Path(tempfile.mkdtemp(prefix="collector-bench-"))
+    try:
+        results = [
+            await phase(
+                engine, database_url, logs, invoices=args.invoices, limit=200, in_flight=128
+            ),
+            await phase(
+                engine, database_url, logs, invoices=args.fast_invoices, limit=1000, in_flight=400
+            ),
+        ]
+    finally:
+        await engine.dispose()
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--invoices", type=int, default=20_000)
+    parser.add_argument("--fast-invoices", type=int, default=20_000)
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    OUT.mkdir(exist_ok=True)
+    plot(results, Path("docs/benchmarks/collector_calls_per_second.png"))
+    for r in results:
+        shown = {k: v for k, v in r.items() if k != "per_second"}
+        print(json.dumps(shown))
+    (OUT / "collector.json").write_text(json.dumps(results))
+    ok = results[0]["rate_limited_429"] == 0 and all(
+        r["duplicate_success_invoices"] == 0 for r in results
+    )
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

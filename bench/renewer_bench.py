@@ -1,0 +1,489 @@
+"""Renewer benchmark (``make bench-renewer``): throughput against the database's own floor.
+
+1. Seeds N due subscriptions (default 1 000 000, due times spread over 24 h, realistic plans and
+   time zones) into a template database, with a progress bar.
+2. Throughput, on a copy of that database, in interleaved repetitions (the machine is shared
+   and noisy; medians are reported), each variant taking the next slice of the same backlog:
+   * the renewer's batch function with 1, 2 (one renewer process's default concurrency) and 4
+     (two renewers) batches in flight, each on its own connection;
+   * the floor: the same writes (lock + invoice + advance + outbox) as ONE hand-written SQL
+     statement per batch of the same size, from asyncpg;
+   * the article's row-by-row approach (batches of 500, one statement per row and write).
+3. The whole backlog of a fresh copy drained by renewer processes (``python -m
+   services.renewer``): total time for N.
+4. The cost of one batch claim (lock 1 000 due rows, roll back) with 50 k, 500 k and 5 M
+   subscriptions in the table (a constant number due, the rest not due).
+
+Databases used: billing_bench_renewer* (dropped at the end unless --keep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from bench.renewer_sql import floor_batch, row_by_row_batch
+from billing_core.db import migrate
+from billing_core.db.engine import create_engine
+from billing_core.repo import renewal as renewal_repo
+from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_filler_sql, seed_subscriptions
+from billing_core.settings import CoreSettings
+from services.renewer.batch import renew_due_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFIX = "billing_bench_renewer"
+TEMPLATE = f"{PREFIX}_tpl"
+WORK = PREFIX
+SCALE = f"{PREFIX}_scale"
+
+console = Console()
+
+
+def progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+@dataclass
+class Urls:
+    base: str  # SQLAlchemy URL of any database on the server
+
+    def sa(self, name: str) -> str:
+        return f"{self.base.rpartition('/')[0]}/{name}"
+
+    def pg(self, name: str) -> str:
+        return asyncpg_dsn(self.sa(name))
+
+
+async def recreate(urls: Urls, name: str, template: str | None = None) -> float:
+    admin = await asyncpg.connect(urls.pg("postgres"))
+    try:
+        for db in (name, template):
+            if db:
+                await admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    db,
+                )
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        started = time.perf_counter()
+        if template:
+            await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        else:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        return time.perf_counter() - started
+    finally:
+        await admin.close()
+
+
+async def drop(urls: Urls, *names: str) -> None:
+    admin = await asyncpg.connect(urls.pg("postgres"))
+    try:
+        for name in names:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+            )
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+    finally:
+        await admin.close()
+
+
+async def seed_template(urls: Urls, count: int) -> tuple[float, datetime]:
+    await recreate(urls, TEMPLATE)
+    await asyncio.to_thread(migrate.upgrade, urls.sa(TEMPLATE))
+    conn = await asyncpg.connect(urls.pg(TEMPLATE))
+    now = datetime.now(UTC)
+    started = time.perf_counter()
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task(f"seeding {count:,} due subscriptions", total=count, rate="")
+
+            def report(done: int, total: int) -> None:
+                elapsed = time.perf_counter() - started
+                rate = f"{done / elapsed:,.0f}/s" if elapsed > 0 and done else ""
+                bar.update(task, completed=done, rate=rate)
+
+            # Due over the 24 h that end one hour ago: the whole backlog is due when we run.
+            await seed_subscriptions(
+                conn,
+                SeedSpec(
+                    count=count,
+                    due_from=now - timedelta(hours=25),
+                    due_window=timedelta(hours=24),
+                    chunk_size=10_000,
+                ),
+                progress=report,
+            )
+        seconds = time.perf_counter() - started
+        await conn.execute("VACUUM ANALYZE subscription")
+    finally:
+        await conn.close()
+    return seconds, now
+
+
+# ---------------------------------------------------------------- throughput variants
+
+
+@dataclass
+class Variant:
+    name: str
+    slice_size: int
+    run: Callable[[int], Awaitable[tuple[int, float]]]  # slice -> (invoices, seconds)
+    rates: list[float] = field(default_factory=list)
+
+
+async def renewer_tasks(engine: AsyncEngine, slice_size: int, tasks: int, batch: int) -> int:
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while done < slice_size:
+            async with engine.begin() as conn:
+                result = await renew_due_batch(
+                    conn, now=datetime.now(UTC), batch_size=min(batch, slice_size - done)
+                )
+            if result.claimed == 0:
+                return
+            done += result.invoices_created
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return done
+
+
+async def pg_loop(
+    conn: asyncpg.Connection,
+    slice_size: int,
+    batch: int,
+    fn: Callable[..., Awaitable[int]],
+) -> int:
+    done = 0
+    while done < slice_size:
+        n = await fn(conn, now=datetime.now(UTC), batch_size=min(batch, slice_size - done))
+        if n == 0:
+            break
+        done += n
+    return done
+
+
+async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
+    copy_seconds = await recreate(urls, WORK, TEMPLATE)
+    console.print(f"fresh copy of the seeded database in {copy_seconds:.1f} s")
+    settings = CoreSettings(database_url=urls.sa(WORK), process_name="bench.renewer")
+    engine = create_engine(settings, pool_size=5)
+    conn = await asyncpg.connect(urls.pg(WORK))
+    batch = args.batch_size
+
+    async def timed(coro: Awaitable[int]) -> tuple[int, float]:
+        started = time.perf_counter()
+        n = await coro
+        return n, time.perf_counter() - started
+
+    variants = [
+        Variant(
+            "renewer: 1 batch in flight",
+            args.slice,
+            lambda s: timed(renewer_tasks(engine, s, 1, batch)),
+        ),
+        Variant(
+            "one renewer: 2 batches in flight (default)",
+            args.slice,
+            lambda s: timed(renewer_tasks(engine, s, 2, batch)),
+        ),
+        Variant(
+            "two renewers: 4 batches in flight",
+            args.slice,
+            lambda s: timed(renewer_tasks(engine, s, 4, batch)),
+        ),
+        Variant(
+            f"floor: 1 SQL statement / batch of {batch}",
+            args.slice,
+            lambda s: timed(pg_loop(conn, s, batch, floor_batch)),
+        ),
+        Variant(
+            "row by row (article, batch 500)",
+            args.row_slice,
+            lambda s: timed(pg_loop(conn, s, 500, row_by_row_batch)),
+        ),
+    ]
+    # Warm-up (untimed): the copied database starts with a cold cache.
+    await pg_loop(conn, args.slice, batch, floor_batch)
+    await renewer_tasks(engine, args.slice, 2, batch)
+    total = args.reps * sum(v.slice_size for v in variants)
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task("throughput runs", total=total, rate="")
+            for rep in range(args.reps):
+                order = variants[rep % len(variants) :] + variants[: rep % len(variants)]
+                for v in order:
+                    bar.update(task, description=f"rep {rep + 1}/{args.reps}: {v.name}")
+                    n, seconds = await v.run(v.slice_size)
+                    if n < v.slice_size:
+                        raise SystemExit(f"backlog exhausted during {v.name}; seed more")
+                    v.rates.append(n / seconds)
+                    bar.update(task, advance=n, rate=f"{n / seconds:,.0f} inv/s")
+    finally:
+        await conn.close()
+        await engine.dispose()
+    return variants
+
+
+# ---------------------------------------------------------------- full backlog
+
+
+async def drain_with_processes(urls: Urls, args: argparse.Namespace) -> tuple[float, int]:
+    await recreate(urls, WORK, TEMPLATE)
+    conn = await asyncpg.connect(urls.pg(WORK))
+    total = await conn.fetchval("SELECT count(*) FROM subscription")
+    env = os.environ.copy()
+    env.update(
+        {
+            "BILLING_DATABASE_URL": urls.sa(WORK),
+            "BILLING_RENEWER_HEALTH_PORT": "0",
+            "BILLING_RENEWER_HEALTH_HOST": "127.0.0.1",
+            "BILLING_RENEWER_BATCH_SIZE": str(args.batch_size),
+            "BILLING_RENEWER_POLL_INTERVAL_SECONDS": "1",
+            "BILLING_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "libs"), str(ROOT)]),
+        }
+    )
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "services.renewer"], cwd=ROOT, env=env, stderr=sys.stderr
+        )
+        for _ in range(args.processes)
+    ]
+    try:
+        with progress_bar() as bar:
+            task = bar.add_task(
+                f"{total:,} due, {args.processes} renewer processes", total=total, rate=""
+            )
+            done = 0
+            while done < total:
+                await asyncio.sleep(0.5)
+                done = await conn.fetchval("SELECT coalesce(max(id), 0) FROM invoice")
+                elapsed = time.perf_counter() - started
+                bar.update(task, completed=done, rate=f"{done / elapsed:,.0f} inv/s")
+                if any(p.poll() is not None for p in procs):
+                    raise SystemExit("a renewer process died")
+        seconds = time.perf_counter() - started
+        due = await conn.fetchval(
+            "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' "
+            "AND current_period_end <= now() - interval '1 hour'"
+        )
+        invoices = await conn.fetchval("SELECT count(*) FROM invoice")
+        if due or invoices != total:
+            raise SystemExit(f"drain incomplete: due={due} invoices={invoices}")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)
+        await conn.close()
+    return seconds, int(total)
+
+
+# ---------------------------------------------------------------- claim cost vs table size
+
+
+async def claim_scaling(urls: Urls, args: argparse.Namespace) -> list[tuple[int, float, bool]]:
+    await recreate(urls, SCALE)
+    await asyncio.to_thread(migrate.upgrade, urls.sa(SCALE))
+    conn = await asyncpg.connect(urls.pg(SCALE))
+    settings = CoreSettings(database_url=urls.sa(SCALE), process_name="bench.renewer")
+    engine = create_engine(settings, pool_size=2)
+    now = datetime.now(UTC)
+    due = args.scale_due
+    results: list[tuple[int, float, bool]] = []
+    try:
+        await seed_subscriptions(
+            conn,
+            SeedSpec(count=due, due_from=now - timedelta(hours=25), due_window=timedelta(hours=24)),
+        )
+        size = due
+        with progress_bar() as bar:
+            task = bar.add_task("claim cost vs table size", total=max(args.scale), rate="")
+            for target in sorted(args.scale):
+                while size < target:
+                    chunk = min(500_000, target - size)
+                    await seed_filler_sql(
+                        conn,
+                        count=chunk,
+                        due_from=now + timedelta(days=1),
+                        due_window=timedelta(days=27),
+                        first_customer_id=size + 1,
+                    )
+                    size += chunk
+                    bar.update(task, completed=size, rate=f"{size:,} rows")
+                await conn.execute("VACUUM ANALYZE subscription")
+                async with engine.connect() as sa_conn:
+                    plan = await renewal_repo.explain_claim(sa_conn, now=now, limit=1000)
+                timings = []
+                for _ in range(args.claim_reps):
+                    async with engine.connect() as sa_conn:
+                        trans = await sa_conn.begin()
+                        started = time.perf_counter()
+                        rows = await renewal_repo.claim_due(sa_conn, now=now, limit=1000)
+                        timings.append(time.perf_counter() - started)
+                        await trans.rollback()
+                    assert len(rows) == 1000
+                results.append((size, statistics.median(timings), "idx_sub_due" in plan))
+    finally:
+        await conn.close()
+        await engine.dispose()
+    return results
+
+
+# ---------------------------------------------------------------- report
+
+
+def report(
+    seed: tuple[int, float],
+    variants: list[Variant],
+    drain: tuple[float, int, int],
+    scaling: list[tuple[int, float, bool]],
+) -> dict[str, object]:
+    med = {v.name: statistics.median(v.rates) for v in variants}
+    table = Table(title="Renewer throughput (invoices/s, median of repetitions)")
+    for col in ("variant", "slice", "runs (inv/s)", "median"):
+        table.add_column(col)
+    for v in variants:
+        table.add_row(
+            v.name,
+            f"{v.slice_size:,}",
+            ", ".join(f"{r:,.0f}" for r in v.rates),
+            f"{med[v.name]:,.0f}",
+        )
+    console.print(table)
+    one, two, four, floor, rbr = variants
+
+    def paired(a: Variant, b: Variant) -> float:
+        """Median over repetitions of a/b within the same repetition (adjacent in time, so
+        both saw about the same load on the shared machine)."""
+        return statistics.median(x / y for x, y in zip(a.rates, b.rates, strict=True))
+
+    pairs = {
+        "one_renewer_floor": paired(two, floor),
+        "one_renewer_row_by_row": paired(two, rbr),
+        "single_batch_loop_floor": paired(one, floor),
+        "single_batch_loop_row_by_row": paired(one, rbr),
+        "two_renewers_one_renewer": paired(four, two),
+    }
+    seconds, total, procs = drain
+    ratios = Table(title="Ratios (median of per-repetition ratios) and targets")
+    for col in ("measure", "value", "target"):
+        ratios.add_column(col)
+    ratios.add_row(
+        "one renewer (2 in flight) / floor", f"{pairs['one_renewer_floor']:.2f}", ">= 0.6"
+    )
+    ratios.add_row(
+        "one renewer (2 in flight) / row-by-row", f"{pairs['one_renewer_row_by_row']:.1f}", ">= 5"
+    )
+    ratios.add_row("1 batch in flight / floor", f"{pairs['single_batch_loop_floor']:.2f}", "")
+    ratios.add_row(
+        "1 batch in flight / row-by-row", f"{pairs['single_batch_loop_row_by_row']:.1f}", ""
+    )
+    ratios.add_row("two renewers / one renewer", f"{pairs['two_renewers_one_renewer']:.2f}", "")
+    ratios.add_row(
+        f"{total:,} backlog, {procs} processes",
+        f"{seconds:.0f} s ({total / seconds:,.0f} inv/s)",
+        "< 300 s",
+    )
+    ratios.add_row("seeding", f"{seed[1]:.0f} s ({seed[0] / seed[1]:,.0f} rows/s)", "")
+    console.print(ratios)
+    scale = Table(title="Cost of one claim (1 000 due rows, FOR UPDATE SKIP LOCKED)")
+    for col in ("subscriptions in table", "median claim (ms)", "vs smallest", "uses idx_sub_due"):
+        scale.add_column(col)
+    base = scaling[0][1]
+    for size, t, uses_index in scaling:
+        scale.add_row(f"{size:,}", f"{t * 1000:.1f}", f"{t / base:.2f}x", str(uses_index))
+    console.print(scale)
+    return {
+        "medians_invoices_per_s": med,
+        "runs": {v.name: v.rates for v in variants},
+        "paired_ratios": pairs,
+        "drain": {"subscriptions": total, "processes": procs, "seconds": seconds},
+        "seed": {"rows": seed[0], "seconds": seed[1]},
+        "claim_scaling": [
+            {"subscriptions": s, "median_ms": t * 1000, "uses_idx_sub_due": u}
+            for s, t, u in scaling
+        ],
+    }
+
+
+async def main(args: argparse.Namespace) -> None:
+    urls = Urls(CoreSettings().database_url)
+    started = time.perf_counter()
+    try:
+        seed_seconds, _ = await seed_template(urls, args.subscriptions)
+        variants = await throughput(urls, args)
+        drain_seconds, drained = await drain_with_processes(urls, args)
+        scaling = await claim_scaling(urls, args)
+        summary = report(
+            (args.subscriptions, seed_seconds),
+            variants,
+            (drain_seconds, drained, args.processes),
+            scaling,
+        )
+        summary["bench_seconds"] = time.perf_counter() - started
+        console.print(f"benchmark took {summary['bench_seconds']:.0f} s")
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=2))
+    finally:
+        if not args.keep:
+            await drop(urls, WORK, TEMPLATE, SCALE)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--subscriptions", type=int, default=1_000_000)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--slice", type=int, default=12_000, help="invoices per timed run")
+    parser.add_argument("--row-slice", type=int, default=3_000, help="same, row by row")
+    parser.add_argument("--reps", type=int, default=9)
+    parser.add_argument("--processes", type=int, default=2, help="renewers for the drain")
+    parser.add_argument(
+        "--scale",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[50_000, 500_000, 5_000_000],
+    )
+    parser.add_argument("--scale-due", type=int, default=10_000)
+    parser.add_argument("--claim-reps", type=int, default=15)
+    parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--keep", action="store_true", help="keep the benchmark databases")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))

@@ -1,0 +1,126 @@
+"""Stored responses for the API's ``Idempotency-Key`` header, scoped to the calling API client.
+
+A record is written in the same transaction as the request's effects, so it exists exactly when
+those effects were committed. While a request runs, it holds a transaction-scoped advisory lock
+on a hash of (client, key): a concurrent request with the same key fails to take it and is told
+to retry later instead of running the work twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, insert, select, text, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from billing_core.db import tables as t
+
+_k = t.idempotency_key
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    request_method: str
+    request_path: str
+    request_hash: bytes
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    expires_at: datetime
+
+
+def lock_id(client_id: int, key: str) -> int:
+    """A signed 64-bit advisory-lock id for (client, key)."""
+    digest = hashlib.sha256(f"idempotency:{client_id}:{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+async def try_lock(session: AsyncSession, client_id: int, key: str) -> bool:
+    """Take the (client, key) lock until the end of the transaction, without waiting."""
+    result = await session.execute(
+        text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": lock_id(client_id, key)}
+    )
+    return bool(result.scalar_one())
+
+
+async def find(session: AsyncSession, client_id: int, key: str) -> StoredResponse | None:
+    row = (
+        await session.execute(
+            select(
+                _k.c.request_method,
+                _k.c.request_path,
+                _k.c.request_hash,
+                _k.c.response_status,
+                _k.c.response_headers,
+                _k.c.response_body,
+                _k.c.expires_at,
+            ).where(_k.c.client_id == client_id, _k.c.key == key)
+        )
+    ).first()
+    if row is None:
+        return None
+    method, path, req_hash, status, headers, body, expires_at = row
+    return StoredResponse(
+        method,
+        path,
+        bytes(req_hash),
+        int(status or 0),
+        dict(headers or {}),
+        bytes(body or b""),
+        expires_at,
+    )
+
+
+async def delete_key(session: AsyncSession, client_id: int, key: str) -> None:
+    await session.execute(delete(_k).where(_k.c.client_id == client_id, _k.c.key == key))
+
+
+async def save(
+    session: AsyncSession,
+    *,
+    client_id: int,
+    key: str,
+    request_method: str,
+    request_path: str,
+    request_hash: bytes,
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    now: datetime,
+    expires_at: datetime,
+) -> None:
+    await session.execute(
+        insert(_k).values(
+            client_id=client_id,
+            key=key,
+            request_method=request_method,
+            request_path=request_path,
+            request_hash=request_hash,
+            response_status=status,
+            response_headers=dict(headers),
+            response_body=body,
+            created_at=now,
+            completed_at=now,
+            expires_at=expires_at,
+        )
+    )
+
+
+async def purge_expired(session: AsyncSession, *, now: datetime, batch_size: int = 1000) -> int:
+    """Delete up to ``batch_size`` expired records (rows other replicas hold are skipped)."""
+    doomed = (
+        select(_k.c.client_id, _k.c.key)
+        .where(_k.c.expires_at <= now)
+        .limit(batch_size)
+        .with_for_update(skip_locked=True)
+        .cte("doomed")
+    )
+    result = await session.execute(
+        delete(_k)
+        .where(tuple_(_k.c.client_id, _k.c.key).in_(select(doomed.c.client_id, doomed.c.key)))
+        .returning(_k.c.key)
+    )
+    return len(result.all())

@@ -1,0 +1,277 @@
+"""SQL of the renewal step: claim due subscriptions, write renewal invoices, advance periods.
+
+Every function runs in the caller's transaction and never commits. The writes are set-based: one
+statement per kind of write for the whole batch (``unnest`` of parallel arrays), so a batch of a
+thousand subscriptions costs a handful of round trips, not thousands.
+
+The claim uses the partial index ``idx_sub_due`` (``current_period_end WHERE status =
+'ACTIVE'``): only ACTIVE subscriptions are ever renewed, and the cost of finding the oldest due
+rows does not grow with the number of subscriptions that are not due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+Db = AsyncSession | AsyncConnection
+
+
+@dataclass(frozen=True, slots=True)
+class DueSubscription:
+    """A claimed (row-locked) subscription whose current period has ended, with its plan."""
+
+    id: int
+    customer_id: int
+    status: str
+    time_zone: str
+    billing_anchor: datetime
+    period_index: int
+    current_period_start: datetime
+    current_period_end: datetime
+    cancel_at_period_end: bool
+    credit_balance: int
+    version: int
+    plan_code: str
+    price_amount: int
+    currency: str
+    billing_interval: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewRenewalInvoice:
+    subscription_id: int
+    customer_id: int
+    period_index: int
+    period_start: datetime
+    period_end: datetime
+    subtotal: int
+    credit_applied: int
+    amount: int
+    currency: str
+    status: str  # OPEN, or PAID when nothing is left to charge
+    next_attempt_at: datetime | None
+    paid_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class InsertedInvoice:
+    id: int
+    subscription_id: int
+    period_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionWrite:
+    """The new state of one claimed subscription; ``expected_version`` is the one claimed."""
+
+    id: int
+    expected_version: int
+    version: int
+    status: str
+    period_index: int
+    current_period_start: datetime
+    current_period_end: datetime
+    credit_balance: int
+    canceled_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreditUse:
+    subscription_id: int
+    invoice_id: int
+    amount: int  # positive: the credit consumed (stored as a negative entry)
+
+
+_CLAIM = """
+    SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
+           s.current_period_start, s.current_period_end, s.cancel_at_period_end,
+           s.credit_balance, s.version,
+           p.code, p.price_amount, p.currency, p.billing_interval
+    FROM subscription s
+    JOIN plan p ON p.id = s.plan_id
+    WHERE s.status = 'ACTIVE' AND s.current_period_end <= :now
+      AND s.id <> ALL(CAST(:exclude AS bigint[]))
+    ORDER BY s.current_period_end
+    LIMIT :limit
+    FOR UPDATE OF s SKIP LOCKED
+"""
+
+_INSERT_INVOICES = text(
+    """
+    INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                         period_end, subtotal, credit_applied, amount, currency, status,
+                         next_attempt_at, paid_at, closed_at, created_at, updated_at)
+    SELECT u.subscription_id, u.customer_id, 'RENEWAL', u.period_index, u.period_start,
+           u.period_end, u.subtotal, u.credit_applied, u.amount, u.currency, u.status,
+           u.next_attempt_at, u.paid_at, u.paid_at, :now, :now
+    FROM unnest(
+        CAST(:subscription_ids AS bigint[]), CAST(:customer_ids AS bigint[]),
+        CAST(:period_indexes AS int[]), CAST(:period_starts AS timestamptz[]),
+        CAST(:period_ends AS timestamptz[]), CAST(:subtotals AS bigint[]),
+        CAST(:credits AS bigint[]), CAST(:amounts AS bigint[]), CAST(:currencies AS text[]),
+        CAST(:statuses AS text[]), CAST(:next_attempts AS timestamptz[]),
+        CAST(:paid_ats AS timestamptz[])
+    ) WITH ORDINALITY AS u(subscription_id, customer_id, period_index, period_start, period_end,
+                           subtotal, credit_applied, amount, currency, status, next_attempt_at,
+                           paid_at, ord)
+    ORDER BY u.ord
+    ON CONFLICT (subscription_id, period_start) WHERE kind = 'RENEWAL' DO NOTHING
+    RETURNING id, subscription_id, period_index
+    """
+)
+
+_EXISTING = text(
+    """
+    SELECT i.subscription_id, i.period_start
+    FROM unnest(CAST(:subscription_ids AS bigint[]), CAST(:period_starts AS timestamptz[]))
+         AS u(subscription_id, period_start)
+    JOIN invoice i ON i.subscription_id = u.subscription_id
+                  AND i.period_start = u.period_start AND i.kind = 'RENEWAL'
+    """
+)
+
+_UPDATE_SUBSCRIPTIONS = text(
+    """
+    UPDATE subscription s
+    SET status = u.status, period_index = u.period_index,
+        current_period_start = u.period_start, current_period_end = u.period_end,
+        credit_balance = u.credit_balance, canceled_at = u.canceled_at,
+        version = u.version, updated_at = :now
+    FROM unnest(
+        CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
+        CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),
+        CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+        CAST(:credit_balances AS bigint[]), CAST(:canceled_ats AS timestamptz[])
+    ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
+           credit_balance, canceled_at)
+    WHERE s.id = u.id AND s.version = u.expected_version
+    RETURNING s.id
+    """
+)
+
+_INSERT_CREDIT_USES = text(
+    """
+    INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)
+    SELECT u.subscription_id, -u.amount, 'INVOICE', u.invoice_id, :now
+    FROM unnest(CAST(:subscription_ids AS bigint[]), CAST(:invoice_ids AS bigint[]),
+                CAST(:amounts AS bigint[])) AS u(subscription_id, invoice_id, amount)
+    """
+)
+
+_COUNT_DUE = text(
+    "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' AND current_period_end <= :now"
+)
+
+
+async def claim_due(
+    db: Db, *, now: datetime, limit: int, exclude_ids: Sequence[int] = ()
+) -> list[DueSubscription]:
+    """Lock up to ``limit`` due ACTIVE subscriptions, oldest first, skipping rows other
+    transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches."""
+    result = await db.execute(
+        text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
+    )
+    return [DueSubscription(*row) for row in result.all()]
+
+
+async def explain_claim(db: Db, *, now: datetime, limit: int) -> str:
+    """The plan PostgreSQL chooses for the claim (tests and benchmarks check the index)."""
+    result = await db.execute(
+        text("EXPLAIN " + _CLAIM), {"now": now, "limit": limit, "exclude": []}
+    )
+    return "\n".join(str(row[0]) for row in result.all())
+
+
+async def insert_renewal_invoices(
+    db: Db, invoices: Sequence[NewRenewalInvoice], *, now: datetime
+) -> list[InsertedInvoice]:
+    """Insert the invoices in one statement, in the given order. A renewal that already exists
+    for its (subscription, period_start) is not inserted again (the UNIQUE safety net) and is
+    absent from the result, so the caller can tell exactly which rows went in."""
+    if not invoices:
+        return []
+    result = await db.execute(
+        _INSERT_INVOICES,
+        {
+            "subscription_ids": [i.subscription_id for i in invoices],
+            "customer_ids": [i.customer_id for i in invoices],
+            "period_indexes": [i.period_index for i in invoices],
+            "period_starts": [i.period_start for i in invoices],
+            "period_ends": [i.period_end for i in invoices],
+            "subtotals": [i.subtotal for i in invoices],
+            "credits": [i.credit_applied for i in invoices],
+            "amounts": [i.amount for i in invoices],
+            "currencies": [i.currency for i in invoices],
+            "statuses": [i.status for i in invoices],
+            "next_attempts": [i.next_attempt_at for i in invoices],
+            "paid_ats": [i.paid_at for i in invoices],
+            "now": now,
+        },
+    )
+    return [InsertedInvoice(*row) for row in result.all()]
+
+
+async def existing_renewals(
+    db: Db, keys: Sequence[tuple[int, datetime]]
+) -> set[tuple[int, datetime]]:
+    """Which (subscription_id, period_start) renewal invoices already exist."""
+    if not keys:
+        return set()
+    result = await db.execute(
+        _EXISTING,
+        {
+            "subscription_ids": [k[0] for k in keys],
+            "period_starts": [k[1] for k in keys],
+        },
+    )
+    return {(int(row[0]), row[1]) for row in result.all()}
+
+
+async def write_subscriptions(
+    db: Db, writes: Sequence[SubscriptionWrite], *, now: datetime
+) -> set[int]:
+    """Apply the new states in one statement; return the ids actually updated (a row whose
+    version is not ``expected_version`` is left alone and missing from the result)."""
+    if not writes:
+        return set()
+    result = await db.execute(
+        _UPDATE_SUBSCRIPTIONS,
+        {
+            "ids": [w.id for w in writes],
+            "expected_versions": [w.expected_version for w in writes],
+            "versions": [w.version for w in writes],
+            "statuses": [w.status for w in writes],
+            "period_indexes": [w.period_index for w in writes],
+            "period_starts": [w.current_period_start for w in writes],
+            "period_ends": [w.current_period_end for w in writes],
+            "credit_balances": [w.credit_balance for w in writes],
+            "canceled_ats": [w.canceled_at for w in writes],
+            "now": now,
+        },
+    )
+    return {int(row[0]) for row in result.all()}
+
+
+async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:
+    """Record the credit consumed by invoices (negative ``credit_entry`` rows, reason INVOICE)."""
+    if not uses:
+        return
+    await db.execute(
+        _INSERT_CREDIT_USES,
+        {
+            "subscription_ids": [u.subscription_id for u in uses],
+            "invoice_ids": [u.invoice_id for u in uses],
+            "amounts": [u.amount for u in uses],
+            "now": now,
+        },
+    )
+
+
+async def count_due(db: Db, *, now: datetime) -> int:
+    """How many ACTIVE subscriptions are due at ``now`` (the backlog gauge)."""
+    return int((await db.execute(_COUNT_DUE, {"now": now})).scalar_one())

@@ -1,0 +1,217 @@
+"""Subscriptions: insert, read (with the plan), and version-checked updates.
+
+Every write bumps ``version``. API writes are optimistic: they read a version, decide, and write
+with ``WHERE id = :id AND version = :expected``; when another transaction (the renewer, the
+collector, another request) committed first, no row matches and :class:`VersionConflict` tells
+the caller the current version instead of overwriting that work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from billing_core.db import tables as t
+from billing_core.domain.errors import DomainError
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+
+
+class SubscriptionNotFound(DomainError):
+    def __init__(self, subscription_id: int) -> None:
+        super().__init__(f"subscription {subscription_id} not found")
+        self.subscription_id = subscription_id
+
+
+class VersionConflict(DomainError):
+    def __init__(self, subscription_id: int, expected: int, current: int) -> None:
+        super().__init__(
+            f"subscription {subscription_id} is at version {current}, not {expected}: "
+            "re-read it and retry"
+        )
+        self.subscription_id = subscription_id
+        self.expected_version = expected
+        self.current_version = current
+
+
+@dataclass(frozen=True)
+class Subscription:
+    id: int
+    customer_id: int
+    status: str
+    time_zone: str
+    billing_anchor: datetime
+    period_index: int
+    current_period_start: datetime
+    current_period_end: datetime
+    cancel_at_period_end: bool
+    canceled_at: datetime | None
+    credit_balance: int
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    plan_id: int
+    plan_code: str
+    plan_name: str
+    plan_price_amount: int
+    plan_currency: str
+    plan_interval: str
+
+
+def domain_state(sub: Subscription) -> SubscriptionState:
+    return SubscriptionState(
+        id=sub.id,
+        status=SubscriptionStatus(sub.status),
+        cancel_at_period_end=sub.cancel_at_period_end,
+        plan_code=sub.plan_code,
+        version=sub.version,
+        canceled_at=sub.canceled_at,
+    )
+
+
+_s = t.subscription
+_p = t.plan
+_SELECT = select(
+    _s.c.id,
+    _s.c.customer_id,
+    _s.c.status,
+    _s.c.time_zone,
+    _s.c.billing_anchor,
+    _s.c.period_index,
+    _s.c.current_period_start,
+    _s.c.current_period_end,
+    _s.c.cancel_at_period_end,
+    _s.c.canceled_at,
+    _s.c.credit_balance,
+    _s.c.version,
+    _s.c.created_at,
+    _s.c.updated_at,
+    _p.c.id,
+    _p.c.code,
+    _p.c.name,
+    _p.c.price_amount,
+    _p.c.currency,
+    _p.c.billing_interval,
+).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
+
+
+async def insert_subscription(
+    session: AsyncSession,
+    *,
+    customer_id: int,
+    plan_id: int,
+    time_zone: str,
+    billing_anchor: datetime,
+    period_start: datetime,
+    period_end: datetime,
+    now: datetime,
+) -> int:
+    result = await session.execute(
+        insert(_s)
+        .values(
+            customer_id=customer_id,
+            plan_id=plan_id,
+            status="ACTIVE",
+            time_zone=time_zone,
+            billing_anchor=billing_anchor,
+            period_index=0,
+            current_period_start=period_start,
+            current_period_end=period_end,
+            cancel_at_period_end=False,
+            credit_balance=0,
+            version=0,
+            created_at=now,
+            updated_at=now,
+        )
+        .returning(_s.c.id)
+    )
+    return int(result.scalar_one())
+
+
+async def get(session: AsyncSession, subscription_id: int) -> Subscription:
+    row = (await session.execute(_SELECT.where(_s.c.id == subscription_id))).first()
+    if row is None:
+        raise SubscriptionNotFound(subscription_id)
+    return Subscription(*tuple(row))
+
+
+async def exists(session: AsyncSession, subscription_id: int) -> bool:
+    row = await session.execute(select(_s.c.id).where(_s.c.id == subscription_id))
+    return row.first() is not None
+
+
+async def update_versioned(
+    session: AsyncSession,
+    subscription_id: int,
+    *,
+    expected_version: int,
+    now: datetime,
+    values: dict[str, Any],
+) -> int:
+    """Apply ``values`` only if the row is still at ``expected_version``; return the new one.
+
+    Under READ COMMITTED an UPDATE that waited for a concurrent writer re-checks its WHERE
+    clause against the committed row, so a version bumped meanwhile makes it match nothing.
+    """
+    result = await session.execute(
+        update(_s)
+        .where(_s.c.id == subscription_id, _s.c.version == expected_version)
+        .values(**values, version=_s.c.version + 1, updated_at=now)
+        .returning(_s.c.version)
+    )
+    new_version = result.scalar_one_or_none()
+    if new_version is not None:
+        return int(new_version)
+    current = (
+        await session.execute(select(_s.c.version).where(_s.c.id == subscription_id))
+    ).scalar_one_or_none()
+    if current is None:
+        raise SubscriptionNotFound(subscription_id)
+    raise VersionConflict(subscription_id, expected_version, int(current))
+
+
+async def add_credit_entry(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    amount: int,
+    reason: str,
+    now: datetime,
+    invoice_id: int | None = None,
+) -> None:
+    """Ledger line for credit granted (amount > 0) or consumed (amount < 0)."""
+    await session.execute(
+        insert(t.credit_entry).values(
+            subscription_id=subscription_id,
+            amount=amount,
+            reason=reason,
+            invoice_id=invoice_id,
+            created_at=now,
+        )
+    )
+
+
+async def return_credit(
+    session: AsyncSession, *, subscription_id: int, amount: int, invoice_id: int, now: datetime
+) -> None:
+    """Give back credit a voided invoice had consumed (ledger line + balance).
+
+    Only for a transaction that has already made its version-checked write to this
+    subscription (it holds the row lock and bumped the version once for the whole change).
+    """
+    await session.execute(
+        update(_s)
+        .where(_s.c.id == subscription_id)
+        .values(credit_balance=_s.c.credit_balance + amount, updated_at=now)
+    )
+    await add_credit_entry(
+        session,
+        subscription_id=subscription_id,
+        amount=amount,
+        reason="VOID_REFUND",
+        invoice_id=invoice_id,
+        now=now,
+    )

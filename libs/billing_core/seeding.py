@@ -1,0 +1,251 @@
+"""Bulk seeding of realistic subscriptions (``billing seed``, demos, benchmarks, tests).
+
+:func:`seed_subscriptions` creates N ACTIVE subscriptions on the plans of the ``plan`` table,
+with customer ids, a mix of IANA time zones (including zones with daylight saving time) and billing
+anchors chosen so that ``current_period_end`` falls in a given window: spread over 24 hours "as on
+the 1st of the month", or all within a few minutes for a demo. Every period field is computed by
+the domain's drift-free period functions, so the renewer continues the rows exactly. Rows go in
+with ``COPY`` (asyncpg), in chunks, reporting progress through a callback.
+
+:func:`seed_filler_sql` adds many subscriptions in one ``INSERT ... SELECT generate_series``
+statement, entirely inside PostgreSQL: UTC, monthly plans, periods computed by PostgreSQL's own
+month arithmetic (which clamps to the month's last day exactly like the domain does in UTC). It
+exists to build large tables quickly (e.g. millions of subscriptions that are not due).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import asyncpg  # type: ignore[import-untyped]
+
+from billing_core.domain import period as period_rules
+
+ProgressCallback = Callable[[int, int], None]
+
+# A mix of zones with and without daylight saving time, both hemispheres, odd offsets.
+DEFAULT_TIME_ZONES: tuple[str, ...] = (
+    "Europe/Paris",
+    "Europe/London",
+    "America/New_York",
+    "America/Los_Angeles",
+    "America/Sao_Paulo",
+    "Australia/Sydney",
+    "Asia/Tokyo",
+    "Asia/Kolkata",
+    "Pacific/Auckland",
+    "UTC",
+)
+
+_COLUMNS = (
+    "customer_id",
+    "plan_id",
+    "status",
+    "time_zone",
+    "billing_anchor",
+    "period_index",
+    "current_period_start",
+    "current_period_end",
+    "cancel_at_period_end",
+    "credit_balance",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedSpec:
+    """What to seed. Due times are uniform in ``[due_from, due_from + due_window)``."""
+
+    count: int
+    due_from: datetime
+    due_window: timedelta
+    time_zones: Sequence[str] = DEFAULT_TIME_ZONES
+    plan_codes: Sequence[str] | None = None  # None: every active plan
+    first_customer_id: int = 1
+    credit_share: float = 0.0  # share of subscriptions holding some credit
+    cancel_share: float = 0.0  # share flagged cancel_at_period_end
+    max_past_periods: int = 11  # how old the monthly subscriptions are, at most
+    random_seed: int = 0
+    chunk_size: int = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class SeedReport:
+    inserted: int
+    first_due: datetime | None
+    last_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    id: int
+    price_amount: int
+    interval: period_rules.Interval
+
+
+def asyncpg_dsn(database_url: str) -> str:
+    """The asyncpg DSN of a SQLAlchemy ``postgresql+asyncpg://`` URL."""
+    return database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+async def _plans(conn: asyncpg.Connection, codes: Sequence[str] | None) -> list[_Plan]:
+    rows = await conn.fetch(
+        "SELECT id, price_amount, billing_interval FROM plan WHERE active "
+        "AND ($1::text[] IS NULL OR code = ANY($1::text[])) ORDER BY id",
+        list(codes) if codes is not None else None,
+    )
+    if not rows:
+        raise ValueError(f"no active plan matches {codes!r}")
+    return [
+        _Plan(r["id"], r["price_amount"], period_rules.Interval(r["billing_interval"]))
+        for r in rows
+    ]
+
+
+def _shift_months(local: datetime, months: int) -> datetime | None:
+    """``local`` moved back by ``months`` months, same day and wall time; None if that day
+    does not exist in the target month."""
+    total = local.year * 12 + local.month - 1 - months
+    year, month0 = divmod(total, 12)
+    try:
+        return local.replace(year=year, month=month0 + 1)
+    except ValueError:
+        return None
+
+
+def place(
+    due: datetime, tz: str, interval: period_rules.Interval, periods_ago: int
+) -> tuple[datetime, int, period_rules.Period]:
+    """An anchor, period index and current period such that the period ends at ``due`` (or as
+    close as the calendar allows: a wall time that does not exist on the anchor's day moves by
+    the DST shift). The period fields come from the domain's period functions."""
+    zone = ZoneInfo(tz)
+    local = due.astimezone(zone)
+    step = 1 if interval == period_rules.Interval.MONTH else 12
+    # Try the requested age first, then whole years back (same month: the day always exists,
+    # but Feb 29), then leap-year multiples.
+    candidates = [periods_ago, *(12 // step * y - 1 for y in (1, 2, 4))]
+    best: tuple[datetime, int, period_rules.Period] | None = None
+    for n in candidates:
+        if n < 0:
+            continue
+        anchor_local = _shift_months(local, (n + 1) * step)
+        if anchor_local is None:
+            continue
+        anchor = anchor_local.astimezone(UTC)
+        current = period_rules.period_bounds(anchor, interval, n, tz)
+        if current.end == due:
+            return anchor, n, current
+        if best is None:
+            best = (anchor, n, current)
+    if best is None:  # pragma: no cover - Feb 29 four years back always exists
+        raise ValueError(f"cannot place a period ending at {due.isoformat()} in {tz}")
+    return best
+
+
+async def seed_subscriptions(
+    conn: asyncpg.Connection, spec: SeedSpec, *, progress: ProgressCallback | None = None
+) -> SeedReport:
+    """Insert ``spec.count`` subscriptions with COPY, in chunks; ``progress(done, total)``."""
+    if spec.count < 0:
+        raise ValueError("count must be >= 0")
+    if spec.due_from.tzinfo is None:
+        raise ValueError("due_from must be timezone-aware")
+    plans = await _plans(conn, spec.plan_codes)
+    # Hold every zone: ZoneInfo(tz) then stays a cache hit for the domain's period functions.
+    zones = [ZoneInfo(tz) for tz in spec.time_zones]
+    rng = random.Random(spec.random_seed)
+    window_us = max(1, int(spec.due_window.total_seconds() * 1_000_000))
+    due_from = spec.due_from.astimezone(UTC)
+    first_due: datetime | None = None
+    last_due: datetime | None = None
+    done = 0
+    if progress:
+        progress(0, spec.count)
+    while done < spec.count:
+        size = min(spec.chunk_size, spec.count - done)
+        records = []
+        for i in range(done, done + size):
+            plan = plans[rng.randrange(len(plans))]
+            tz = spec.time_zones[rng.randrange(len(spec.time_zones))]
+            due = (due_from + timedelta(microseconds=rng.randrange(window_us))).replace(
+                microsecond=0
+            )
+            ago = rng.randint(0, spec.max_past_periods)
+            if plan.interval == period_rules.Interval.YEAR:
+                ago = min(ago, 2)
+            anchor, index, current = place(due, tz, plan.interval, ago)
+            credit = 0
+            if spec.credit_share and rng.random() < spec.credit_share:
+                credit = rng.choice((plan.price_amount // 2, plan.price_amount * 2, 100))
+            cancel = bool(spec.cancel_share) and rng.random() < spec.cancel_share
+            records.append(
+                (
+                    spec.first_customer_id + i,
+                    plan.id,
+                    "ACTIVE",
+                    tz,
+                    anchor,
+                    index,
+                    current.start,
+                    current.end,
+                    cancel,
+                    credit,
+                )
+            )
+            first_due = current.end if first_due is None else min(first_due, current.end)
+            last_due = current.end if last_due is None else max(last_due, current.end)
+        await conn.copy_records_to_table("subscription", records=records, columns=_COLUMNS)
+        done += size
+        if progress:
+            progress(done, spec.count)
+    del zones
+    return SeedReport(inserted=spec.count, first_due=first_due, last_due=last_due)
+
+
+async def seed_filler_sql(
+    conn: asyncpg.Connection,
+    *,
+    count: int,
+    due_from: datetime,
+    due_window: timedelta,
+    first_customer_id: int = 1,
+    random_seed: float = 0.5,  # setseed(): in [-1, 1]
+) -> int:
+    """Insert ``count`` UTC monthly ACTIVE subscriptions due in the window, in one statement."""
+    if count <= 0:
+        return 0
+    await conn.execute("SELECT setseed($1::float8)", random_seed)
+    status = await conn.execute(
+        """
+        WITH p AS (
+            SELECT array_agg(id ORDER BY id) AS ids FROM plan
+            WHERE active AND billing_interval = 'MONTH'
+        ),
+        g AS (
+            SELECT g AS i,
+                   date_trunc('second', ($2::timestamptz AT TIME ZONE 'UTC')
+                       + random() * $3::interval) AS due_local,
+                   (random() * 11)::int AS n
+            FROM generate_series(0, $1 - 1) AS g
+        ),
+        a AS (
+            SELECT i, n, due_local - make_interval(months => n + 1) AS anchor_local FROM g
+        )
+        INSERT INTO subscription (customer_id, plan_id, status, time_zone, billing_anchor,
+                                  period_index, current_period_start, current_period_end)
+        SELECT $4 + a.i, p.ids[1 + a.i % array_length(p.ids, 1)], 'ACTIVE', 'UTC',
+               a.anchor_local AT TIME ZONE 'UTC', a.n,
+               (a.anchor_local + make_interval(months => a.n)) AT TIME ZONE 'UTC',
+               (a.anchor_local + make_interval(months => a.n + 1)) AT TIME ZONE 'UTC'
+        FROM a, p
+        """,
+        count,
+        due_from,
+        due_window,
+        first_customer_id,
+    )
+    return int(status.split()[-1])

@@ -1,0 +1,69 @@
+"""Cancel a subscription, now or at the end of its current period."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from billing_core.domain import events as ev
+from billing_core.domain import subscription as sub_domain
+from billing_core.repo import invoices as invoices_repo
+from billing_core.repo import outbox
+from billing_core.repo import subscriptions as subscriptions_repo
+
+
+async def cancel(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    at_period_end: bool,
+    now: datetime,
+    expected_version: int | None = None,
+) -> bool:
+    """Cancel; return False when there was nothing to do (already canceled or scheduled).
+
+    Immediately: the subscription becomes CANCELED and its OPEN invoices VOID (dunning stops;
+    credit they had consumed goes back to the balance). At period end: only the flag is set,
+    and the renewer cancels instead of renewing. Raises ``VersionConflict`` when the
+    subscription is not at ``expected_version`` or changes before the write.
+    """
+    sub = await subscriptions_repo.get(session, subscription_id)
+    if expected_version is not None and expected_version != sub.version:
+        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    state = subscriptions_repo.domain_state(sub)
+    if at_period_end:
+        new_state, events = sub_domain.schedule_cancel_at_period_end(state, now)
+    else:
+        new_state, events = sub_domain.cancel_now(state, now)
+    if new_state == state:
+        return False
+
+    # The subscription row first (version check and row lock), then its invoices: the same
+    # lock order as recording a payment result, so the two never deadlock.
+    await subscriptions_repo.update_versioned(
+        session,
+        subscription_id,
+        expected_version=sub.version,
+        now=now,
+        values={
+            "status": str(new_state.status),
+            "canceled_at": new_state.canceled_at,
+            "cancel_at_period_end": new_state.cancel_at_period_end,
+        },
+    )
+    voided: list[invoices_repo.VoidedInvoice] = []
+    if not at_period_end:
+        voided = await invoices_repo.void_open_invoices(session, subscription_id, now=now)
+        for v in voided:
+            if v.credit_applied:
+                await subscriptions_repo.return_credit(
+                    session,
+                    subscription_id=subscription_id,
+                    amount=v.credit_applied,
+                    invoice_id=v.id,
+                    now=now,
+                )
+    all_events = [ev.invoice_voided(subscription_id, v.id, now) for v in voided] + events
+    await outbox.append_events(session, all_events, now)
+    return True

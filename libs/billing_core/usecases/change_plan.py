@@ -1,0 +1,143 @@
+"""Change a subscription's plan mid-period, prorated on the time left in the current period."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from billing_core.domain import events as ev
+from billing_core.domain import subscription as sub_domain
+from billing_core.domain.credit import apply_credit, credit_from_proration
+from billing_core.domain.errors import DomainError
+from billing_core.domain.period import Period
+from billing_core.domain.proration import prorate
+from billing_core.repo import invoices as invoices_repo
+from billing_core.repo import outbox
+from billing_core.repo import plans as plans_repo
+from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases.subscribe import invoice_created_event
+
+
+class IncompatiblePlanChange(DomainError):
+    """The new plan bills in another currency or at another interval."""
+
+
+@dataclass(frozen=True)
+class PlanChange:
+    changed: bool
+    due: int = 0
+    invoice_id: int | None = None
+    credit_granted: int = 0
+
+
+async def change_plan(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    plan_code: str,
+    now: datetime,
+    expected_version: int | None = None,
+) -> PlanChange:
+    """Switch to ``plan_code`` at ``now``.
+
+    ``prorate`` over the current period gives ``due``: positive (upgrade) becomes a PRORATION
+    invoice for [now, period end), paid first from the credit balance and collected like any
+    other; negative (downgrade) becomes credit for later invoices. The same plan is a no-op.
+    """
+    sub = await subscriptions_repo.get(session, subscription_id)
+    if expected_version is not None and expected_version != sub.version:
+        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    new_plan = await plans_repo.get_by_code(session, plan_code)
+    state = subscriptions_repo.domain_state(sub)
+    if new_plan.code == sub.plan_code:
+        sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
+        return PlanChange(changed=False)
+    if sub.status == "CANCELED":
+        sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
+    if new_plan.currency != sub.plan_currency:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} is billed in {new_plan.currency}, "
+            f"the subscription in {sub.plan_currency}"
+        )
+    if new_plan.billing_interval != sub.plan_interval:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
+            f"the subscription every {sub.plan_interval}"
+        )
+
+    proration = prorate(
+        sub.plan_price_amount,
+        new_plan.price_amount,
+        Period(sub.current_period_start, sub.current_period_end),
+        now,
+    )
+    balance = sub.credit_balance
+    invoice: invoices_repo.Invoice | None = None
+    credit_granted = 0
+    credit_used = 0
+    if proration.due > 0:
+        split = apply_credit(proration.due, balance)
+        credit_used = split.credit_used
+        balance = split.credit_remaining
+    elif proration.due < 0:
+        credit_granted = credit_from_proration(proration.due)
+        balance += credit_granted
+
+    _new_state, events = sub_domain.change_plan(
+        state, new_plan.code, now, proration_due=proration.due
+    )
+    await subscriptions_repo.update_versioned(
+        session,
+        subscription_id,
+        expected_version=sub.version,
+        now=now,
+        values={"plan_id": new_plan.id, "credit_balance": balance},
+    )
+
+    if proration.due > 0:
+        invoice = await invoices_repo.insert_invoice(
+            session,
+            subscription_id=subscription_id,
+            customer_id=sub.customer_id,
+            kind="PRORATION",
+            period_index=sub.period_index,
+            period_start=now,
+            period_end=sub.current_period_end,
+            subtotal=proration.due,
+            credit_applied=credit_used,
+            currency=new_plan.currency,
+            now=now,
+        )
+        if credit_used:
+            await subscriptions_repo.add_credit_entry(
+                session,
+                subscription_id=subscription_id,
+                amount=-credit_used,
+                reason="INVOICE",
+                invoice_id=invoice.id,
+                now=now,
+            )
+    elif credit_granted:
+        await subscriptions_repo.add_credit_entry(
+            session,
+            subscription_id=subscription_id,
+            amount=credit_granted,
+            reason="DOWNGRADE",
+            now=now,
+        )
+
+    if invoice is not None:
+        events.append(invoice_created_event(invoice))
+        if invoice.status == "PAID":  # credit covered all of it
+            events.append(
+                ev.invoice_paid(subscription_id, invoice.id, invoice.amount, invoice.currency, now)
+            )
+    await outbox.append_events(session, events, now)
+    return PlanChange(
+        changed=True,
+        due=proration.due,
+        invoice_id=invoice.id if invoice else None,
+        credit_granted=credit_granted,
+    )

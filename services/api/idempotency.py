@@ -1,0 +1,218 @@
+"""``Idempotency-Key`` for every POST, scoped to the calling API client.
+
+* First request with a key: it runs, and its status, headers and body are stored in the same
+  transaction as its effects (so a stored response exists exactly when the effects do).
+* Same key, same request (method, path, body): the stored response is replayed byte for byte
+  with ``Idempotent-Replayed: true``.
+* Same key, different request: 422.
+* Same key while the first request is still running: 409 with ``Retry-After``. The running
+  request holds a transaction-scoped advisory lock on (client, key), taken before anything else.
+* Only successful (2xx) responses are stored. A refused request changed nothing, so retrying it
+  with the same key runs it again (e.g. after a 409 version conflict the client re-reads and
+  retries).
+* Records expire after ``idempotency_retention_seconds``. An expired record met on write is
+  replaced; the API process also deletes expired records every
+  ``idempotency_purge_interval_seconds`` (:func:`purge_loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.responses import Response
+
+from billing_core.logging import get_logger
+from billing_core.repo import idempotency as idempotency_repo
+from billing_core.repo.api_clients import ApiClient
+from services.api.auth import authenticate
+from services.api.context import AppContext, get_context
+from services.api.problems import (
+    IDEMPOTENCY_IN_FLIGHT,
+    IDEMPOTENCY_KEY_INVALID,
+    IDEMPOTENCY_KEY_REQUIRED,
+    IDEMPOTENCY_MISMATCH,
+    ApiProblem,
+)
+
+log = get_logger(__name__)
+
+MAX_KEY_LENGTH = 255
+REPLAYED_HEADER = "Idempotent-Replayed"
+RETRY_AFTER_SECONDS = 1
+JSON = "application/json"
+# Response headers worth replaying (the body's type and where the resource lives).
+_STORED_HEADERS = ("content-type", "location", "etag")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a write produced: status, JSON body bytes, extra headers."""
+
+    status: int
+    body: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+Work = Callable[[AsyncSession, datetime], Awaitable[Outcome]]
+
+
+def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
+    """Hash of what makes two requests "the same": method, path and the JSON body's meaning."""
+    try:
+        canonical = json.dumps(
+            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    except ValueError:
+        canonical = body
+    return hashlib.sha256(method.encode() + b"\n" + path.encode() + b"\n" + canonical).digest()
+
+
+def _validate_key(raw: str | None) -> str | None:
+    if raw is None:
+        return None
+    key = raw.strip()
+    if not key or len(key) > MAX_KEY_LENGTH or not key.isprintable() or not key.isascii():
+        raise ApiProblem(
+            IDEMPOTENCY_KEY_INVALID,
+            f"Idempotency-Key must be 1 to {MAX_KEY_LENGTH} printable ASCII characters.",
+        )
+    return key
+
+
+class IdempotentWrite:
+    """Runs one write in one transaction, under the request's Idempotency-Key if any."""
+
+    def __init__(
+        self, ctx: AppContext, request: Request, client: ApiClient, key: str | None
+    ) -> None:
+        self._ctx = ctx
+        self._request = request
+        self.client = client
+        self.key = key
+
+    def require_key(self) -> None:
+        if self.key is None:
+            raise ApiProblem(
+                IDEMPOTENCY_KEY_REQUIRED,
+                "This operation requires an Idempotency-Key header (e.g. a UUID).",
+            )
+
+    async def run(self, work: Work) -> Response:
+        ctx = self._ctx
+        method = self._request.method
+        path = self._request.url.path
+        fingerprint = (
+            request_fingerprint(method, path, await self._request.body())
+            if self.key is not None
+            else b""
+        )
+        async with ctx.sessions.begin() as session:
+            now = ctx.clock.now()
+            if self.key is not None:
+                replay = await self._claim(session, method, path, fingerprint, now)
+                if replay is not None:
+                    return replay
+            outcome = await work(session, now)
+            headers = {"content-type": JSON, **outcome.headers}
+            if self.key is not None and 200 <= outcome.status < 300:
+                await idempotency_repo.save(
+                    session,
+                    client_id=self.client.id,
+                    key=self.key,
+                    request_method=method,
+                    request_path=path,
+                    request_hash=fingerprint,
+                    status=outcome.status,
+                    headers={
+                        k.lower(): v for k, v in headers.items() if k.lower() in _STORED_HEADERS
+                    },
+                    body=outcome.body,
+                    now=now,
+                    expires_at=now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
+                )
+        return Response(outcome.body, status_code=outcome.status, headers=headers)
+
+    async def _claim(
+        self, session: AsyncSession, method: str, path: str, fingerprint: bytes, now: datetime
+    ) -> Response | None:
+        assert self.key is not None
+        if not await idempotency_repo.try_lock(session, self.client.id, self.key):
+            raise ApiProblem(
+                IDEMPOTENCY_IN_FLIGHT,
+                "A request with this Idempotency-Key is still being processed; retry later.",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
+        stored = await idempotency_repo.find(session, self.client.id, self.key)
+        if stored is None:
+            return None
+        if stored.expires_at <= now:
+            await idempotency_repo.delete_key(session, self.client.id, self.key)
+            return None
+        if (stored.request_method, stored.request_path, stored.request_hash) != (
+            method,
+            path,
+            fingerprint,
+        ):
+            raise ApiProblem(
+                IDEMPOTENCY_MISMATCH,
+                "This Idempotency-Key was used for a different request "
+                f"({stored.request_method} {stored.request_path}); use a new key.",
+            )
+        log.info("idempotent_replay", client_id=self.client.id, path=path)
+        return Response(
+            stored.body,
+            status_code=stored.status,
+            headers={**stored.headers, REPLAYED_HEADER: "true"},
+        )
+
+
+async def idempotent_write(
+    request: Request,
+    client: Annotated[ApiClient, Depends(authenticate)],
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Makes the request safe to retry: the first response is stored and "
+            "replayed for the same key (24 h by default).",
+        ),
+    ] = None,
+) -> IdempotentWrite:
+    return IdempotentWrite(get_context(request), request, client, _validate_key(idempotency_key))
+
+
+IdempotentWriteDep = Annotated[IdempotentWrite, Depends(idempotent_write)]
+
+
+async def purge_expired(ctx: AppContext, *, batch_size: int = 1000) -> int:
+    total = 0
+    while True:
+        async with ctx.sessions.begin() as session:
+            n = await idempotency_repo.purge_expired(
+                session, now=ctx.clock.now(), batch_size=batch_size
+            )
+        total += n
+        if n < batch_size:
+            return total
+
+
+async def purge_loop(ctx: AppContext, interval: float) -> None:
+    """Delete expired idempotency records every ``interval`` seconds until cancelled."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            purged = await purge_expired(ctx)
+            if purged:
+                log.info("idempotency_keys_purged", count=purged)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("idempotency_purge_failed", error=repr(exc))

@@ -1,0 +1,28 @@
+"""Entry point: ``billing api`` / ``python -m services.api``. One uvicorn worker per process;
+scale by running more replicas behind the load balancer."""
+
+from __future__ import annotations
+
+import uvicorn
+
+from billing_core.clock import clock_from_offset
+from billing_core.logging import configure_logging
+from services.api.app import create_app
+from services.api.settings import ApiSettings
+
+
+def main() -> None:
+    settings = ApiSettings()
+    configure_logging(settings.process_name, settings.log_level, settings.log_json)
+    app = create_app(settings, clock_from_offset(settings.clock_offset_seconds))
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        access_log=settings.access_log,
+        log_level=settings.log_level.lower(),
+        proxy_headers=True,
+        server_header=False,
+        timeout_graceful_shutdown=10,
+    )

@@ -1,0 +1,144 @@
+"""The ASGI layer around every request: request id, body limit, metrics, last-resort errors.
+
+* ``X-Request-ID``: taken from the request when sane, generated otherwise, echoed on the response
+  and bound to every log line of the request.
+* Bodies over ``max_body_bytes`` are refused with 413, by Content-Length before reading and by
+  counting while reading (chunked uploads).
+* Prometheus: requests by method, route template and status; latency histogram likewise.
+* Any exception no handler took is logged with the request id and answered with a generic
+  500 problem: no stack trace ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+import structlog
+from prometheus_client import Counter, Histogram
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from billing_core.logging import get_logger
+from services.api.problems import (
+    INTERNAL,
+    PAYLOAD_TOO_LARGE,
+    PROBLEM_JSON,
+    REQUEST_ID_SCOPE_KEY,
+    problem_body,
+)
+
+log = get_logger(__name__)
+
+REQUESTS = Counter(
+    "billing_api_requests_total", "HTTP requests answered.", ["method", "route", "status"]
+)
+LATENCY = Histogram(
+    "billing_api_request_duration_seconds",
+    "HTTP request latency.",
+    ["method", "route", "status"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"The request body exceeds {limit} bytes.")
+
+
+def _route_label(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+class RequestContextMiddleware:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        supplied = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+        scope[REQUEST_ID_SCOPE_KEY] = request_id
+        method = scope.get("method", "?")
+        state: dict[str, Any] = {"status": 500, "started": False}
+        started_at = time.perf_counter()
+        limit = self.max_body_bytes
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                state["started"] = True
+                message["headers"] = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id.encode()),
+                ]
+            await send(message)
+
+        received = 0
+
+        async def receive_wrapper() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        with structlog.contextvars.bound_contextvars(request_id=request_id):
+            try:
+                declared = headers.get(b"content-length")
+                if declared is not None and declared.isdigit() and int(declared) > limit:
+                    await self._send_problem(send_wrapper, scope, request_id, 413, limit)
+                else:
+                    await self.app(scope, receive_wrapper, send_wrapper)
+            except Exception:
+                log.exception("unhandled_error", method=method, path=scope.get("path"))
+                if not state["started"]:
+                    await self._send_problem(send_wrapper, scope, request_id, 500, limit)
+            finally:
+                route = _route_label(scope)
+                status = str(state["status"])
+                REQUESTS.labels(method, route, status).inc()
+                LATENCY.labels(method, route, status).observe(time.perf_counter() - started_at)
+
+    @staticmethod
+    async def _send_problem(
+        send: Send, scope: Scope, request_id: str, status: int, limit: int
+    ) -> None:
+        if status == 413:
+            body = problem_body(
+                PAYLOAD_TOO_LARGE,
+                f"The request body exceeds {limit} bytes.",
+                instance=scope.get("path"),
+                request_id=request_id,
+            )
+        else:
+            body = problem_body(
+                INTERNAL,
+                "An unexpected error occurred; it has been logged with this requestId.",
+                instance=scope.get("path"),
+                request_id=request_id,
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", PROBLEM_JSON.encode()),
+                    (b"content-length", str(len(body)).encode()),
+                    *([(b"connection", b"close")] if status == 413 else []),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

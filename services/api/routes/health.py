@@ -1,0 +1,52 @@
+"""Liveness, readiness and Prometheus metrics (no authentication)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from sqlalchemy import text
+from starlette.responses import Response
+
+from billing_core.logging import get_logger
+from services.api.context import get_context
+from services.api.problems import UNAVAILABLE, ApiProblem
+from services.api.routes.common import json_response, problems
+from services.api.schemas import Health
+
+router = APIRouter(tags=["operations"])
+log = get_logger(__name__)
+READY_TIMEOUT_SECONDS = 2.0
+
+
+@router.get("/healthz", response_model=Health, summary="The process is up")
+async def healthz() -> Response:
+    return json_response(Health(status="ok"))
+
+
+@router.get(
+    "/readyz",
+    response_model=Health,
+    summary="The database answers",
+    responses=problems(503),
+)
+async def readyz(request: Request) -> Response:
+    try:
+        async with asyncio.timeout(READY_TIMEOUT_SECONDS):
+            async with get_context(request).reads() as session:
+                await session.execute(text("SELECT 1"))
+    except Exception as exc:
+        log.warning("not_ready", error=repr(exc))
+        raise ApiProblem(UNAVAILABLE, "The database does not answer.") from exc
+    return json_response(Health(status="ready"))
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+async def metrics() -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,218 @@
+"""Subscriptions: create, read, cancel, change plan, list invoices."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Query, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+from starlette.responses import Response
+
+from billing_core.domain.money import BIGINT_MAX
+from billing_core.repo import invoices as invoices_repo
+from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases import cancel as cancel_uc
+from billing_core.usecases import change_plan as change_plan_uc
+from billing_core.usecases import subscribe as subscribe_uc
+from services.api.auth import CurrentClient
+from services.api.context import get_context
+from services.api.idempotency import IdempotentWriteDep, Outcome
+from services.api.problems import ApiProblem, ProblemKind
+from services.api.routes.common import etag, expected_version, json_response, outcome, problems
+from services.api.schemas import (
+    CancelRequest,
+    ChangePlanRequest,
+    CreateSubscriptionRequest,
+    InvoiceOut,
+    InvoicePage,
+    PlanChangeOut,
+    SubscriptionOut,
+)
+
+router = APIRouter(tags=["subscriptions"])
+
+SubscriptionId = Annotated[
+    int, Path(ge=1, le=BIGINT_MAX, description="Subscription id.", alias="id")
+]
+IfMatch = Annotated[
+    str | None,
+    Header(
+        alias="If-Match",
+        description='Expected subscription version (its ETag, e.g. "3"); 409 if it moved on.',
+    ),
+]
+INVALID_CURSOR = ProblemKind(400, "invalid-cursor", "Invalid cursor")
+
+
+async def _subscription_outcome(
+    session: AsyncSession, subscription_id: int, status: int = 200
+) -> Outcome:
+    sub = await subscriptions_repo.get(session, subscription_id)
+    return outcome(status, SubscriptionOut.of(sub), etag=etag(sub.version))
+
+
+@router.post(
+    "/subscriptions",
+    status_code=201,
+    response_model=SubscriptionOut,
+    summary="Subscribe a customer to a plan",
+    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
+    "and its first invoice, due at once. Requires an Idempotency-Key header.",
+    responses=problems(400, 401, 409, 413, 422),
+)
+async def create_subscription(
+    body: CreateSubscriptionRequest, write: IdempotentWriteDep
+) -> Response:
+    write.require_key()
+
+    async def work(session: AsyncSession, now: datetime) -> Outcome:
+        created = await subscribe_uc.subscribe(
+            session,
+            customer_id=body.customer_id,
+            plan_code=body.plan_code,
+            time_zone=body.time_zone,
+            start_at=body.start_at,
+            now=now,
+        )
+        result = await _subscription_outcome(session, created.subscription_id, 201)
+        return Outcome(
+            result.status,
+            result.body,
+            {**result.headers, "location": f"/subscriptions/{created.subscription_id}"},
+        )
+
+    return await write.run(work)
+
+
+@router.get(
+    "/subscriptions/{id}",
+    response_model=SubscriptionOut,
+    summary="Read a subscription",
+    responses=problems(401, 404, 422),
+)
+async def get_subscription(
+    request: Request, subscription_id: SubscriptionId, _client: CurrentClient
+) -> Response:
+    async with get_context(request).reads() as session:
+        sub = await subscriptions_repo.get(session, subscription_id)
+    return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
+
+
+@router.post(
+    "/subscriptions/{id}/cancel",
+    response_model=SubscriptionOut,
+    summary="Cancel now or at the end of the current period",
+    description="Immediately: the subscription becomes CANCELED and its OPEN invoices VOID. "
+    "atPeriodEnd: it stays active until the period ends. Cancelling a canceled subscription "
+    "succeeds without change.",
+    responses=problems(400, 401, 404, 409, 413, 422),
+)
+async def cancel_subscription(
+    subscription_id: SubscriptionId,
+    body: CancelRequest,
+    write: IdempotentWriteDep,
+    if_match: IfMatch = None,
+) -> Response:
+    expected = expected_version(if_match, body.expected_version)
+
+    async def work(session: AsyncSession, now: datetime) -> Outcome:
+        await cancel_uc.cancel(
+            session,
+            subscription_id=subscription_id,
+            at_period_end=body.at_period_end,
+            expected_version=expected,
+            now=now,
+        )
+        return await _subscription_outcome(session, subscription_id)
+
+    return await write.run(work)
+
+
+@router.post(
+    "/subscriptions/{id}/change-plan",
+    response_model=PlanChangeOut,
+    summary="Change plan, prorated on the time left in the current period",
+    description="An upgrade creates a PRORATION invoice for the prorated difference (credit "
+    "applied first); a downgrade adds credit for later invoices. The same plan is a no-op; "
+    "a plan in another currency or interval is refused (422).",
+    responses=problems(400, 401, 404, 409, 413, 422),
+)
+async def change_plan(
+    subscription_id: SubscriptionId,
+    body: ChangePlanRequest,
+    write: IdempotentWriteDep,
+    if_match: IfMatch = None,
+) -> Response:
+    expected = expected_version(if_match, body.expected_version)
+
+    async def work(session: AsyncSession, now: datetime) -> Outcome:
+        change = await change_plan_uc.change_plan(
+            session,
+            subscription_id=subscription_id,
+            plan_code=body.plan_code,
+            expected_version=expected,
+            now=now,
+        )
+        sub = await subscriptions_repo.get(session, subscription_id)
+        return outcome(
+            200,
+            PlanChangeOut(
+                changed=change.changed,
+                due=change.due,
+                proration_invoice_id=change.invoice_id,
+                credit_granted=change.credit_granted,
+                subscription=SubscriptionOut.of(sub),
+            ),
+            etag=etag(sub.version),
+        )
+
+    return await write.run(work)
+
+
+def _encode_cursor(invoice_id: int) -> str:
+    return base64.urlsafe_b64encode(f"inv:{invoice_id}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, value = raw.partition(":")
+        invoice_id = int(value)
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise ApiProblem(INVALID_CURSOR, "Use the nextCursor of a previous page.") from exc
+    if prefix != "inv" or not 1 <= invoice_id <= BIGINT_MAX:
+        raise ApiProblem(INVALID_CURSOR, "Use the nextCursor of a previous page.")
+    return invoice_id
+
+
+@router.get(
+    "/subscriptions/{id}/invoices",
+    response_model=InvoicePage,
+    summary="List a subscription's invoices, newest first",
+    description="Paginate with the opaque nextCursor (stable while invoices are added), or "
+    "with limit/offset.",
+    responses=problems(400, 401, 404, 422),
+)
+async def list_invoices(
+    request: Request,
+    subscription_id: SubscriptionId,
+    _client: CurrentClient,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+) -> Response:
+    before_id = _decode_cursor(cursor) if cursor is not None else None
+    async with get_context(request).sessions() as session:
+        if not await subscriptions_repo.exists(session, subscription_id):
+            raise subscriptions_repo.SubscriptionNotFound(subscription_id)
+        rows = await invoices_repo.list_for_subscription(
+            session, subscription_id, limit=limit + 1, before_id=before_id, offset=offset
+        )
+    page = rows[:limit]
+    next_cursor = _encode_cursor(page[-1].id) if len(rows) > limit else None
+    return json_response(
+        InvoicePage(items=[InvoiceOut.of(i) for i in page], next_cursor=next_cursor)
+    )

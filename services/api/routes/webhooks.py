@@ -1,0 +1,132 @@
+"""The payment gateway's asynchronous results: ``POST /webhooks/payments``.
+
+Order of work: the raw body is read (size-limited) and its signature verified before any
+parsing; then, in one transaction, the gateway event id is recorded (a duplicate stops there)
+and the result goes through the same ``record_charge_result`` the collector uses, which decides
+from the invoice's current state: a PAID invoice stays PAID, an older attempt's result never
+rolls anything back, a success for a FAILED/VOID invoice is kept for reconciliation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Request
+from pydantic import ValidationError
+from starlette.responses import Response
+
+from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.charge_result import idempotency_key as gateway_key
+from billing_core.logging import get_logger
+from billing_core.usecases.payment_result import record_charge_result
+from services.api import signatures, webhook_log
+from services.api.context import get_context
+from services.api.problems import MALFORMED_JSON, VALIDATION, WEBHOOK_SIGNATURE, ApiProblem
+from services.api.routes.common import json_response, problems
+from services.api.schemas import WebhookAck, WebhookEvent, inline_schema
+
+router = APIRouter(tags=["webhooks"])
+log = get_logger(__name__)
+
+OUTCOMES = {"charge.succeeded": ChargeOutcome.SUCCESS, "charge.declined": ChargeOutcome.DECLINED}
+
+
+def _invalid_body(exc: ValidationError) -> ApiProblem:
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return ApiProblem(MALFORMED_JSON, "The request body is not valid JSON.")
+    fields = [
+        {
+            "field": ".".join(str(p) for p in ("body", *e.get("loc", ()))),
+            "message": e.get("msg", ""),
+            "code": e.get("type"),
+        }
+        for e in errors
+    ]
+    return ApiProblem(VALIDATION, "The webhook event is not in the expected shape.", errors=fields)
+
+
+@router.post(
+    "/webhooks/payments",
+    response_model=WebhookAck,
+    summary="Gateway payment results (signed)",
+    description="Signed with `Billing-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "
+    '"<t>.<raw body>")>`. Idempotent: an event id is processed once.',
+    responses=problems(400, 401, 413, 422),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": inline_schema(WebhookEvent)}},
+        }
+    },
+)
+async def payment_webhook(
+    request: Request,
+    billing_signature: Annotated[str | None, Header(alias="Billing-Signature")] = None,
+) -> Response:
+    ctx = get_context(request)
+    body = await request.body()
+    try:
+        signatures.verify(
+            billing_signature,
+            body,
+            secrets=ctx.settings.webhook_secret_list(),
+            now=ctx.clock.now(),
+            tolerance_seconds=ctx.settings.webhook_tolerance_seconds,
+        )
+    except signatures.SignatureError as exc:
+        log.warning("webhook_signature_rejected", reason=str(exc))
+        raise ApiProblem(WEBHOOK_SIGNATURE, "The Billing-Signature header is invalid.") from exc
+    try:
+        event = WebhookEvent.model_validate_json(body)
+    except ValidationError as exc:
+        raise _invalid_body(exc) from exc
+    data = event.data
+    if data.idempotency_key != gateway_key(data.invoice_id, data.attempt):
+        raise ApiProblem(
+            VALIDATION,
+            "data.idempotencyKey does not match data.invoiceId and data.attempt.",
+            errors=[{"field": "body.data.idempotencyKey", "message": "mismatch", "code": None}],
+        )
+
+    result: str
+    async with ctx.sessions.begin() as session:
+        now = ctx.clock.now()
+        payload: dict[str, Any] = event.model_dump(mode="json", by_alias=True)
+        first = await webhook_log.record_once(
+            session,
+            event_id=event.id,
+            event_type=event.type,
+            invoice_id=data.invoice_id,
+            payload=payload,
+            received_at=now,
+        )
+        outcome = OUTCOMES.get(event.type)
+        if not first:
+            result = "DUPLICATE"
+        elif outcome is None:
+            result = "IGNORED"
+        else:
+            recorded = await record_charge_result(
+                session,
+                invoice_id=data.invoice_id,
+                attempt_number=data.attempt,
+                outcome=outcome,
+                source="WEBHOOK",
+                idempotency_key=data.idempotency_key,
+                now=now,
+                rng=ctx.rng,
+                policy=ctx.policy,
+                decline_code=data.decline_code,
+                gateway_reference=data.charge_id,
+            )
+            result = str(recorded)
+    log.info(
+        "webhook_processed",
+        event_id=event.id,
+        event_type=event.type,
+        invoice_id=data.invoice_id,
+        attempt=data.attempt,
+        result=result,
+    )
+    return json_response(WebhookAck(event_id=event.id, result=result))

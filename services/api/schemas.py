@@ -1,0 +1,265 @@
+"""Request and response bodies (JSON in camelCase), and the problem document for the docs."""
+
+from __future__ import annotations
+
+import functools
+import zoneinfo
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic.alias_generators import to_camel
+from pydantic.functional_validators import AfterValidator
+
+from billing_core.domain.money import BIGINT_MAX
+from billing_core.repo.invoices import Invoice
+from billing_core.repo.plans import Plan
+from billing_core.repo.subscriptions import Subscription
+
+Id = Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)]
+Version = Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)]
+PlanCode = Annotated[str, Field(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9_\-]+$")]
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones() | {"UTC"})
+
+
+def _check_zone(value: str) -> str:
+    if value not in _zones():
+        raise ValueError("not an IANA time zone name (e.g. Europe/Paris)")
+    return value
+
+
+TimeZone = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_check_zone)]
+
+
+class _Camel(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class _Request(_Camel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="forbid"
+    )
+
+
+class CreateSubscriptionRequest(_Request):
+    customer_id: Id
+    plan_code: PlanCode
+    time_zone: TimeZone = "UTC"
+    start_at: AwareDatetime | None = Field(
+        default=None,
+        description="Start of the first period (default: now). Not in the future, and its "
+        "first period must not be over yet.",
+    )
+
+
+class CancelRequest(_Request):
+    at_period_end: StrictBool = Field(
+        description="true: cancel when the current period ends; false: cancel now."
+    )
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class ChangePlanRequest(_Request):
+    plan_code: PlanCode
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class PlanOut(_Camel):
+    code: str
+    name: str
+    price_amount: int = Field(description="Minor units of the currency (e.g. cents).")
+    currency: str
+    interval: Literal["MONTH", "YEAR"]
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanOut:
+        return cls(
+            code=plan.code,
+            name=plan.name,
+            price_amount=plan.price_amount,
+            currency=plan.currency,
+            interval=plan.billing_interval,
+        )
+
+
+class PlanList(_Camel):
+    items: list[PlanOut]
+
+
+class SubscriptionOut(_Camel):
+    id: int
+    customer_id: int
+    status: Literal["ACTIVE", "PAST_DUE", "CANCELED"]
+    plan: PlanOut
+    time_zone: str
+    billing_anchor: datetime
+    period_index: int
+    current_period_start: datetime
+    current_period_end: datetime
+    cancel_at_period_end: bool
+    canceled_at: datetime | None
+    credit_balance: int = Field(description="Credit (minor units) for the next invoices.")
+    version: int = Field(description="Bumped by every change; send it back as If-Match.")
+    created_at: datetime
+
+    @classmethod
+    def of(cls, sub: Subscription) -> SubscriptionOut:
+        return cls(
+            id=sub.id,
+            customer_id=sub.customer_id,
+            status=sub.status,
+            plan=PlanOut(
+                code=sub.plan_code,
+                name=sub.plan_name,
+                price_amount=sub.plan_price_amount,
+                currency=sub.plan_currency,
+                interval=sub.plan_interval,
+            ),
+            time_zone=sub.time_zone,
+            billing_anchor=sub.billing_anchor,
+            period_index=sub.period_index,
+            current_period_start=sub.current_period_start,
+            current_period_end=sub.current_period_end,
+            cancel_at_period_end=sub.cancel_at_period_end,
+            canceled_at=sub.canceled_at,
+            credit_balance=sub.credit_balance,
+            version=sub.version,
+            created_at=sub.created_at,
+        )
+
+
+class PlanChangeOut(_Camel):
+    changed: bool = Field(description="False when the subscription already had this plan.")
+    due: int = Field(description="Prorated amount: > 0 invoiced, < 0 credited.")
+    proration_invoice_id: int | None
+    credit_granted: int
+    subscription: SubscriptionOut
+
+
+class InvoiceOut(_Camel):
+    id: int
+    subscription_id: int
+    kind: Literal["RENEWAL", "PRORATION"]
+    period_index: int
+    period_start: datetime
+    period_end: datetime
+    subtotal: int
+    credit_applied: int
+    amount: int
+    currency: str
+    status: Literal["OPEN", "PAID", "FAILED", "VOID"]
+    attempt_count: int
+    next_attempt_at: datetime | None
+    paid_at: datetime | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, inv: Invoice) -> InvoiceOut:
+        return cls(
+            id=inv.id,
+            subscription_id=inv.subscription_id,
+            kind=inv.kind,
+            period_index=inv.period_index,
+            period_start=inv.period_start,
+            period_end=inv.period_end,
+            subtotal=inv.subtotal,
+            credit_applied=inv.credit_applied,
+            amount=inv.amount,
+            currency=inv.currency,
+            status=inv.status,
+            attempt_count=inv.attempt_count,
+            next_attempt_at=inv.next_attempt_at,
+            paid_at=inv.paid_at,
+            created_at=inv.created_at,
+        )
+
+
+class InvoicePage(_Camel):
+    items: list[InvoiceOut]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next (older) page; null on the last page."
+    )
+
+
+class WebhookData(_Camel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+    )
+    charge_id: str | None = Field(default=None, max_length=200)
+    idempotency_key: str = Field(min_length=1, max_length=100)
+    invoice_id: Id
+    attempt: Annotated[StrictInt, Field(ge=0, le=1_000_000)]
+    customer_id: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)] | None = None
+    amount: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)] | None = None
+    currency: str | None = Field(default=None, max_length=3)
+    decline_code: str | None = Field(default=None, max_length=100)
+
+
+class WebhookEvent(_Camel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+    )
+    id: str = Field(min_length=1, max_length=100)
+    type: str = Field(min_length=1, max_length=50)
+    created: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)]
+    data: WebhookData
+
+
+class WebhookAck(_Camel):
+    event_id: str
+    result: str = Field(
+        description="APPLIED, ALREADY_SETTLED, STALE_ATTEMPT, RECONCILIATION, NOT_FOUND, "
+        "DUPLICATE (event seen before) or IGNORED (type not handled)."
+    )
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+    code: str | None = None
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details (media type application/problem+json)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    requestId: str | None = None
+    errors: list[FieldError] | None = None
+    currentVersion: int | None = None
+
+
+class Health(BaseModel):
+    status: str
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The model's JSON schema with its ``$defs`` inlined (for ``openapi_extra`` bodies)."""
+    schema = model.model_json_schema(by_alias=True)
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(defs[ref.removeprefix("#/$defs/")])
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    result: dict[str, Any] = resolve(schema)
+    return result

@@ -1,0 +1,47 @@
+"""Settings of the API process (``BILLING_*`` environment variables), built once in main()."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+from pydantic_settings import SettingsConfigDict
+
+from billing_core.settings import CoreSettings
+
+
+class ApiSettings(CoreSettings):
+    model_config = SettingsConfigDict(env_prefix="BILLING_", extra="ignore", frozen=True)
+
+    process_name: str = Field(default="billing-api")
+    host: str = Field(default="127.0.0.1", description="Interface uvicorn binds to.")
+    port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port.")
+    db_pool_size: int = Field(default=10, ge=1, le=200)
+    webhook_secrets: SecretStr = Field(
+        default=SecretStr(""),
+        description="Comma-separated HMAC secrets for gateway webhooks; any of them may match "
+        "(rotation: add the new secret, switch the gateway, then drop the old one).",
+    )
+    webhook_tolerance_seconds: int = Field(
+        default=300, ge=1, description="Maximum age (and clock skew) of a webhook signature."
+    )
+    idempotency_retention_seconds: int = Field(
+        default=24 * 3600, ge=1, description="How long a stored idempotent response is replayed."
+    )
+    idempotency_purge_interval_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="Period of the in-process task deleting expired idempotency keys (0: off).",
+    )
+    max_body_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="Larger request bodies are refused with 413."
+    )
+    auth_cache_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long a verified API key is trusted without a database look-up "
+        "(a revoked key stops working after at most this long).",
+    )
+    access_log: bool = Field(default=False, description="uvicorn's access log.")
+
+    def webhook_secret_list(self) -> list[bytes]:
+        raw = self.webhook_secrets.get_secret_value()
+        return [s.strip().encode() for s in raw.split(",") if s.strip()]

@@ -1,0 +1,1 @@
+"""Operator tools: seeding, status, the demo."""

@@ -1,0 +1,114 @@
+"""``billing status``: the backlogs an operator looks at first, as readable tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import redis.asyncio as aioredis
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+_SUBSCRIPTIONS = text(
+    """
+    SELECT status, count(*) AS n,
+           count(*) FILTER (WHERE status = 'ACTIVE' AND current_period_end <= :now) AS due,
+           min(current_period_end) FILTER (WHERE status = 'ACTIVE') AS next_end
+    FROM subscription GROUP BY status ORDER BY status
+    """
+)
+_INVOICES = text(
+    """
+    SELECT status, attempt_count,
+           count(*) AS n,
+           count(*) FILTER (WHERE status = 'OPEN' AND next_attempt_at <= :now) AS due,
+           count(*) FILTER (WHERE status = 'OPEN' AND next_attempt_at > :now
+                            AND leased_at IS NOT NULL) AS leased,
+           min(next_attempt_at) FILTER (WHERE status = 'OPEN') AS next_attempt
+    FROM invoice GROUP BY status, attempt_count ORDER BY status, attempt_count
+    """
+)
+_OUTBOX = text(
+    """
+    SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS unpublished,
+           count(*) FILTER (WHERE parked_at IS NOT NULL) AS parked,
+           min(occurred_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS oldest,
+           count(*) AS total
+    FROM outbox_event
+    """
+)
+
+
+@dataclass
+class Status:
+    subscriptions: list[dict[str, object]]
+    invoices: list[dict[str, object]]
+    outbox: dict[str, object]
+    permits_last_second: int | None
+    rate_limit: int
+
+
+async def gather(
+    engine: AsyncEngine, now: datetime, redis_url: str, limiter_key: str, rate_limit: int
+) -> Status:
+    async with engine.connect() as conn:
+        subs = [dict(r) for r in (await conn.execute(_SUBSCRIPTIONS, {"now": now})).mappings()]
+        invs = [dict(r) for r in (await conn.execute(_INVOICES, {"now": now})).mappings()]
+        outbox = dict((await conn.execute(_OUTBOX)).mappings().one())
+    permits: int | None
+    client = aioredis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        seconds, micros = await client.time()
+        now_us = int(seconds) * 1_000_000 + int(micros)
+        permits = int(await client.zcount(limiter_key, now_us - 1_000_000, "+inf"))
+    except Exception:
+        permits = None
+    finally:
+        await client.aclose()
+    return Status(subs, invs, outbox, permits, rate_limit)
+
+
+def render(status: Status, now: datetime, console: Console | None = None) -> None:
+    console = console or Console()
+    subs = Table(title="Subscriptions")
+    for column in ("status", "count", "due now", "next period end"):
+        subs.add_column(column)
+    for r in status.subscriptions:
+        subs.add_row(str(r["status"]), str(r["n"]), str(r["due"]), str(r["next_end"] or "-"))
+    console.print(subs)
+
+    invs = Table(title="Invoices (dunning pipeline: attempts = declines so far)")
+    for column in ("status", "attempts", "count", "due now", "leased", "next attempt"):
+        invs.add_column(column)
+    for r in status.invoices:
+        invs.add_row(
+            str(r["status"]),
+            str(r["attempt_count"]),
+            str(r["n"]),
+            str(r["due"]),
+            str(r["leased"]),
+            str(r["next_attempt"] or "-"),
+        )
+    console.print(invs)
+
+    o = status.outbox
+    oldest = o["oldest"]
+    lag = f"{(now - oldest).total_seconds():.1f} s" if isinstance(oldest, datetime) else "0 s"
+    out = Table(title="Outbox -> Kafka")
+    for column in ("unpublished", "lag (oldest unpublished)", "parked", "total"):
+        out.add_column(column)
+    out.add_row(str(o["unpublished"]), lag, str(o["parked"]), str(o["total"]))
+    console.print(out)
+
+    gate = Table(title="Gateway budget")
+    gate.add_column("permits used in the last second")
+    gate.add_column("limit")
+    used = (
+        "Redis unreachable (collection paused)"
+        if status.permits_last_second is None
+        else (str(status.permits_last_second))
+    )
+    gate.add_row(used, str(status.rate_limit))
+    console.print(gate)

@@ -1,0 +1,3 @@
+from services.renewer.main import main
+
+main()

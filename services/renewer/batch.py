@@ -1,0 +1,161 @@
+"""One renewal batch, inside the caller's transaction (the caller commits; nothing here does).
+
+1. Claim up to ``batch_size`` due ACTIVE subscriptions, oldest first, ``FOR UPDATE SKIP LOCKED``.
+2. Plan each row with the pure domain rules (:mod:`services.renewer.planning`); a row that cannot
+   be planned is logged and parked (left untouched, reported to the caller), the rest go on.
+3. Insert every renewal invoice in one statement, ``ON CONFLICT DO NOTHING`` on the renewal
+   index. If some invoice already existed (a replayed batch), that insert is rolled back to its
+   savepoint, the existing periods are looked up and the batch is planned again with them: an
+   existing period is advanced over without a second invoice and without consuming credit. So a
+   period is never advanced without its invoice, and no invoice is inserted twice.
+4. Advance every subscription (version bump), record the credit used and append the outbox events
+   — each one statement for the whole batch.
+
+Because all of this is one transaction, a process killed at any point leaves nothing half done:
+PostgreSQL rolls the batch back, the row locks are released and another renewer takes the rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from billing_core.domain.events import DomainEvent
+from billing_core.logging import get_logger
+from billing_core.repo import outbox as outbox_repo
+from billing_core.repo import renewal as renewal_repo
+from services.renewer import planning
+
+log = get_logger(__name__)
+
+
+class RenewalConflict(Exception):
+    """The batch's writes did not land as planned; the whole batch must be rolled back."""
+
+
+@dataclass(slots=True)
+class BatchResult:
+    claimed: int = 0
+    renewed_subscriptions: int = 0
+    invoices_created: int = 0
+    zero_amount_invoices: int = 0
+    canceled: int = 0
+    already_invoiced: int = 0
+    credit_used: int = 0
+    events: int = 0
+    still_due: int = 0
+    parked: list[int] = field(default_factory=list)
+    invoice_ids: list[int] = field(default_factory=list)
+
+
+def _plan_all(
+    rows: Sequence[renewal_repo.DueSubscription],
+    *,
+    now: datetime,
+    max_periods: int,
+    existing: Collection[tuple[int, datetime]],
+    parked: list[int],
+) -> list[planning.RowPlan]:
+    plans: list[planning.RowPlan] = []
+    for due in rows:
+        try:
+            plans.append(
+                planning.plan_row(due, now=now, max_periods=max_periods, existing=existing)
+            )
+        except Exception as exc:  # bad data: park the row visibly, keep the batch going
+            parked.append(due.id)
+            log.error("renewal_row_parked", subscription_id=due.id, error=repr(exc))
+    return plans
+
+
+async def _insert_invoices(
+    db: renewal_repo.Db, plans: Sequence[planning.RowPlan], *, now: datetime
+) -> list[renewal_repo.InsertedInvoice] | None:
+    """Insert all planned invoices under a savepoint; None (rolled back) if any already existed."""
+    wanted = [p.invoice for plan in plans for p in plan.invoices]
+    if not wanted:
+        return []
+    savepoint = await db.begin_nested()
+    inserted = await renewal_repo.insert_renewal_invoices(db, wanted, now=now)
+    if len(inserted) == len(wanted):
+        await savepoint.commit()
+        return inserted
+    await savepoint.rollback()
+    return None
+
+
+async def renew_due_batch(
+    db: renewal_repo.Db,
+    *,
+    now: datetime,
+    batch_size: int,
+    max_periods: int = 24,
+    exclude_ids: Sequence[int] = (),
+) -> BatchResult:
+    """Renew (or cancel at period end) one batch of due subscriptions at ``now``."""
+    result = BatchResult()
+    rows = await renewal_repo.claim_due(db, now=now, limit=batch_size, exclude_ids=exclude_ids)
+    result.claimed = len(rows)
+    if not rows:
+        return result
+
+    existing: set[tuple[int, datetime]] = set()
+    plans = _plan_all(
+        rows, now=now, max_periods=max_periods, existing=existing, parked=result.parked
+    )
+    inserted = await _insert_invoices(db, plans, now=now)
+    if inserted is None:
+        # Some renewal already exists (a replayed batch): plan again knowing which.
+        keys = [
+            (p.invoice.subscription_id, p.invoice.period_start) for pl in plans for p in pl.invoices
+        ]
+        existing = await renewal_repo.existing_renewals(db, keys)
+        log.warning("renewal_invoices_already_exist", count=len(existing))
+        # Planning is deterministic: the rows parked above fail the same way again.
+        plans = _plan_all(rows, now=now, max_periods=max_periods, existing=existing, parked=[])
+        inserted = await _insert_invoices(db, plans, now=now)
+        if inserted is None:
+            raise RenewalConflict("renewal invoices appeared while the rows were locked")
+
+    ids = {(i.subscription_id, i.period_index): i.id for i in inserted}
+    writes = [plan.write for plan in plans]
+    updated = await renewal_repo.write_subscriptions(db, writes, now=now)
+    if len(updated) != len(writes):
+        missing = sorted({w.id for w in writes} - updated)
+        raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
+
+    credit_uses: list[renewal_repo.CreditUse] = []
+    events: list[DomainEvent] = []
+    for plan in plans:
+        invoice_ids = [
+            ids[(p.invoice.subscription_id, p.invoice.period_index)] for p in plan.invoices
+        ]
+        for planned, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
+            if planned.credit_used:
+                credit_uses.append(
+                    renewal_repo.CreditUse(plan.due.id, invoice_id, planned.credit_used)
+                )
+                result.credit_used += planned.credit_used
+            if planned.invoice.status == "PAID":
+                result.zero_amount_invoices += 1
+        events.extend(planning.invoice_events(plan, invoice_ids))
+        result.invoice_ids.extend(invoice_ids)
+        result.invoices_created += len(invoice_ids)
+        result.already_invoiced += len(plan.already_invoiced)
+        if plan.canceled:
+            result.canceled += 1
+        else:
+            result.renewed_subscriptions += 1
+            if plan.write.current_period_end <= now:
+                result.still_due += 1
+        if plan.already_invoiced:
+            log.warning(
+                "renewal_period_already_invoiced",
+                subscription_id=plan.due.id,
+                period_indexes=plan.already_invoiced,
+            )
+    await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
+    await outbox_repo.append_events(db, events, now)
+    result.events = len(events)
+    return result

@@ -1,0 +1,119 @@
+"""The renewer's loop body: one batch per tick, in its own transaction.
+
+The tick claims a batch, renews it and commits; with ``concurrency`` > 1 it runs that many
+batches at once on separate connections (SKIP LOCKED keeps them disjoint), so the Python side of
+one batch overlaps the database side of the other. It asks for another tick right away while the
+batches come back full (or a subscription is still catching up), otherwise the worker sleeps for
+the poll interval. PAST_DUE subscriptions are never claimed (the due index holds ACTIVE rows only):
+they are renewed once a payment returns them to ACTIVE, catching up every period they missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import Clock
+from billing_core.logging import get_logger
+from billing_core.repo import renewal as renewal_repo
+from services.renewer import metrics
+from services.renewer.batch import BatchResult, renew_due_batch
+
+log = get_logger(__name__)
+
+
+class Renewer:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        clock: Clock,
+        *,
+        batch_size: int,
+        max_periods_per_row: int = 24,
+        backlog_refresh_seconds: float = 5.0,
+        concurrency: int = 1,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self._concurrency = concurrency
+        self._engine = engine
+        self._clock = clock
+        self._batch_size = batch_size
+        self._max_periods = max_periods_per_row
+        self._backlog_refresh = backlog_refresh_seconds
+        self._backlog_counted_at: float | None = None
+        self.parked: set[int] = set()
+        self.last_result: BatchResult | None = None
+
+    async def tick(self) -> bool:
+        """Renew ``concurrency`` batches at once (each its own transaction and connection);
+        True when more due work is probably waiting."""
+        if self._concurrency == 1:
+            results = [await self._batch()]
+        else:
+            outcomes = await asyncio.gather(
+                *(self._batch() for _ in range(self._concurrency)), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            results = [o for o in outcomes if isinstance(o, BatchResult)]
+        full = any(r.claimed >= self._batch_size or r.still_due > 0 for r in results)
+        await self._refresh_backlog(force=not full)
+        return full
+
+    async def _batch(self) -> BatchResult:
+        now = self._clock.now()
+        started = time.perf_counter()
+        async with self._engine.begin() as conn:
+            result = await renew_due_batch(
+                conn,
+                now=now,
+                batch_size=self._batch_size,
+                max_periods=self._max_periods,
+                exclude_ids=sorted(self.parked),
+            )
+        elapsed = time.perf_counter() - started
+        self.last_result = result
+        metrics.BATCH_SECONDS.observe(elapsed)
+        metrics.BATCH_SIZE.observe(result.claimed)
+        metrics.INVOICES_CREATED.inc(result.invoices_created)
+        metrics.ZERO_AMOUNT_INVOICES.inc(result.zero_amount_invoices)
+        metrics.CANCELLATIONS.inc(result.canceled)
+        metrics.ALREADY_INVOICED.inc(result.already_invoiced)
+        if result.parked:
+            self.parked.update(result.parked)
+            metrics.PARKED.set(len(self.parked))
+        if result.claimed:
+            log.info(
+                "renewal_batch",
+                claimed=result.claimed,
+                invoices=result.invoices_created,
+                zero_amount=result.zero_amount_invoices,
+                canceled=result.canceled,
+                already_invoiced=result.already_invoiced,
+                parked=len(result.parked),
+                still_due=result.still_due,
+                duration_ms=round(elapsed * 1000, 1),
+            )
+        return result
+
+    async def _refresh_backlog(self, *, force: bool) -> None:
+        mono = time.monotonic()
+        if (
+            not force
+            and self._backlog_counted_at is not None
+            and mono - self._backlog_counted_at < self._backlog_refresh
+        ):
+            return
+        self._backlog_counted_at = mono
+        async with self._engine.connect() as conn:
+            metrics.DUE_BACKLOG.set(await renewal_repo.count_due(conn, now=self._clock.now()))
+
+    async def database_ready(self) -> bool:
+        async with self._engine.connect() as conn:
+            value = (await conn.execute(text("SELECT 1"))).scalar_one()
+        return bool(value == 1)

@@ -1,0 +1,467 @@
+"""Fault-injection harness: the real processes, real servers, faults, then the invariant checker.
+
+It starts its own PostgreSQL, Redis and Kafka (scripts/infra.sh in a temporary folder, on free
+ports), the gateway simulator (timeouts, 5xx, declines, duplicated and reordered webhooks), the
+API (webhooks), and two replicas of each worker. Subscriptions come due during the run; dunning
+delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a random worker
+replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL.
+When the system has drained, the invariant checker must find no violation.
+
+Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
+CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from billing_core.db import migrate
+from billing_core.domain.period import Interval, boundary
+from billing_core.invariants.checker import check_all, fetch_ledger
+from billing_core.invariants.events import read_topic
+from billing_core.invariants.report import Report
+from tests.support.processes import ROOT, Proc, free_port, start
+
+WORKERS = ("renewer", "collector", "relay")
+WEBHOOK_SECRET = "chaos-webhook-secret"
+
+
+@dataclass
+class ChaosConfig:
+    subscriptions: int = 20_000
+    kills: int = 20
+    kill_interval_s: float = 3.0
+    outage_s: float = 20.0
+    due_window_s: float = 30.0
+    hard_decliner_share: float = 0.01
+    drain_timeout_s: float = 300.0
+    seed: int = 2026
+
+
+@dataclass
+class Outcome:
+    report: Report
+    faults: dict[str, int]
+    figures: dict[str, int]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok and not self.problems
+
+
+class Infra:
+    """A private PostgreSQL + Redis + Kafka under a temporary folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.env = {
+            "BILLING_VAR": str(folder / "var"),
+            "BILLING_PG_PORT": str(free_port()),
+            "BILLING_REDIS_PORT": str(free_port()),
+            "BILLING_KAFKA_PORT": str(free_port()),
+            "BILLING_KAFKA_CONTROLLER_PORT": str(free_port()),
+        }
+
+    def run(self, *args: str) -> None:
+        subprocess.run(
+            [str(ROOT / "scripts" / "infra.sh"), *args],
+            env={**os.environ, **self.env},
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def urls(self) -> dict[str, str]:
+        return {
+            "BILLING_DATABASE_URL": (
+                f"postgresql+asyncpg://billing@127.0.0.1:{self.env['BILLING_PG_PORT']}/billing"
+            ),
+            "BILLING_REDIS_URL": f"redis://127.0.0.1:{self.env['BILLING_REDIS_PORT']}/0",
+            "BILLING_KAFKA_BOOTSTRAP": f"127.0.0.1:{self.env['BILLING_KAFKA_PORT']}",
+        }
+
+
+class System:
+    """The processes of one run; workers can be killed and restarted by name."""
+
+    def __init__(self, base_env: dict[str, str], logs: Path) -> None:
+        self.base_env = base_env
+        self.logs = logs
+        self.procs: dict[str, Proc] = {}
+        self.envs: dict[str, tuple[str, dict[str, str], str | None]] = {}
+        self.restarts = 0
+
+    def start(self, name: str, module: str, env: dict[str, str], ready: str | None) -> Proc:
+        self.envs[name] = (module, env, ready)
+        proc = start(name, module, {**self.base_env, **env}, self.logs, ready_url=ready, timeout=60)
+        self.procs[name] = proc
+        return proc
+
+    def restart(self, name: str) -> None:
+        module, env, ready = self.envs[name]
+        self.procs[name] = start(
+            name, module, {**self.base_env, **env}, self.logs, ready_url=ready, timeout=60
+        )
+        self.restarts += 1
+
+    def workers(self) -> list[str]:
+        return [n for n in self.procs if n.split("-")[0] in WORKERS]
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.procs.items() if not p.alive()]
+
+    def stop_all(self) -> dict[str, int]:
+        codes = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.terminate(timeout=60)
+            except AssertionError:
+                codes[name] = -9
+        return codes
+
+
+async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[int]:
+    """Subscriptions whose period 0 was invoiced and paid, coming due over the due window.
+
+    Anchors are chosen so that the drift-free boundary of period 1 falls in the window, so the
+    renewer's own period arithmetic continues the history exactly.
+    """
+    rng = random.Random(config.seed)
+    zones = ["UTC", "Europe/Paris", "America/New_York", "Asia/Tokyo"]
+    rows: list[dict[str, Any]] = []
+    for i in range(config.subscriptions):
+        tz = zones[i % len(zones)]
+        due = now + timedelta(seconds=rng.uniform(0, config.due_window_s))
+        anchor = due - timedelta(days=31)
+        end = boundary(anchor, Interval.MONTH, 1, tz)
+        for _ in range(3):  # months differ in length: move the anchor so period 1 starts at due
+            anchor += due - end
+            end = boundary(anchor, Interval.MONTH, 1, tz)
+        rows.append({"customer": 100_000 + i, "tz": tz, "anchor": anchor, "end": end})
+    async with engine.begin() as conn:
+        plan = (
+            await conn.execute(text("SELECT id, price_amount FROM plan WHERE code = 'PRO_MONTHLY'"))
+        ).one()
+        result = await conn.execute(
+            text(
+                """
+                WITH s AS (
+                    INSERT INTO subscription (customer_id, plan_id, status, time_zone,
+                        billing_anchor, period_index, current_period_start, current_period_end)
+                    SELECT c, :plan, 'ACTIVE', z, a, 0, a, e
+                    FROM unnest(CAST(:customers AS bigint[]), CAST(:zones AS text[]),
+                                CAST(:anchors AS timestamptz[]), CAST(:ends AS timestamptz[]))
+                         AS t(c, z, a, e)
+                    RETURNING id, customer_id, current_period_start, current_period_end
+                )
+                INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
+                    period_start, period_end, subtotal, amount, currency, status, paid_at,
+                    closed_at)
+                SELECT id, customer_id, 'RENEWAL', 0, current_period_start, current_period_end,
+                       :price, :price, 'EUR', 'PAID', current_period_start, current_period_start
+                FROM s RETURNING customer_id
+                """
+            ),
+            {
+                "plan": plan.id,
+                "price": plan.price_amount,
+                "customers": [r["customer"] for r in rows],
+                "zones": [r["tz"] for r in rows],
+                "anchors": [r["anchor"] for r in rows],
+                "ends": [r["end"] for r in rows],
+            },
+        )
+        customers = [int(c) for (c,) in result]
+    rng.shuffle(customers)
+    return customers[: int(len(customers) * config.hard_decliner_share)]
+
+
+async def counts(engine: AsyncEngine) -> dict[str, int]:
+    async with engine.connect() as conn:
+        row = (
+            (
+                await conn.execute(
+                    text(
+                        """
+                    SELECT
+                      (SELECT count(*) FROM subscription WHERE status = 'ACTIVE'
+                         AND current_period_end <= now()) AS due_subscriptions,
+                      (SELECT count(*) FROM invoice WHERE status = 'OPEN') AS open_invoices,
+                      (SELECT count(*) FROM invoice) AS invoices,
+                      (SELECT count(*) FROM invoice WHERE status = 'PAID') AS paid,
+                      (SELECT count(*) FROM invoice WHERE status = 'FAILED') AS failed,
+                      (SELECT count(*) FROM subscription WHERE status = 'CANCELED') AS canceled,
+                      (SELECT count(*) FROM outbox_event) AS events,
+                      (SELECT count(*) FROM outbox_event WHERE published_at IS NULL)
+                         AS unpublished,
+                      (SELECT count(*) FROM payment_attempt) AS attempts
+                    """
+                    )
+                )
+            )
+            .mappings()
+            .one()
+        )
+    return {k: int(v) for k, v in row.items()}
+
+
+async def _sim_calls_between(sim_url: str, start_s: float, end_s: float) -> int:
+    async with httpx.AsyncClient(base_url=sim_url, timeout=30) as client:
+        rows = (await client.get("/v1/ledger/calls-per-second")).json()
+    return sum(int(r["calls"]) for r in rows if start_s <= int(r["second"]) < end_s)
+
+
+async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
+    console = console or Console(stderr=True)
+    rng = random.Random(config.seed)
+    folder = Path(tempfile.mkdtemp(prefix="billing-chaos-"))
+    infra = Infra(folder)
+    logs = folder / "logs"
+    logs.mkdir()
+    console.log(f"chaos run in {folder}")
+    infra.run("up")
+    urls = infra.urls()
+    migrate.upgrade(urls["BILLING_DATABASE_URL"])
+    engine = create_async_engine(urls["BILLING_DATABASE_URL"], pool_pre_ping=True)
+    topic = f"chaos-{config.seed}-{int(time.time())}"
+    api_port, sim_port = free_port(), free_port()
+    base_env = {
+        **urls,
+        "BILLING_KAFKA_TOPIC": topic,
+        "BILLING_LOG_JSON": "true",
+        "BILLING_LOG_LEVEL": "WARNING",
+        "BILLING_DUNNING_DELAYS_SECONDS": "[2, 3, 5]",
+        "BILLING_DUNNING_JITTER_SECONDS": "2",
+        "BILLING_UNKNOWN_RETRY_SECONDS": "3",
+        "BILLING_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+    }
+    system = System(base_env, logs)
+    faults = {"kill -9": 0, "redis outage": 0, "kafka outage": 0, "postgres restart": 0}
+    problems: list[str] = []
+    try:
+        sim_env = {
+            "BILLING_GATEWAY_SIM_PORT": str(sim_port),
+            "BILLING_GATEWAY_SIM_SEED": str(config.seed),
+            "BILLING_GATEWAY_SIM_LATENCY_MIN_MS": "20",
+            "BILLING_GATEWAY_SIM_LATENCY_MAX_MS": "120",
+            "BILLING_GATEWAY_SIM_DECLINE_RATE": "0.10",
+            "BILLING_GATEWAY_SIM_TIMEOUT_RATE": "0.05",
+            "BILLING_GATEWAY_SIM_TIMEOUT_DELAY_S": "6",
+            "BILLING_GATEWAY_SIM_ERROR_RATE": "0.02",
+            "BILLING_GATEWAY_SIM_WEBHOOK_URL": f"http://127.0.0.1:{api_port}/webhooks/payments",
+            "BILLING_GATEWAY_SIM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "BILLING_GATEWAY_SIM_WEBHOOK_DUPLICATE_RATE": "0.2",
+            "BILLING_GATEWAY_SIM_WEBHOOK_REORDER_RATE": "0.2",
+        }
+        sim_url = f"http://127.0.0.1:{sim_port}"
+        system.start("gateway-sim", "services.gateway_sim", sim_env, f"{sim_url}/healthz")
+        system.start(
+            "api",
+            "services.api",
+            {"BILLING_PORT": str(api_port)},
+            f"http://127.0.0.1:{api_port}/healthz",
+        )
+        for i in range(2):
+            port = free_port()
+            system.start(
+                f"renewer-{i}",
+                "services.renewer",
+                {
+                    "BILLING_RENEWER_HEALTH_PORT": str(port),
+                    "BILLING_RENEWER_POLL_INTERVAL_SECONDS": "0.5",
+                    "BILLING_RENEWER_BATCH_SIZE": "500",
+                },
+                f"http://127.0.0.1:{port}/healthz",
+            )
+            port = free_port()
+            system.start(
+                f"collector-{i}",
+                "services.collector",
+                {
+                    "BILLING_COLLECTOR_HEALTH_PORT": str(port),
+                    "BILLING_COLLECTOR_GATEWAY_URL": sim_url,
+                    "BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS": "1",
+                    "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "4",
+                    "BILLING_COLLECTOR_LEASE_SECONDS": "11",
+                    "BILLING_COLLECTOR_POLL_INTERVAL_SECONDS": "0.5",
+                },
+                f"http://127.0.0.1:{port}/healthz",
+            )
+            port = free_port()
+            system.start(
+                f"relay-{i}",
+                "services.relay",
+                {
+                    "BILLING_RELAY_HEALTH_PORT": str(port),
+                },
+                f"http://127.0.0.1:{port}/healthz",
+            )
+
+        now = datetime.now(UTC)
+        hard = await seed(engine, config, now)
+        async with httpx.AsyncClient(base_url=sim_url, timeout=10) as client:
+            until = (now + timedelta(days=30)).isoformat()
+            for customer in hard:
+                await client.post(
+                    f"/v1/admin/customers/{customer}/decline-until",
+                    json={"until": until, "code": "insufficient_funds"},
+                )
+        console.log(f"seeded {config.subscriptions} subscriptions ({len(hard)} hard decliners)")
+
+        stop_kills = asyncio.Event()
+
+        async def killer() -> None:
+            while faults["kill -9"] < config.kills and not stop_kills.is_set():
+                await asyncio.sleep(config.kill_interval_s)
+                victim = rng.choice(system.workers())
+                system.procs[victim].kill9()
+                faults["kill -9"] += 1
+                await asyncio.to_thread(system.restart, victim)
+
+        kills = asyncio.create_task(killer())
+
+        await asyncio.sleep(config.kill_interval_s)
+        # Redis outage: the collectors must not call the gateway at all while it is down.
+        infra.run("stop", "redis")
+        down_at = time.time()
+        faults["redis outage"] += 1
+        await asyncio.sleep(config.outage_s)
+        up_at = time.time()
+        infra.run("start", "redis")
+        calls = await _sim_calls_between(sim_url, int(down_at) + 2, int(up_at))
+        if calls:
+            problems.append(f"{calls} gateway calls while Redis was down")
+        console.log(f"redis outage done ({calls} calls while down)")
+
+        infra.run("stop", "kafka")
+        faults["kafka outage"] += 1
+        before = await counts(engine)
+        await asyncio.sleep(config.outage_s)
+        during = await counts(engine)
+        infra.run("start", "kafka")
+        console.log(
+            f"kafka outage done (unpublished {before['unpublished']} -> {during['unpublished']})"
+        )
+
+        infra.run("stop", "postgres")
+        faults["postgres restart"] += 1
+        await asyncio.sleep(3)
+        infra.run("start", "postgres")
+        await asyncio.sleep(5)
+        console.log("postgres restarted")
+
+        await kills
+        stop_kills.set()
+        dead = system.dead()
+        if dead:
+            problems.append(f"processes died instead of recovering: {dead}")
+
+        deadline = time.monotonic() + config.drain_timeout_s
+        while True:
+            c = await counts(engine)
+            drained = c["due_subscriptions"] == 0 and c["open_invoices"] == 0
+            if drained and c["unpublished"] == 0:
+                break
+            if time.monotonic() > deadline:
+                problems.append(f"did not drain in {config.drain_timeout_s} s: {c}")
+                break
+            await asyncio.sleep(2)
+        console.log("drained")
+        await asyncio.sleep(3)  # late webhooks land
+        codes = system.stop_all()
+        bad_exits = {n: code for n, code in codes.items() if code != 0}
+        if bad_exits:
+            problems.append(f"non-zero exit on SIGTERM: {bad_exits}")
+        ledger = await fetch_ledger(sim_url)
+        evidence = await read_topic(urls["BILLING_KAFKA_BOOTSTRAP"], topic)
+        report = await check_all(engine, now=datetime.now(UTC), ledger=ledger, topic=evidence)
+        final = await counts(engine)
+        async with httpx.AsyncClient(base_url=sim_url, timeout=30) as client:
+            summary = (await client.get("/v1/ledger/summary")).json()
+        figures = {
+            "subscriptions": config.subscriptions,
+            "invoices": final["invoices"],
+            "paid": final["paid"],
+            "failed": final["failed"],
+            "canceled subscriptions": final["canceled"],
+            "gateway calls": int(summary.get("calls", 0)),
+            "successful charges": int(summary.get("charges_succeeded", 0)),
+            "payment attempts recorded": final["attempts"],
+            "events": final["events"],
+            "kafka records": evidence.records,
+            "duplicate deliveries": evidence.duplicates,
+            "violations": sum(len(c.violations) for c in report.checks),
+        }
+        return Outcome(report, faults, figures, problems)
+    finally:
+        for proc in system.procs.values():
+            with contextlib.suppress(Exception):
+                proc.kill9()
+        await engine.dispose()
+        with contextlib.suppress(Exception):
+            infra.run("down")
+
+
+def render(outcome: Outcome, console: Console) -> None:
+    table = Table(title="Chaos run")
+    table.add_column("what")
+    table.add_column("count", justify="right")
+    for name, n in outcome.faults.items():
+        table.add_row(f"fault: {name}", str(n))
+    for name, n in outcome.figures.items():
+        table.add_row(name, str(n))
+    console.print(table)
+    outcome.report.render(console)
+    for problem in outcome.problems:
+        console.print(f"[red]problem:[/] {problem}")
+    console.print("[green]PASS[/]" if outcome.ok else "[red]FAIL[/]")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscriptions", type=int, default=20_000)
+    parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--outage-seconds", type=float, default=20.0)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    config = ChaosConfig(
+        subscriptions=args.subscriptions, kills=args.kills, outage_s=args.outage_seconds
+    )
+    console = Console()
+    outcome = asyncio.run(run(config, console))
+    render(outcome, console)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "faults": outcome.faults,
+                    "figures": outcome.figures,
+                    "ok": outcome.ok,
+                    "problems": outcome.problems,
+                }
+            )
+        )
+    sys.exit(0 if outcome.ok else 1)
+
+
+if __name__ == "__main__":
+    main()

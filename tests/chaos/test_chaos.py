@@ -1,0 +1,28 @@
+"""The short fault-injection run (the full one: python -m tests.chaos.harness)."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from tests.chaos.harness import ChaosConfig, render, run
+
+
+@pytest.mark.slow
+async def test_short_chaos_run_keeps_every_invariant() -> None:
+    config = ChaosConfig(
+        subscriptions=2_000,
+        kills=5,
+        kill_interval_s=3.0,
+        outage_s=8.0,
+        due_window_s=15.0,
+        drain_timeout_s=180.0,
+    )
+    outcome = await run(config)
+    render(outcome, Console(stderr=True))
+    assert outcome.faults["kill -9"] == 5
+    assert outcome.faults["redis outage"] == outcome.faults["kafka outage"] == 1
+    assert outcome.faults["postgres restart"] == 1
+    assert outcome.figures["invoices"] >= 2 * config.subscriptions
+    assert outcome.problems == []
+    assert outcome.report.ok, [(c.name, c.violations[:5]) for c in outcome.report.checks]

@@ -1,0 +1,173 @@
+"""The Idempotency-Key matrix: replay, mismatch, in flight, expiry and purge, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import httpx
+from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import ManualClock
+from billing_core.repo import idempotency as idempotency_repo
+from billing_core.settings import CoreSettings
+from services.api.admin import create_api_key_async
+from services.api.settings import ApiSettings
+from tests.integration.api.conftest import asgi_client
+from tests.integration.api.helpers import assert_problem, scalar, subscribe
+
+BODY = {"customerId": 5, "planCode": "BASIC_MONTHLY"}
+
+
+async def test_same_key_same_request_replays_byte_for_byte(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    headers = {"Idempotency-Key": "order-1"}
+    first = await client.post("/subscriptions", json=BODY, headers=headers)
+    assert first.status_code == 201
+    assert "idempotent-replayed" not in first.headers
+    clock.advance(timedelta(minutes=5))  # a replay must not re-render anything time-dependent
+    # Same JSON meaning, different spelling (key order, spaces): the same request.
+    second = await client.post(
+        "/subscriptions",
+        content=b'{ "planCode": "BASIC_MONTHLY", "customerId": 5 }',
+        headers={**headers, "content-type": "application/json"},
+    )
+    assert second.status_code == 201
+    assert second.headers["idempotent-replayed"] == "true"
+    assert second.content == first.content
+    assert second.headers["location"] == first.headers["location"]
+    assert second.headers["content-type"] == first.headers["content-type"]
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
+    assert await scalar(engine, "SELECT count(*) FROM invoice") == 1
+
+
+async def test_same_key_different_request_is_422(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    headers = {"Idempotency-Key": "order-2"}
+    assert (await client.post("/subscriptions", json=BODY, headers=headers)).status_code == 201
+    other_body = await client.post(
+        "/subscriptions", json={**BODY, "customerId": 6}, headers=headers
+    )
+    assert_problem(other_body, 422, "idempotency-key-reused")
+    sub_id = await scalar(engine, "SELECT id FROM subscription")
+    other_path = await client.post(
+        f"/subscriptions/{sub_id}/cancel", json={"atPeriodEnd": True}, headers=headers
+    )
+    assert_problem(other_path, 422, "idempotency-key-reused")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
+    assert await scalar(engine, "SELECT cancel_at_period_end FROM subscription") is False
+
+
+async def test_same_key_in_flight_is_409_with_retry_after(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    client_id = await scalar(engine, "SELECT id FROM api_client")
+    # Another replica is running the first request: it holds the (client, key) lock.
+    async with engine.connect() as holder:
+        await holder.execute(
+            text("SELECT pg_advisory_lock(:id)"),
+            {"id": idempotency_repo.lock_id(client_id, "order-3")},
+        )
+        busy = await client.post(
+            "/subscriptions", json=BODY, headers={"Idempotency-Key": "order-3"}
+        )
+        problem = assert_problem(busy, 409, "idempotency-request-in-progress")
+        assert busy.headers["retry-after"] == "1"
+        assert "detail" in problem
+        await holder.execute(text("SELECT pg_advisory_unlock_all()"))
+    done = await client.post("/subscriptions", json=BODY, headers={"Idempotency-Key": "order-3"})
+    assert done.status_code == 201
+
+
+async def test_failed_request_is_not_stored_and_may_be_retried(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    headers = {"Idempotency-Key": "order-4"}
+    refused = await client.post(
+        "/subscriptions", json={**BODY, "planCode": "NOPE"}, headers=headers
+    )
+    assert_problem(refused, 422, "unknown-plan")
+    assert await scalar(engine, "SELECT count(*) FROM idempotency_key") == 0
+    ok = await client.post("/subscriptions", json={**BODY, "planCode": "NOPE2"}, headers=headers)
+    assert_problem(ok, 422, "unknown-plan")
+
+
+async def test_keys_expire_and_are_purged(
+    app: FastAPI, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    from services.api.idempotency import purge_expired  # noqa: PLC0415
+
+    headers = {"Idempotency-Key": "order-5"}
+    assert (await client.post("/subscriptions", json=BODY, headers=headers)).status_code == 201
+    await client.post("/subscriptions", json=BODY, headers={"Idempotency-Key": "order-6"})
+    clock.advance(timedelta(hours=23, minutes=59))
+    replay = await client.post("/subscriptions", json=BODY, headers=headers)
+    assert replay.headers.get("idempotent-replayed") == "true"
+
+    clock.advance(timedelta(minutes=2))  # past the 24 h retention
+    fresh = await client.post("/subscriptions", json=BODY, headers=headers)
+    assert fresh.status_code == 201
+    assert "idempotent-replayed" not in fresh.headers  # the expired record was replaced on write
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 3
+
+    purged = await purge_expired(app.state.context)
+    assert purged == 1  # order-6 expired; order-5 was renewed by the new request
+    remaining = await scalar(engine, "SELECT string_agg(key, ',') FROM idempotency_key")
+    assert remaining == "order-5"
+
+
+async def test_keys_are_scoped_per_client(
+    app: FastAPI, client: httpx.AsyncClient, settings: CoreSettings, engine: AsyncEngine
+) -> None:
+    other_key = await create_api_key_async(settings, "other")
+    headers = {"Idempotency-Key": "shared"}
+    async with asgi_client(app, other_key) as other:
+        a = await client.post("/subscriptions", json=BODY, headers=headers)
+        b = await other.post("/subscriptions", json=BODY, headers=headers)
+    assert (a.status_code, b.status_code) == (201, 201)
+    assert a.json()["id"] != b.json()["id"]
+
+
+async def test_cancel_and_change_plan_replay(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client)
+    clock.advance(timedelta(days=3))
+    change = {"Idempotency-Key": "change-1"}
+    first = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}, headers=change
+    )
+    again = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}, headers=change
+    )
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content
+    assert again.headers["idempotent-replayed"] == "true"
+    assert await scalar(engine, "SELECT count(*) FROM invoice WHERE kind = 'PRORATION'") == 1
+
+
+async def test_concurrent_identical_posts_create_one_subscription(
+    api_settings: ApiSettings, app: FastAPI, api_key: str, engine: AsyncEngine
+) -> None:
+    """20 identical requests at once, each on its own pooled connection: one subscription,
+    the others replayed or told to retry, none 5xx."""
+    headers = {"Idempotency-Key": f"burst-{uuid.uuid4()}"}
+    async with asgi_client(app, api_key) as c:
+        responses = await asyncio.gather(
+            *(c.post("/subscriptions", json=BODY, headers=headers) for _ in range(20))
+        )
+    statuses = [r.status_code for r in responses]
+    assert set(statuses) <= {201, 409}, statuses
+    assert 201 in statuses
+    created = {r.json()["id"] for r in responses if r.status_code == 201}
+    assert len(created) == 1
+    for r in responses:
+        if r.status_code == 409:
+            assert r.headers["retry-after"] == "1"
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
+    assert await scalar(engine, "SELECT count(*) FROM invoice") == 1

@@ -1,0 +1,383 @@
+"""Every subscription endpoint against real PostgreSQL, through the ASGI app."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import ManualClock
+from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+
+
+def key() -> dict[str, str]:
+    return {"Idempotency-Key": str(uuid.uuid4())}
+
+
+async def events_of(engine: AsyncEngine, subscription_id: int) -> list[str]:
+    found = await rows(
+        engine,
+        "SELECT event_type FROM outbox_event WHERE aggregate_id = :s ORDER BY sequence",
+        s=subscription_id,
+    )
+    return [r["event_type"] for r in found]
+
+
+async def test_create_subscription_opens_first_period_and_invoice(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    response = await client.post(
+        "/subscriptions",
+        json={"customerId": 7, "planCode": "BASIC_MONTHLY", "timeZone": "Europe/Paris"},
+        headers=key(),
+    )
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert response.headers["location"] == f"/subscriptions/{body['id']}"
+    assert response.headers["etag"] == '"0"'
+    assert body["status"] == "ACTIVE"
+    assert body["customerId"] == 7
+    assert body["plan"] == {
+        "code": "BASIC_MONTHLY",
+        "name": "Basic, monthly",
+        "priceAmount": 990,
+        "currency": "EUR",
+        "interval": "MONTH",
+    }
+    assert body["periodIndex"] == 0
+    assert body["version"] == 0
+    assert body["creditBalance"] == 0
+    assert body["cancelAtPeriodEnd"] is False
+    # Anchored at now, 10:30 in Paris (CET); a month later it is 10:30 CEST = 08:30 UTC.
+    assert body["currentPeriodStart"] == "2026-03-10T09:30:00Z"
+    assert body["currentPeriodEnd"] == "2026-04-10T08:30:00Z"
+
+    invoices = await rows(engine, "SELECT * FROM invoice WHERE subscription_id = :s", s=body["id"])
+    assert len(invoices) == 1
+    inv = invoices[0]
+    assert (inv["kind"], inv["period_index"], inv["status"]) == ("RENEWAL", 0, "OPEN")
+    assert (inv["amount"], inv["subtotal"], inv["currency"]) == (990, 990, "EUR")
+    assert inv["next_attempt_at"] == clock.now()
+    assert await events_of(engine, body["id"]) == ["SubscriptionCreated", "InvoiceCreated"]
+
+
+async def test_create_requires_idempotency_key(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    response = await client.post(
+        "/subscriptions", json={"customerId": 1, "planCode": "BASIC_MONTHLY"}
+    )
+    assert_problem(response, 400, "idempotency-key-required")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 0
+
+
+async def test_create_rejects_bad_input(client: httpx.AsyncClient, engine: AsyncEngine) -> None:
+    unknown_plan = await client.post(
+        "/subscriptions", json={"customerId": 1, "planCode": "NOPE"}, headers=key()
+    )
+    assert_problem(unknown_plan, 422, "unknown-plan")
+
+    too_big = await client.post(
+        "/subscriptions",
+        json={"customerId": 2**63, "planCode": "BASIC_MONTHLY"},
+        headers=key(),
+    )
+    problem = assert_problem(too_big, 422, "validation-error")
+    assert [e["field"] for e in problem["errors"]] == ["body.customerId"]
+
+    bad_zone = await client.post(
+        "/subscriptions",
+        json={"customerId": 1, "planCode": "BASIC_MONTHLY", "timeZone": "Mars/Olympus"},
+        headers=key(),
+    )
+    assert [e["field"] for e in assert_problem(bad_zone, 422, "validation-error")["errors"]] == [
+        "body.timeZone"
+    ]
+
+    missing = await client.post("/subscriptions", json={}, headers=key())
+    fields = {e["field"] for e in assert_problem(missing, 422, "validation-error")["errors"]}
+    assert fields == {"body.customerId", "body.planCode"}
+
+    malformed = await client.post(
+        "/subscriptions",
+        content=b'{"customerId": 1,',
+        headers={**key(), "content-type": "application/json"},
+    )
+    assert_problem(malformed, 400, "malformed-json")
+
+    future = await client.post(
+        "/subscriptions",
+        json={"customerId": 1, "planCode": "BASIC_MONTHLY", "startAt": "2030-01-01T00:00:00Z"},
+        headers=key(),
+    )
+    assert_problem(future, 422, "business-rule-violated")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 0
+
+
+async def test_oversize_body_is_413(client: httpx.AsyncClient, api_key: str) -> None:
+    big = b'{"customerId": 1, "planCode": "' + b"A" * 70_000 + b'"}'
+    response = await client.post(
+        "/subscriptions", content=big, headers={**key(), "content-type": "application/json"}
+    )
+    assert_problem(response, 413, "payload-too-large")
+
+    async def chunks() -> object:
+        for _ in range(70):
+            yield b" " * 1024
+
+    chunked = await client.post(
+        "/subscriptions",
+        content=chunks(),  # type: ignore[arg-type]
+        headers={**key(), "content-type": "application/json"},
+    )
+    assert_problem(chunked, 413, "payload-too-large")
+
+
+async def test_get_subscription_and_not_found(client: httpx.AsyncClient) -> None:
+    created = await subscribe(client, plan="PRO_YEARLY")
+    got = await client.get(f"/subscriptions/{created['id']}")
+    assert got.status_code == 200
+    assert got.json() == created
+    assert got.headers["etag"] == '"0"'
+    assert got.json()["currentPeriodEnd"] == "2027-03-10T09:30:00Z"
+
+    assert_problem(await client.get("/subscriptions/999999"), 404, "subscription-not-found")
+    assert_problem(await client.get(f"/subscriptions/{2**63}"), 422, "validation-error")
+    assert_problem(await client.get("/subscriptions/0"), 422, "validation-error")
+    assert_problem(await client.get("/subscriptions/abc"), 422, "validation-error")
+
+
+async def test_list_plans(client: httpx.AsyncClient) -> None:
+    response = await client.get("/plans")
+    assert response.status_code == 200
+    codes = [p["code"] for p in response.json()["items"]]
+    assert "BASIC_MONTHLY" in codes
+    assert "TEAM_MONTHLY_USD" in codes
+
+
+async def test_cancel_immediately_voids_open_invoices(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    sub = await subscribe(client)
+    response = await client.post(
+        f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "CANCELED"
+    assert body["version"] == 1
+    assert body["canceledAt"] == "2026-03-10T09:30:00Z"
+    invoice = (await rows(engine, "SELECT * FROM invoice WHERE subscription_id = :s", s=sub["id"]))[
+        0
+    ]
+    assert invoice["status"] == "VOID"
+    assert invoice["next_attempt_at"] is None
+    assert await events_of(engine, sub["id"]) == [
+        "SubscriptionCreated",
+        "InvoiceCreated",
+        "InvoiceVoided",
+        "SubscriptionCanceled",
+    ]
+
+    again = await client.post(
+        f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
+    )
+    assert again.status_code == 200
+    assert again.json()["version"] == 1  # no-op: nothing written
+    assert len(await events_of(engine, sub["id"])) == 4
+
+
+async def test_cancel_at_period_end_sets_the_flag_only(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    sub = await subscribe(client)
+    response = await client.post(
+        f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": True}, headers=key()
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["cancelAtPeriodEnd"], body["version"]) == ("ACTIVE", True, 1)
+    status = await scalar(
+        engine, "SELECT status FROM invoice WHERE subscription_id = :s", s=sub["id"]
+    )
+    assert status == "OPEN"
+
+    missing = await client.post(
+        "/subscriptions/424242/cancel", json={"atPeriodEnd": True}, headers=key()
+    )
+    assert_problem(missing, 404, "subscription-not-found")
+    no_flag = await client.post(f"/subscriptions/{sub['id']}/cancel", json={}, headers=key())
+    assert_problem(no_flag, 422, "validation-error")
+
+
+async def test_upgrade_creates_proration_invoice(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="BASIC_MONTHLY")
+    clock.advance(timedelta(days=10))  # 21 of the period's 31 days left
+    response = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}, headers=key()
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    # credit = floor(990*21/31) = 670, charge = floor(2990*21/31) = 2025
+    assert (body["changed"], body["due"], body["creditGranted"]) == (True, 1355, 0)
+    assert body["subscription"]["plan"]["code"] == "PRO_MONTHLY"
+    assert body["subscription"]["version"] == 1
+    invoice = (
+        await rows(engine, "SELECT * FROM invoice WHERE id = :i", i=body["prorationInvoiceId"])
+    )[0]
+    assert invoice["kind"] == "PRORATION"
+    assert (invoice["amount"], invoice["status"]) == (1355, "OPEN")
+    assert invoice["period_start"] == clock.now()
+    assert invoice["next_attempt_at"] == clock.now()
+    assert invoice["period_end"].isoformat() == "2026-04-10T09:30:00+00:00"
+    assert (await events_of(engine, sub["id"]))[-2:] == [
+        "SubscriptionPlanChanged",
+        "InvoiceCreated",
+    ]
+
+
+async def test_downgrade_adds_credit_and_later_upgrade_uses_it(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="PRO_MONTHLY")
+    clock.advance(timedelta(days=10))
+    down = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "BASIC_MONTHLY"}, headers=key()
+    )
+    assert down.status_code == 200, down.text
+    assert (down.json()["due"], down.json()["creditGranted"]) == (-1355, 1355)
+    assert down.json()["prorationInvoiceId"] is None
+    assert down.json()["subscription"]["creditBalance"] == 1355
+
+    up = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan",
+        json={"planCode": "BUSINESS_MONTHLY"},
+        headers=key(),
+    )
+    assert up.status_code == 200, up.text
+    # credit = floor(990*21/31) = 670, charge = floor(9990*21/31) = 6767, due = 6097
+    assert up.json()["due"] == 6097
+    assert up.json()["subscription"]["creditBalance"] == 0
+    invoice = (
+        await rows(engine, "SELECT * FROM invoice WHERE id = :i", i=up.json()["prorationInvoiceId"])
+    )[0]
+    assert (invoice["subtotal"], invoice["credit_applied"], invoice["amount"]) == (6097, 1355, 4742)
+    ledger = await rows(
+        engine,
+        "SELECT amount, reason FROM credit_entry WHERE subscription_id = :s ORDER BY id",
+        s=sub["id"],
+    )
+    assert ledger == [
+        {"amount": 1355, "reason": "DOWNGRADE"},
+        {"amount": -1355, "reason": "INVOICE"},
+    ]
+
+
+async def test_change_plan_same_plan_is_noop_and_incompatible_is_422(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    sub = await subscribe(client, plan="BASIC_MONTHLY")
+    same = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "BASIC_MONTHLY"}, headers=key()
+    )
+    assert same.status_code == 200
+    assert (same.json()["changed"], same.json()["subscription"]["version"]) == (False, 0)
+
+    usd = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan",
+        json={"planCode": "TEAM_MONTHLY_USD"},
+        headers=key(),
+    )
+    assert "USD" in assert_problem(usd, 422, "plan-change-not-allowed")["detail"]
+    yearly = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_YEARLY"}, headers=key()
+    )
+    assert "YEAR" in assert_problem(yearly, 422, "plan-change-not-allowed")["detail"]
+    unknown = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "GOLD"}, headers=key()
+    )
+    assert_problem(unknown, 422, "unknown-plan")
+    assert await scalar(engine, "SELECT count(*) FROM invoice") == 1
+
+
+async def test_list_invoices_newest_first_with_cursor_and_offset(
+    client: httpx.AsyncClient, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="BASIC_MONTHLY")
+    plans = ["PRO_MONTHLY", "BUSINESS_MONTHLY"]
+    for plan in plans:  # two upgrades: two PRORATION invoices after the first RENEWAL
+        clock.advance(timedelta(days=1))
+        r = await client.post(
+            f"/subscriptions/{sub['id']}/change-plan", json={"planCode": plan}, headers=key()
+        )
+        assert r.status_code == 200, r.text
+    first = await client.get(f"/subscriptions/{sub['id']}/invoices", params={"limit": 2})
+    assert first.status_code == 200
+    page1 = first.json()
+    assert [i["kind"] for i in page1["items"]] == ["PRORATION", "PRORATION"]
+    assert page1["items"][0]["id"] > page1["items"][1]["id"]
+    second = await client.get(
+        f"/subscriptions/{sub['id']}/invoices",
+        params={"limit": 2, "cursor": page1["nextCursor"]},
+    )
+    page2 = second.json()
+    assert [i["kind"] for i in page2["items"]] == ["RENEWAL"]
+    assert page2["nextCursor"] is None
+    by_offset = await client.get(
+        f"/subscriptions/{sub['id']}/invoices", params={"limit": 1, "offset": 2}
+    )
+    assert [i["kind"] for i in by_offset.json()["items"]] == ["RENEWAL"]
+
+    assert_problem(
+        await client.get(f"/subscriptions/{sub['id']}/invoices", params={"cursor": "!!"}),
+        400,
+        "invalid-cursor",
+    )
+    assert_problem(await client.get("/subscriptions/777/invoices"), 404, "subscription-not-found")
+    assert_problem(
+        await client.get(f"/subscriptions/{sub['id']}/invoices", params={"limit": 0}),
+        422,
+        "validation-error",
+    )
+
+
+async def test_cancel_returns_credit_of_voided_invoices_and_canceled_keeps_its_plan(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="PRO_MONTHLY")
+    clock.advance(timedelta(days=10))
+    for plan in ("BASIC_MONTHLY", "BUSINESS_MONTHLY"):  # credit 1355, then consumed by upgrade
+        r = await client.post(
+            f"/subscriptions/{sub['id']}/change-plan", json={"planCode": plan}, headers=key()
+        )
+        assert r.status_code == 200, r.text
+    canceled = await client.post(
+        f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
+    )
+    assert canceled.status_code == 200
+    assert canceled.json()["creditBalance"] == 1355
+    assert canceled.json()["version"] == 3
+    statuses = await rows(
+        engine, "SELECT status FROM invoice WHERE subscription_id = :s", s=sub["id"]
+    )
+    assert {r["status"] for r in statuses} == {"VOID"}
+    ledger = await rows(
+        engine,
+        "SELECT amount, reason FROM credit_entry WHERE subscription_id = :s ORDER BY id",
+        s=sub["id"],
+    )
+    assert ledger[-1] == {"amount": 1355, "reason": "VOID_REFUND"}
+    assert (await events_of(engine, sub["id"]))[-3:] == [
+        "InvoiceVoided",
+        "InvoiceVoided",
+        "SubscriptionCanceled",
+    ]
+
+    refused = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}, headers=key()
+    )
+    assert_problem(refused, 409, "state-conflict")

@@ -1,0 +1,248 @@
+"""Gateway webhooks: signature checks first, then exactly-once, order-proof recording."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import ManualClock
+from services.api.signatures import compute, sign_header
+from tests.integration.api.conftest import SECRETS
+from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+
+PATH = "/webhooks/payments"
+
+
+def event(
+    invoice_id: int,
+    *,
+    attempt: int = 0,
+    kind: str = "charge.succeeded",
+    event_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "id": event_id or f"evt_{uuid.uuid4().hex}",
+        "type": kind,
+        "created": 1_773_135_000,
+        "data": {
+            "chargeId": f"ch_{uuid.uuid4().hex[:12]}",
+            "idempotencyKey": f"inv-{invoice_id}-try-{attempt}",
+            "invoiceId": invoice_id,
+            "attempt": attempt,
+            "customerId": 42,
+            "amount": 990,
+            "currency": "EUR",
+            "declineCode": "card_declined" if kind == "charge.declined" else None,
+        },
+    }
+
+
+async def deliver(
+    client: httpx.AsyncClient,
+    clock: ManualClock,
+    payload: dict[str, Any] | bytes,
+    *,
+    secret: str = SECRETS[0],
+    age_seconds: int = 0,
+    header: str | None = None,
+) -> httpx.Response:
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    t = int(clock.now().timestamp()) - age_seconds
+    headers = {"content-type": "application/json"}
+    headers["Billing-Signature"] = header or sign_header(secret.encode(), t, body)
+    return await client.post(PATH, content=body, headers=headers)
+
+
+async def open_invoice(client: httpx.AsyncClient, engine: AsyncEngine) -> tuple[int, int]:
+    sub = await subscribe(client)
+    invoice_id = await scalar(
+        engine, "SELECT id FROM invoice WHERE subscription_id = :s", s=sub["id"]
+    )
+    return int(sub["id"]), int(invoice_id)
+
+
+async def invoice_state(engine: AsyncEngine, invoice_id: int) -> tuple[str, int]:
+    row = (
+        await rows(engine, "SELECT status, attempt_count FROM invoice WHERE id = :i", i=invoice_id)
+    )[0]
+    return row["status"], row["attempt_count"]
+
+
+async def attempts(engine: AsyncEngine, invoice_id: int) -> list[tuple[str, str, int]]:
+    found = await rows(
+        engine,
+        "SELECT source, outcome, attempt_number FROM payment_attempt WHERE invoice_id = :i "
+        "ORDER BY id",
+        i=invoice_id,
+    )
+    return [(r["source"], r["outcome"], r["attempt_number"]) for r in found]
+
+
+async def test_valid_success_pays_the_invoice_and_duplicate_has_no_effect(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    evt = event(invoice_id)
+    first = await deliver(anonymous, clock, evt)
+    assert first.status_code == 200, first.text
+    assert first.json() == {"eventId": evt["id"], "result": "APPLIED"}
+    assert await invoice_state(engine, invoice_id) == ("PAID", 0)
+    assert await attempts(engine, invoice_id) == [("WEBHOOK", "SUCCESS", 0)]
+
+    again = await deliver(anonymous, clock, evt)  # the gateway redelivers
+    assert again.status_code == 200
+    assert again.json()["result"] == "DUPLICATE"
+    assert await attempts(engine, invoice_id) == [("WEBHOOK", "SUCCESS", 0)]
+    assert await scalar(engine, "SELECT count(*) FROM webhook_event") == 1
+
+
+async def test_signature_failures_are_401_before_parsing(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    evt = event(invoice_id)
+    body = json.dumps(evt).encode()
+    t = int(clock.now().timestamp())
+
+    wrong_secret = await deliver(anonymous, clock, evt, secret="whsec_attacker")
+    assert_problem(wrong_secret, 401, "invalid-signature")
+    missing = await anonymous.post(PATH, content=body, headers={"content-type": "application/json"})
+    assert_problem(missing, 401, "invalid-signature")
+    expired = await deliver(anonymous, clock, evt, age_seconds=301)
+    assert_problem(expired, 401, "invalid-signature")
+    future = await deliver(anonymous, clock, evt, age_seconds=-301)
+    assert_problem(future, 401, "invalid-signature")
+    tampered = await deliver(
+        anonymous,
+        clock,
+        body.replace(b'"amount": 990', b'"amount": 1'),
+        header=sign_header(SECRETS[0].encode(), t, body),
+    )
+    assert_problem(tampered, 401, "invalid-signature")
+    garbage = await deliver(anonymous, clock, b"{not json", header=f"t={t},v1={'0' * 64}")
+    assert_problem(garbage, 401, "invalid-signature")  # not 400: never parsed unverified
+    no_timestamp = await deliver(
+        anonymous, clock, evt, header=f"v1={compute(SECRETS[0].encode(), t, body)}"
+    )
+    assert_problem(no_timestamp, 401, "invalid-signature")
+
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 0)
+    assert await attempts(engine, invoice_id) == []
+    assert await scalar(engine, "SELECT count(*) FROM webhook_event") == 0
+
+    almost_too_old = await deliver(anonymous, clock, evt, age_seconds=299)
+    assert almost_too_old.status_code == 200
+
+
+async def test_rotated_secrets(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    by_old_secret = await deliver(
+        anonymous, clock, event(invoice_id, kind="charge.declined"), secret=SECRETS[1]
+    )
+    assert by_old_secret.status_code == 200, by_old_secret.text
+
+    evt = event(invoice_id, attempt=1)
+    body = json.dumps(evt).encode()
+    t = int(clock.now().timestamp())
+    two_entries = (
+        f"t={t},v1={compute(b'whsec_retired', t, body)},v1={compute(SECRETS[0].encode(), t, body)}"
+    )
+    both = await deliver(anonymous, clock, body, header=two_entries)
+    assert both.status_code == 200, both.text
+    assert both.json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("PAID", 1)
+
+
+async def test_out_of_order_results_never_roll_back(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    # Attempt 0 was declined, attempt 1 succeeded; the webhooks arrive success first.
+    paid = await deliver(anonymous, clock, event(invoice_id, attempt=0))
+    assert paid.json()["result"] == "APPLIED"
+    late_decline = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
+    assert late_decline.status_code == 200
+    assert late_decline.json()["result"] == "ALREADY_SETTLED"
+    assert await invoice_state(engine, invoice_id) == ("PAID", 0)
+    assert [a[1] for a in await attempts(engine, invoice_id)] == ["SUCCESS", "DECLINED"]
+
+
+async def test_stale_attempt_is_recorded_without_effect(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub_id, invoice_id = await open_invoice(client, engine)
+    declined = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
+    assert declined.json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 1)
+    assert await scalar(engine, "SELECT status FROM subscription WHERE id = :s", s=sub_id) == (
+        "PAST_DUE"
+    )
+    # A second, different event about attempt 0 (already decided) changes nothing.
+    stale = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
+    assert stale.json()["result"] == "STALE_ATTEMPT"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 1)
+    assert len(await attempts(engine, invoice_id)) == 2
+
+    recovered = await deliver(anonymous, clock, event(invoice_id, attempt=1))
+    assert recovered.json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("PAID", 1)
+    assert await scalar(engine, "SELECT status FROM subscription WHERE id = :s", s=sub_id) == (
+        "ACTIVE"
+    )
+
+
+async def test_success_after_failed_or_void_is_kept_for_reconciliation(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub_id, invoice_id = await open_invoice(client, engine)
+    async with engine.begin() as conn:  # dunning gave up on it
+        from sqlalchemy import text  # noqa: PLC0415
+
+        await conn.execute(
+            text("UPDATE invoice SET status = 'FAILED', next_attempt_at = NULL WHERE id = :i"),
+            {"i": invoice_id},
+        )
+    late = await deliver(anonymous, clock, event(invoice_id))
+    assert late.status_code == 200
+    assert late.json()["result"] == "RECONCILIATION"
+    assert await invoice_state(engine, invoice_id) == ("FAILED", 0)
+    assert await attempts(engine, invoice_id) == [("WEBHOOK", "SUCCESS", 0)]
+    reconciliation = await scalar(
+        engine,
+        "SELECT count(*) FROM outbox_event WHERE aggregate_id = :s "
+        "AND event_type = 'PaymentReconciliationNeeded'",
+        s=sub_id,
+    )
+    assert reconciliation == 1
+
+    other_sub, other_invoice = await open_invoice(client, engine)
+    canceled = await client.post(f"/subscriptions/{other_sub}/cancel", json={"atPeriodEnd": False})
+    assert canceled.status_code == 200
+    after_void = await deliver(anonymous, clock, event(other_invoice))
+    assert after_void.json()["result"] == "RECONCILIATION"
+    assert await invoice_state(engine, other_invoice) == ("VOID", 0)
+    assert await attempts(engine, other_invoice) == [("WEBHOOK", "SUCCESS", 0)]
+
+
+async def test_signed_but_invalid_bodies(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    assert_problem(await deliver(anonymous, clock, b'{"id": '), 400, "malformed-json")
+    missing_data = await deliver(anonymous, clock, {"id": "evt_1", "type": "charge.succeeded"})
+    assert_problem(missing_data, 422, "validation-error")
+    mismatched = event(invoice_id)
+    mismatched["data"]["idempotencyKey"] = f"inv-{invoice_id}-try-7"
+    assert_problem(await deliver(anonymous, clock, mismatched), 422, "validation-error")
+    unknown_type = await deliver(anonymous, clock, event(invoice_id, kind="charge.refunded"))
+    assert unknown_type.status_code == 200
+    assert unknown_type.json()["result"] == "IGNORED"
+    unknown_invoice = await deliver(anonymous, clock, event(invoice_id + 1000))
+    assert unknown_invoice.json()["result"] == "NOT_FOUND"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 0)
