@@ -90,3 +90,36 @@ def test_compose_sets_only_declared_settings() -> None:
     names = _compose_names()
     assert "BILLING_DATABASE_URL" in names
     assert names - _declared() == set()
+
+
+def _configmap() -> dict[str, str]:
+    doc = yaml.safe_load((K8S_BASE / "configmap.yaml").read_text())
+    return dict(doc["data"])
+
+
+def _container_port(process: str) -> int:
+    docs = yaml.safe_load_all((K8S_BASE / f"{process}.yaml").read_text())
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (port,) = container["ports"]
+    return int(port["containerPort"])
+
+
+def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each settings class, built from the ConfigMap, binds every interface on the port the
+    container declares (probes and scrapes go to that port)."""
+    for name, value in _configmap().items():
+        monkeypatch.setenv(name, value)
+    api = ApiSettings()
+    renewer = RenewerSettings()
+    collector = CollectorSettings()
+    relay = RelaySettings()
+    listening = {
+        "api": (api.host, api.port),
+        "renewer": (renewer.renewer_health_host, renewer.renewer_health_port),
+        "collector": (collector.health_host, collector.collector_health_port),
+        "relay": (relay.relay_health_host, relay.relay_health_port),
+    }
+    for process, (host, port) in listening.items():
+        assert host == "0.0.0.0", process
+        assert port == _container_port(process), process
