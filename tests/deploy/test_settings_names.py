@@ -1,0 +1,125 @@
+"""Every BILLING_* variable the deployment sets is a setting some process reads.
+
+A misspelt or renamed variable would otherwise be ignored silently (the settings classes accept
+unknown variables), and the process would run on its default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic_settings import BaseSettings
+
+from billing_core.settings import CoreSettings
+from services.api.settings import ApiSettings
+from services.collector.settings import CollectorSettings
+from services.gateway_sim.settings import GatewaySimSettings
+from services.notifier.settings import NotifierSettings
+from services.relay.settings import RelaySettings
+from services.renewer.settings import RenewerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_BASE = ROOT / "deploy" / "k8s" / "base"
+
+SETTINGS: list[type[BaseSettings]] = [
+    CoreSettings,
+    ApiSettings,
+    RenewerSettings,
+    CollectorSettings,
+    RelaySettings,
+    NotifierSettings,
+    GatewaySimSettings,
+]
+
+
+def _names(settings: type[BaseSettings]) -> set[str]:
+    prefix = str(settings.model_config.get("env_prefix", ""))
+    names = set()
+    for field_name, field in settings.model_fields.items():
+        alias = field.validation_alias
+        names.add(alias.upper() if isinstance(alias, str) else f"{prefix}{field_name}".upper())
+    return names
+
+
+def _declared() -> set[str]:
+    return set().union(*(_names(s) for s in SETTINGS))
+
+
+def _k8s_names() -> set[str]:
+    names: set[str] = set()
+    for path in K8S_BASE.glob("*.yaml"):
+        if path.name in {"kustomization.yaml", "secret.example.yaml"}:
+            continue
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc["kind"] == "ConfigMap":
+                names |= set(doc["data"])
+            spec = doc.get("spec", {}).get("template", {}).get("spec", {})
+            for container in spec.get("containers", []):
+                names |= {env["name"] for env in container.get("env", [])}
+    return names
+
+
+def _compose_names() -> set[str]:
+    compose = yaml.safe_load((ROOT / "deploy" / "docker-compose.yml").read_text())
+    names: set[str] = set()
+    for service in compose["services"].values():
+        names |= {n for n in service.get("environment", {}) if n.startswith("BILLING_")}
+    return names
+
+
+def test_the_declared_names_are_the_ones_the_settings_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The name rule used below (prefix + field, or the alias) is how the classes read."""
+    monkeypatch.setenv("BILLING_COLLECTOR_MAX_IN_FLIGHT", "7")
+    monkeypatch.setenv("BILLING_GATEWAY_SIM_PORT", "8111")
+    assert CollectorSettings().collector_max_in_flight == 7
+    assert GatewaySimSettings().port == 8111
+    assert {"BILLING_COLLECTOR_MAX_IN_FLIGHT", "BILLING_GATEWAY_SIM_PORT"} <= _declared()
+
+
+def test_kubernetes_sets_only_declared_settings() -> None:
+    names = _k8s_names()
+    assert "BILLING_DATABASE_URL" in names
+    assert names - _declared() == set()
+
+
+def test_compose_sets_only_declared_settings() -> None:
+    names = _compose_names()
+    assert "BILLING_DATABASE_URL" in names
+    assert names - _declared() == set()
+
+
+def _configmap() -> dict[str, str]:
+    doc = yaml.safe_load((K8S_BASE / "configmap.yaml").read_text())
+    return dict(doc["data"])
+
+
+def _container_port(process: str) -> int:
+    docs = yaml.safe_load_all((K8S_BASE / f"{process}.yaml").read_text())
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (port,) = container["ports"]
+    return int(port["containerPort"])
+
+
+def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each settings class, built from the ConfigMap, binds every interface on the port the
+    container declares (probes and scrapes go to that port)."""
+    for name, value in _configmap().items():
+        monkeypatch.setenv(name, value)
+    api = ApiSettings()
+    renewer = RenewerSettings()
+    collector = CollectorSettings()
+    relay = RelaySettings()
+    listening = {
+        "api": (api.host, api.port),
+        "renewer": (renewer.renewer_health_host, renewer.renewer_health_port),
+        "collector": (collector.health_host, collector.collector_health_port),
+        "relay": (relay.relay_health_host, relay.relay_health_port),
+    }
+    for process, (host, port) in listening.items():
+        assert host == "0.0.0.0", process
+        assert port == _container_port(process), process
