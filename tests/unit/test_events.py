@@ -48,7 +48,7 @@ def test_event_types_are_the_wire_names_spelled_both_ways() -> None:
     for name in WIRE_NAMES:
         assert getattr(EventType, name) is EventType(name)
         assert str(EventType(name)) == name
-    assert EventType.InvoicePaid is EventType.INVOICE_PAID
+    assert EventType["InvoicePaid"] is EventType["INVOICE_PAID"]
     assert EventType.SubscriptionCanceled == "SubscriptionCanceled"
 
 

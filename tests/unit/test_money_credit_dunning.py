@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from billing_core.domain import errors
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.dunning import DunningPolicy, next_attempt
 from billing_core.domain.errors import (
@@ -187,13 +188,12 @@ def test_dunning_policy_defaults_and_validation() -> None:
     assert policy.jitter == timedelta(minutes=120)
     assert policy.unknown_retry == timedelta(minutes=15)
     assert policy.max_attempts == 4
-    for bad in (
-        {"delays": (timedelta(days=-1),)},
-        {"jitter": timedelta(seconds=-1)},
-        {"unknown_retry": timedelta(0)},
-    ):
-        with pytest.raises(InvalidPolicy):
-            DunningPolicy(**bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(delays=(timedelta(days=-1),))
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(jitter=timedelta(seconds=-1))
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(unknown_retry=timedelta(0))
 
 
 def test_next_attempt_rejects_impossible_counts_and_naive_times() -> None:
@@ -215,8 +215,6 @@ def test_jitter_covers_its_whole_window() -> None:
 
 
 def test_every_domain_error_has_the_one_root() -> None:
-    from billing_core.domain import errors
-
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     assert len(classes) >= 10
     assert all(issubclass(c, DomainError) for c in classes)

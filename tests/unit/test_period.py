@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import calendar
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -34,8 +35,10 @@ ZONES = [
 ]
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def test_month_end_anchor_never_drifts() -> None:
@@ -215,7 +218,7 @@ def test_new_york_periods_around_both_transitions_are_contiguous() -> None:
     ny = "America/New_York"
     anchor = datetime(2026, 1, 8, 2, 30, tzinfo=ZoneInfo(ny))
     periods = [period_bounds(anchor, Interval.MONTH, n, ny) for n in range(12)]
-    assert all(a.end == b.start for a, b in zip(periods, periods[1:], strict=False))
+    assert all(a.end == b.start for a, b in pairwise(periods))
     assert periods[1].end == utc(2026, 3, 8, 7, 30)  # 03:30 EDT, in the gap
     assert periods[2].end == utc(2026, 4, 8, 6, 30)  # 02:30 EDT
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
+from itertools import pairwise
 
 import pytest
 from hypothesis import given, settings
@@ -123,9 +124,7 @@ def test_a_chain_of_changes_is_within_one_unit_per_step_of_the_exact_amount(
         )
     )
     billed, exact = 0, Fraction(0)
-    for (old, new), offset in zip(
-        zip(plan_prices, plan_prices[1:], strict=False), offsets, strict=True
-    ):
+    for (old, new), offset in zip(pairwise(plan_prices), offsets, strict=True):
         at = start + timedelta(seconds=offset)
         step = prorate(old, new, period, at)
         exact_step = Fraction((new - old) * (length - offset), length)
