@@ -5,8 +5,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from billing_core.domain.charge_result import ChargeOutcome, classify, decide, idempotency_key
+from billing_core.domain.charge_result import (
+    AttemptDecision,
+    ChargeOutcome,
+    classify,
+    decide,
+    idempotency_key,
+)
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.domain.errors import NaiveDatetime
 from billing_core.domain.invoice import InvoiceStatus
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -33,6 +40,18 @@ S, D, U = ChargeOutcome.SUCCESS, ChargeOutcome.DECLINED, ChargeOutcome.UNKNOWN
         (200, {"weird": True}, (U, None)),
         (200, None, (U, None)),
         (409, {"error": "key reused"}, (U, None)),
+        (201, {"status": "succeeded"}, (S, None)),
+        (200, {"status": "pending"}, (U, None)),
+        (200, {"status": "declined"}, (U, None)),  # a decline without a code is not clear
+        (402, {"status": "declined", "decline_code": "lost_card"}, (D, "lost_card")),
+        (402, {"declineCode": 7}, (D, "card_declined")),
+        (400, {"declineCode": "something_else"}, (U, None)),
+        (422, {"declineCode": "expired_card"}, (D, "expired_card")),
+        (500, {"status": "succeeded"}, (U, None)),
+        (502, {"declineCode": "card_declined"}, (U, None)),
+        (504, None, (U, None)),
+        (500, {"type": "about:blank", "status": 500, "title": "boom"}, (U, None)),
+        (302, {"status": "succeeded"}, (U, None)),
     ],
 )
 def test_classify(
@@ -91,3 +110,66 @@ def test_decide_follows_a_configured_policy() -> None:
     assert decide(U, 0, NOW, random.Random(1), policy).next_attempt_at == NOW + timedelta(
         seconds=30
     )
+
+
+def test_the_dunning_sequence_reuses_no_key_and_ends_in_cancel() -> None:
+    """Declines move the key forward; an uncertain answer in between keeps it."""
+    rng, now, count = random.Random(5), NOW, 0
+    keys: list[str] = []
+    actions: list[str] = []
+    for outcome in (D, U, D, U, U, D, D):
+        keys.append(idempotency_key(77, count))
+        d = decide(outcome, count, now, rng)
+        actions.append(d.subscription_action)
+        if outcome == U:
+            assert d.attempt_count == count and d.next_attempt_at == now + timedelta(minutes=15)
+        else:
+            assert d.attempt_count == count + 1
+        count = d.attempt_count
+        if d.next_attempt_at is None:
+            assert d == AttemptDecision(InvoiceStatus.FAILED, 4, None, "cancel")
+            break
+        now = d.next_attempt_at
+    assert keys == [
+        "inv-77-try-0",
+        "inv-77-try-1",
+        "inv-77-try-1",
+        "inv-77-try-2",
+        "inv-77-try-2",
+        "inv-77-try-2",
+        "inv-77-try-3",
+    ]
+    assert actions == ["past_due", "none", "past_due", "none", "none", "past_due", "cancel"]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "count", "status", "new_count", "action", "retry"),
+    [
+        (S, 0, InvoiceStatus.PAID, 0, "reactivate", False),
+        (S, 3, InvoiceStatus.PAID, 3, "reactivate", False),
+        (D, 0, InvoiceStatus.OPEN, 1, "past_due", True),
+        (D, 2, InvoiceStatus.OPEN, 3, "past_due", True),
+        (D, 3, InvoiceStatus.FAILED, 4, "cancel", False),
+        (D, 4, InvoiceStatus.FAILED, 5, "cancel", False),
+        (U, 0, InvoiceStatus.OPEN, 0, "none", True),
+        (U, 3, InvoiceStatus.OPEN, 3, "none", True),
+    ],
+)
+def test_decide_table(
+    outcome: ChargeOutcome,
+    count: int,
+    status: InvoiceStatus,
+    new_count: int,
+    action: str,
+    retry: bool,
+) -> None:
+    d = decide(outcome, count, NOW, random.Random(2))
+    assert (d.invoice_status, d.attempt_count, d.subscription_action) == (status, new_count, action)
+    assert (d.next_attempt_at is not None) == retry
+    if d.next_attempt_at is not None:
+        assert d.next_attempt_at > NOW
+
+
+def test_decide_refuses_naive_now() -> None:
+    with pytest.raises(NaiveDatetime):
+        decide(U, 0, datetime(2026, 12, 1), random.Random(1))

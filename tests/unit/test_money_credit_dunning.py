@@ -4,11 +4,29 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from billing_core.domain import errors
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.dunning import DunningPolicy, next_attempt
-from billing_core.domain.errors import CurrencyMismatch, InvalidAmount, InvalidCurrency
-from billing_core.domain.money import BIGINT_MAX, Money, parse_amount, validate_currency
+from billing_core.domain.errors import (
+    CurrencyMismatch,
+    DomainError,
+    InvalidAmount,
+    InvalidAttemptCount,
+    InvalidCurrency,
+    InvalidPolicy,
+    NaiveDatetime,
+)
+from billing_core.domain.money import (
+    BIGINT_MAX,
+    KNOWN_CURRENCIES,
+    Money,
+    is_known_currency,
+    parse_amount,
+    validate_currency,
+)
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
@@ -82,3 +100,121 @@ def test_credit_from_proration() -> None:
     assert credit_from_proration(300) == 0
     with pytest.raises(InvalidAmount):
         apply_credit(-1, 0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        0.0,
+        1e3,
+        float("nan"),
+        False,
+        "",
+        " ",
+        "+5",
+        "1e3",
+        "1_000",
+        "1,000",
+        "١٢٣",  # non-ASCII digits
+        "9" * 5000,  # beyond any BIGINT, and beyond int()'s digit limit
+        str(BIGINT_MAX + 1),
+        -(BIGINT_MAX + 1),
+        b"12",
+        {"amount": 1},
+    ],
+)
+def test_parse_amount_rejections(bad: object) -> None:
+    with pytest.raises(InvalidAmount):
+        parse_amount(bad, allow_negative=True)
+
+
+def test_parse_amount_accepts_the_full_bigint_range_when_negatives_are_allowed() -> None:
+    assert parse_amount(-BIGINT_MAX, allow_negative=True) == -BIGINT_MAX
+    assert parse_amount(f" {BIGINT_MAX} ") == BIGINT_MAX
+    assert parse_amount("-12", allow_negative=True) == -12
+    assert parse_amount(0) == 0
+    with pytest.raises(InvalidAmount):
+        parse_amount("-12")
+
+
+@pytest.mark.parametrize("bad", ["eur", "EU", "EURO", "EUR\n", " EUR", "ÉUR", "", 978])
+def test_validate_currency_rejections(bad: object) -> None:
+    with pytest.raises(InvalidCurrency):
+        validate_currency(bad)  # type: ignore[arg-type]
+
+
+def test_known_currencies() -> None:
+    assert {"EUR", "USD", "JPY", "GBP", "CHF"} <= KNOWN_CURRENCIES
+    assert is_known_currency("EUR") and not is_known_currency("ABC")
+    assert validate_currency("ABC") == "ABC"  # the shape check alone accepts it
+    assert all(validate_currency(code) == code for code in KNOWN_CURRENCIES)
+
+
+def test_money_is_integer_only_and_stays_in_bigint() -> None:
+    with pytest.raises(InvalidAmount):
+        Money(1.5, "EUR")  # type: ignore[arg-type]
+    with pytest.raises(InvalidAmount):
+        Money(True, "EUR")
+    with pytest.raises(InvalidCurrency):
+        Money(1, "euro")
+    with pytest.raises(InvalidAmount):
+        Money(BIGINT_MAX, "EUR") + Money(1, "EUR")
+    with pytest.raises(CurrencyMismatch):
+        Money(1, "EUR") - Money(1, "USD")
+    with pytest.raises(TypeError):
+        Money(1, "EUR") + 1  # type: ignore[operator]
+
+
+@settings(max_examples=300, deadline=None)
+@given(amount=st.integers(0, BIGINT_MAX), balance=st.integers(0, BIGINT_MAX))
+def test_credit_is_never_lost_nor_negative(amount: int, balance: int) -> None:
+    split = apply_credit(amount, balance)
+    assert split.amount_due == max(0, amount - balance)
+    assert min(split.amount_due, split.credit_used, split.credit_remaining) >= 0
+    assert split.amount_due + split.credit_used == amount
+    assert split.credit_used + split.credit_remaining == balance
+
+
+def test_credit_from_a_proration() -> None:
+    assert credit_from_proration(0) == 0
+    assert credit_from_proration(-1) == 1
+    with pytest.raises(InvalidAmount):
+        apply_credit(10, -1)
+
+
+def test_dunning_policy_defaults_and_validation() -> None:
+    policy = DunningPolicy()
+    assert policy.delays == (timedelta(days=1), timedelta(days=3), timedelta(days=5))
+    assert policy.jitter == timedelta(minutes=120)
+    assert policy.unknown_retry == timedelta(minutes=15)
+    assert policy.max_attempts == 4
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(delays=(timedelta(days=-1),))
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(jitter=timedelta(seconds=-1))
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(unknown_retry=timedelta(0))
+
+
+def test_next_attempt_rejects_impossible_counts_and_naive_times() -> None:
+    with pytest.raises(InvalidAttemptCount):
+        next_attempt(0, NOW, random.Random(1))
+    with pytest.raises(NaiveDatetime):
+        next_attempt(1, datetime(2026, 12, 1), random.Random(1))
+    assert next_attempt(5, NOW, random.Random(1)) is None
+
+
+def test_jitter_covers_its_whole_window() -> None:
+    rng = random.Random(11)
+    offsets = set()
+    for _ in range(5000):
+        at = next_attempt(1, NOW, rng)
+        assert at is not None
+        offsets.add((at - NOW - timedelta(days=1)) // timedelta(minutes=10))
+    assert offsets == set(range(12))  # every 10-minute slice of [0, 120) minutes is reached
+
+
+def test_every_domain_error_has_the_one_root() -> None:
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
+    assert len(classes) >= 10
+    assert all(issubclass(c, DomainError) for c in classes)

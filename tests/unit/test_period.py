@@ -2,13 +2,19 @@ from __future__ import annotations
 
 import calendar
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing_core.domain.errors import NaiveDatetime, UnknownTimeZone
+from billing_core.domain.errors import (
+    BeforeAnchor,
+    InvalidPeriodIndex,
+    NaiveDatetime,
+    UnknownTimeZone,
+)
 from billing_core.domain.period import (
     Interval,
     boundary,
@@ -29,8 +35,10 @@ ZONES = [
 ]
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def test_month_end_anchor_never_drifts() -> None:
@@ -118,11 +126,26 @@ def test_monthly_periods_are_contiguous_increasing_and_anchored(
     last_day = calendar.monthrange(end_local.year, end_local.month)[1]
     assert end_local.day == min(local_anchor.day, last_day)
     days = (this.end.astimezone(zi).date() - this.start.astimezone(zi).date()).days
-    if n > 0:
-        assert 28 <= days <= 31
-    else:
-        assert 27 <= days <= 31  # the anchor itself may sit in a DST gap
+    assert 28 <= days <= 31
     assert this.end.tzinfo == UTC
+    # the wall time of day is the anchor's, unless it does not exist that day (a DST gap)
+    wall = end_local.replace(
+        hour=local_anchor.hour,
+        minute=local_anchor.minute,
+        second=local_anchor.second,
+        microsecond=local_anchor.microsecond,
+        fold=0,
+    )
+    if _exists(wall):
+        assert end_local.time() == local_anchor.time()
+    else:
+        assert end_local > wall.replace(tzinfo=None).replace(tzinfo=zi)
+
+
+def _exists(wall: datetime) -> bool:
+    """Whether an aware local wall time survives a round trip through UTC (not in a gap)."""
+    back = wall.astimezone(UTC).astimezone(wall.tzinfo)
+    return back.replace(tzinfo=None) == wall.replace(tzinfo=None)
 
 
 @settings(max_examples=200, deadline=None)
@@ -141,3 +164,123 @@ def test_period_index_at_matches_boundaries(anchor: datetime, tz: str, seconds: 
     assert (
         boundary(anchor, Interval.MONTH, n, tz) <= at < boundary(anchor, Interval.MONTH, n + 1, tz)
     )
+
+
+@pytest.mark.parametrize(
+    ("year", "expected_days"),
+    [(2026, [31, 28, 31, 30, 31, 30]), (2028, [31, 29, 31, 30, 31, 30])],
+)
+def test_month_end_anchor_sequence(year: int, expected_days: list[int]) -> None:
+    anchor = utc(year, 1, 31, 23, 15)
+    got = [boundary(anchor, Interval.MONTH, k, "UTC") for k in range(6)]
+    assert [(b.month, b.day) for b in got] == [(m + 1, d) for m, d in enumerate(expected_days)]
+    assert all((b.hour, b.minute) == (23, 15) for b in got)
+
+
+def test_boundary_zero_is_the_anchor_in_utc() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    anchor = datetime(2026, 3, 15, 9, 0, tzinfo=paris)
+    b0 = boundary(anchor, Interval.MONTH, 0, "Europe/Paris")
+    assert b0 == anchor and b0.tzinfo == UTC
+
+
+def test_the_zone_argument_decides_the_local_calendar() -> None:
+    # 23:30 UTC on Jan 31 is already Feb 1 in Paris: the anchor day there is the 1st.
+    anchor = utc(2026, 1, 31, 23, 30)
+    assert boundary(anchor, Interval.MONTH, 1, "UTC") == utc(2026, 2, 28, 23, 30)
+    assert boundary(anchor, Interval.MONTH, 1, "Europe/Paris") == utc(2026, 2, 28, 23, 30)
+    assert boundary(anchor, Interval.MONTH, 2, "Europe/Paris") == utc(2026, 3, 31, 22, 30)
+
+
+def test_paris_spring_forward_gap_then_back_to_the_wall_time() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    anchor = datetime(2026, 1, 29, 2, 30, tzinfo=paris)  # 2026-03-29 02:30 does not exist
+    in_gap = boundary(anchor, Interval.MONTH, 2, "Europe/Paris")
+    assert in_gap == utc(2026, 3, 29, 1, 30)  # 03:30 CEST: shifted forward by the 1 h gap
+    assert (in_gap.astimezone(paris).hour, in_gap.astimezone(paris).minute) == (3, 30)
+    after = boundary(anchor, Interval.MONTH, 3, "Europe/Paris")
+    assert after == utc(2026, 4, 29, 0, 30)  # 02:30 CEST again: the gap does not carry over
+
+
+def test_paris_fall_back_fold_takes_the_first_occurrence() -> None:
+    paris = ZoneInfo("Europe/Paris")
+    anchor = datetime(2026, 9, 25, 2, 30, tzinfo=paris)  # 2026-10-25 02:30 happens twice
+    assert boundary(anchor, Interval.MONTH, 1, "Europe/Paris") == utc(2026, 10, 25, 0, 30)
+    # an anchor on the second occurrence keeps 02:30 and, on the next fold (Oct 25, 2037),
+    # takes the first occurrence
+    second = datetime(2026, 10, 25, 2, 30, fold=1, tzinfo=paris)
+    assert second.astimezone(UTC) == utc(2026, 10, 25, 1, 30)
+    assert boundary(second, Interval.YEAR, 1, "Europe/Paris") == utc(2027, 10, 25, 0, 30)
+    assert boundary(second, Interval.YEAR, 11, "Europe/Paris") == utc(2037, 10, 25, 0, 30)
+
+
+def test_new_york_periods_around_both_transitions_are_contiguous() -> None:
+    ny = "America/New_York"
+    anchor = datetime(2026, 1, 8, 2, 30, tzinfo=ZoneInfo(ny))
+    periods = [period_bounds(anchor, Interval.MONTH, n, ny) for n in range(12)]
+    assert all(a.end == b.start for a, b in pairwise(periods))
+    assert periods[1].end == utc(2026, 3, 8, 7, 30)  # 03:30 EDT, in the gap
+    assert periods[2].end == utc(2026, 4, 8, 6, 30)  # 02:30 EDT
+
+
+def test_yearly_boundaries_from_a_leap_day_in_a_zone() -> None:
+    tokyo = ZoneInfo("Asia/Tokyo")
+    anchor = datetime(2024, 2, 29, 8, 0, tzinfo=tokyo)
+    local = [boundary(anchor, Interval.YEAR, k, "Asia/Tokyo").astimezone(tokyo) for k in range(6)]
+    assert [(d.year, d.month, d.day, d.hour) for d in local] == [
+        (2024, 2, 29, 8),
+        (2025, 2, 28, 8),
+        (2026, 2, 28, 8),
+        (2027, 2, 28, 8),
+        (2028, 2, 29, 8),
+        (2029, 2, 28, 8),
+    ]
+
+
+def test_negative_indexes_are_rejected() -> None:
+    with pytest.raises(InvalidPeriodIndex):
+        boundary(utc(2026, 1, 1), Interval.MONTH, -1, "UTC")
+    with pytest.raises(ValueError):
+        period_bounds(utc(2026, 1, 1), Interval.MONTH, -1, "UTC")
+
+
+@pytest.mark.parametrize("tz", ["", "Mars/Olympus", "Europe/", "../etc/passwd", "zone.tab", "utc"])
+def test_unknown_zones(tz: str) -> None:
+    with pytest.raises(UnknownTimeZone):
+        boundary(utc(2026, 1, 1), Interval.MONTH, 0, tz)
+
+
+def test_period_index_at_edges() -> None:
+    anchor = utc(2026, 1, 31, 12)
+    assert period_index_at(anchor, Interval.MONTH, "UTC", anchor) == 0
+    assert period_index_at(anchor, Interval.MONTH, "UTC", utc(2026, 2, 28, 11, 59, 59)) == 0
+    assert period_index_at(anchor, Interval.MONTH, "UTC", utc(2026, 2, 28, 12)) == 1
+    assert period_index_at(anchor, Interval.MONTH, "UTC", utc(2026, 3, 31, 12)) == 2
+    assert period_index_at(anchor, Interval.YEAR, "UTC", utc(2027, 1, 31, 11)) == 0
+    assert period_index_at(anchor, Interval.YEAR, "UTC", utc(2027, 1, 31, 12)) == 1
+    with pytest.raises(BeforeAnchor):
+        period_index_at(anchor, Interval.MONTH, "UTC", anchor - timedelta(microseconds=1))
+    with pytest.raises(NaiveDatetime):
+        period_index_at(anchor, Interval.MONTH, "UTC", datetime(2026, 3, 1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(anchor=anchors, tz=st.sampled_from(ZONES), n=st.integers(0, 40))
+def test_yearly_boundaries_keep_month_and_clamped_day(anchor: datetime, tz: str, n: int) -> None:
+    zi = ZoneInfo(tz)
+    local_anchor = anchor.astimezone(zi)
+    end_local = period_end(anchor, Interval.YEAR, n, tz).astimezone(zi)
+    assert end_local.year == local_anchor.year + n + 1
+    assert end_local.month == local_anchor.month
+    last_day = calendar.monthrange(end_local.year, end_local.month)[1]
+    assert end_local.day == min(local_anchor.day, last_day)
+
+
+@settings(max_examples=200, deadline=None)
+@given(anchor=anchors, tz=st.sampled_from(ZONES), n=st.integers(0, 200))
+def test_period_index_at_inverts_boundary(anchor: datetime, tz: str, n: int) -> None:
+    for interval in Interval:
+        start = boundary(anchor, interval, n, tz)
+        end = boundary(anchor, interval, n + 1, tz)
+        assert period_index_at(anchor, interval, tz, start) == n
+        assert period_index_at(anchor, interval, tz, end - timedelta(microseconds=1)) == n

@@ -147,3 +147,66 @@ def test_invoice_transition(status: InvoiceStatus, action: str) -> None:
 def test_is_settled() -> None:
     assert not inv.is_settled("OPEN")
     assert all(inv.is_settled(s) for s in (PD, F, V))
+
+
+@pytest.mark.parametrize("status", list(SubscriptionStatus))
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+def test_transitions_with_the_cancel_flag_set(status: SubscriptionStatus, action: str) -> None:
+    before = state(status, flag=True)
+    expected = SUB_TABLE[(status, action)]
+    if action == "renew" and status == A:
+        expected = (C, [EventType.SUBSCRIPTION_CANCELED])
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            ACTIONS[action](before)
+        return
+    after, events = ACTIONS[action](before)
+    assert (after.status, [e.type for e in events]) == expected
+    assert after.version == before.version + (after != before)
+    if after.status == C and status != C:
+        assert after.canceled_at == NOW
+
+
+def test_cancel_now_records_the_reason() -> None:
+    _, [by_customer] = sub.cancel_now(state(A), NOW)
+    _, [by_dunning] = sub.cancel_for_nonpayment(state(P), NOW)
+    assert by_customer.payload["reason"] == "customer_request"
+    assert by_dunning.payload["reason"] == "nonpayment"
+
+
+def test_renew_without_the_flag_bumps_the_version_only() -> None:
+    before = state(A)
+    after, events = sub.renew_or_cancel_at_period_end(before, NOW)
+    assert after == replace(before, version=before.version + 1) and events == []
+
+
+def test_transitions_do_not_mutate_their_input() -> None:
+    before = state(P)
+    snapshot = replace(before)
+    for action in ACTIONS.values():
+        try:
+            action(before)
+        except IllegalTransition:
+            pass
+    assert before == snapshot
+
+
+@pytest.mark.parametrize(
+    ("status", "handling"),
+    [
+        (OP, inv.SuccessHandling.PAY),
+        (PD, inv.SuccessHandling.ALREADY_PAID),
+        (F, inv.SuccessHandling.RECONCILE),
+        (V, inv.SuccessHandling.RECONCILE),
+    ],
+)
+def test_success_handling_by_invoice_status(
+    status: InvoiceStatus, handling: inv.SuccessHandling
+) -> None:
+    assert inv.on_success(status) == handling
+    assert inv.on_success(str(status)) == handling
+    assert inv.is_settled(status) == (status != OP)
+
+
+def test_invoice_kinds() -> None:
+    assert [str(k) for k in inv.InvoiceKind] == ["RENEWAL", "PRORATION"]

@@ -17,6 +17,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain.dunning import DunningPolicy, next_attempt
+from billing_core.domain.instant import require_aware
 from billing_core.domain.invoice import InvoiceStatus
 
 
@@ -41,6 +42,7 @@ DECLINE_CODES = frozenset(
 
 
 def idempotency_key(invoice_id: int, attempt_count: int) -> str:
+    """The gateway key of one attempt: the same key for a retry after an uncertain result."""
     return f"inv-{invoice_id}-try-{attempt_count}"
 
 
@@ -51,8 +53,7 @@ def classify(
     if http_status is None:
         return ChargeOutcome.UNKNOWN, None
     status = body.get("status") if isinstance(body, Mapping) else None
-    code = body.get("declineCode") if isinstance(body, Mapping) else None
-    decline_code = code if isinstance(code, str) and code else None
+    decline_code = _decline_code(body)
     if 200 <= http_status < 300:
         if status == "succeeded":
             return ChargeOutcome.SUCCESS, None
@@ -64,6 +65,16 @@ def classify(
     if 400 <= http_status < 500 and http_status != 429 and decline_code in DECLINE_CODES:
         return ChargeOutcome.DECLINED, decline_code
     return ChargeOutcome.UNKNOWN, None
+
+
+def _decline_code(body: Mapping[str, object] | None) -> str | None:
+    if not isinstance(body, Mapping):
+        return None
+    for key in ("declineCode", "decline_code"):
+        code = body.get(key)
+        if isinstance(code, str) and code:
+            return code
+    return None
 
 
 SubscriptionAction = str  # "reactivate" | "past_due" | "cancel" | "none"
@@ -84,6 +95,8 @@ def decide(
     rng: random.Random,
     policy: DunningPolicy = DunningPolicy(),  # noqa: B008 - frozen, immutable default
 ) -> AttemptDecision:
+    """What one gateway answer does to the invoice; ``attempt_count``: declines so far."""
+    require_aware(now, "now")
     if outcome == ChargeOutcome.SUCCESS:
         return AttemptDecision(InvoiceStatus.PAID, attempt_count, None, "reactivate")
     if outcome == ChargeOutcome.DECLINED:

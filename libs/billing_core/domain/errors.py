@@ -20,7 +20,7 @@ class InvalidCurrency(DomainError):
 
 
 class NaiveDatetime(DomainError):
-    pass
+    """A datetime without a time zone reached a rule that needs an instant."""
 
 
 class UnknownTimeZone(DomainError):
@@ -45,3 +45,15 @@ class InvoiceNotPayable(IllegalTransition):
 
 class BeforeAnchor(DomainError):
     pass
+
+
+class InvalidPeriodIndex(DomainError, ValueError):
+    """A period or boundary index below zero."""
+
+
+class InvalidAttemptCount(DomainError, ValueError):
+    """A failed-attempt count that cannot occur (dunning counts failures from 1)."""
+
+
+class InvalidPolicy(DomainError, ValueError):
+    """A dunning policy with negative delays, jitter or retry interval."""

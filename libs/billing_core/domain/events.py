@@ -2,13 +2,19 @@
 
 Payloads are JSON-serialisable (ints, strings, booleans, ISO-8601 UTC strings, null) with
 camelCase keys; ``SCHEMA_VERSION`` is bumped on any incompatible payload change.
+
+``EventType`` members are spelled both ways: ``EventType.INVOICE_PAID`` and its alias
+``EventType.InvoicePaid`` are the same member, whose value (the type on the wire) is
+``"InvoicePaid"``. Iterating the enum yields each type once.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
+
+from billing_core.domain.instant import iso_utc
 
 SCHEMA_VERSION = 1
 
@@ -25,6 +31,18 @@ class EventType(StrEnum):
     INVOICE_VOIDED = "InvoiceVoided"
     PAYMENT_RECONCILIATION_NEEDED = "PaymentReconciliationNeeded"
 
+    # Aliases: the wire names, usable as member names too.
+    SubscriptionCreated = "SubscriptionCreated"
+    SubscriptionPlanChanged = "SubscriptionPlanChanged"
+    SubscriptionCanceled = "SubscriptionCanceled"
+    SubscriptionPastDue = "SubscriptionPastDue"
+    SubscriptionReactivated = "SubscriptionReactivated"
+    InvoiceCreated = "InvoiceCreated"
+    InvoicePaid = "InvoicePaid"
+    PaymentFailed = "PaymentFailed"
+    InvoiceVoided = "InvoiceVoided"
+    PaymentReconciliationNeeded = "PaymentReconciliationNeeded"
+
 
 @dataclass(frozen=True)
 class DomainEvent:
@@ -34,9 +52,10 @@ class DomainEvent:
 
 
 def iso(when: datetime | None) -> str | None:
+    """ISO-8601 UTC (``...Z``) or ``None``; a naive datetime raises NaiveDatetime."""
     if when is None:
         return None
-    return when.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return iso_utc(when)
 
 
 def subscription_created(

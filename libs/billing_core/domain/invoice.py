@@ -1,4 +1,10 @@
-"""The invoice state machine: OPEN -> PAID | FAILED | VOID."""
+"""The invoice state machine: OPEN -> PAID | FAILED | VOID.
+
+PAID, FAILED and VOID are final ("settled"). Paying a PAID invoice and voiding a VOID one are
+no-ops, so replayed webhooks and retried requests are harmless; any other move out of a settled
+state raises. A successful charge that arrives for a FAILED or VOID invoice is not applied: it
+needs reconciliation (``on_success`` tells which case applies).
+"""
 
 from __future__ import annotations
 
@@ -26,8 +32,26 @@ class InvoiceState:
     attempt_count: int
 
 
+class SuccessHandling(StrEnum):
+    """What a successful charge does to an invoice in a given state."""
+
+    PAY = "PAY"  # OPEN -> PAID
+    ALREADY_PAID = "ALREADY_PAID"  # a replay: nothing to do
+    RECONCILE = "RECONCILE"  # money taken for a FAILED/VOID invoice: PaymentReconciliationNeeded
+
+
 def is_settled(status: InvoiceStatus | str) -> bool:
+    """True for PAID, FAILED and VOID: no further charge may be made for the invoice."""
     return InvoiceStatus(status) != InvoiceStatus.OPEN
+
+
+def on_success(status: InvoiceStatus | str) -> SuccessHandling:
+    current = InvoiceStatus(status)
+    if current == InvoiceStatus.OPEN:
+        return SuccessHandling.PAY
+    if current == InvoiceStatus.PAID:
+        return SuccessHandling.ALREADY_PAID
+    return SuccessHandling.RECONCILE
 
 
 def pay(state: InvoiceState) -> InvoiceState:

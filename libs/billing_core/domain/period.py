@@ -25,7 +25,19 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from billing_core.domain.errors import BeforeAnchor, NaiveDatetime, UnknownTimeZone
+from billing_core.domain.errors import BeforeAnchor, InvalidPeriodIndex, UnknownTimeZone
+from billing_core.domain.instant import require_aware
+
+__all__ = [
+    "Interval",
+    "Period",
+    "boundary",
+    "period_bounds",
+    "period_end",
+    "period_index_at",
+    "require_aware",
+    "zone",
+]
 
 
 class Interval(StrEnum):
@@ -40,15 +52,13 @@ class Period:
 
 
 def zone(tz: str) -> ZoneInfo:
+    """The IANA zone named ``tz``; :class:`UnknownTimeZone` for anything else."""
+    if not isinstance(tz, str) or not tz:
+        raise UnknownTimeZone(f"unknown IANA time zone {tz!r}")
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
         raise UnknownTimeZone(f"unknown IANA time zone {tz!r}") from exc
-
-
-def require_aware(when: datetime, name: str = "datetime") -> None:
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise NaiveDatetime(f"{name} must be timezone-aware")
 
 
 def _months(interval: Interval) -> int:
@@ -59,7 +69,7 @@ def boundary(anchor: datetime, interval: Interval, k: int, tz: str) -> datetime:
     """The anchor moved ``k`` intervals forward in ``tz``, as UTC (``k = 0``: the anchor)."""
     require_aware(anchor, "anchor")
     if k < 0:
-        raise ValueError("k must be >= 0")
+        raise InvalidPeriodIndex(f"boundary index must be >= 0, got {k}")
     zi = zone(tz)
     if k == 0:
         return anchor.astimezone(UTC)

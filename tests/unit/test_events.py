@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from billing_core.domain import events as ev
+from billing_core.domain.errors import NaiveDatetime
+from billing_core.domain.events import SCHEMA_VERSION, DomainEvent, EventType
+
+NOW = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
+LATER = NOW + timedelta(days=31)
+
+WIRE_NAMES = [
+    "SubscriptionCreated",
+    "SubscriptionPlanChanged",
+    "SubscriptionCanceled",
+    "SubscriptionPastDue",
+    "SubscriptionReactivated",
+    "InvoiceCreated",
+    "InvoicePaid",
+    "PaymentFailed",
+    "InvoiceVoided",
+    "PaymentReconciliationNeeded",
+]
+
+ALL = [
+    ev.subscription_created(1, 2, "PRO_MONTHLY", NOW, LATER, "Europe/Paris"),
+    ev.subscription_plan_changed(1, "BASIC_MONTHLY", "PRO_MONTHLY", 100_000, NOW),
+    ev.subscription_canceled(1, "customer_request", NOW),
+    ev.subscription_past_due(1, 9),
+    ev.subscription_reactivated(1, 9),
+    ev.invoice_created(1, 9, "RENEWAL", 1999, "EUR", NOW, LATER),
+    ev.invoice_paid(1, 9, 1999, "EUR", NOW),
+    ev.payment_failed(1, 9, 1, "card_declined", LATER),
+    ev.invoice_voided(1, 9, NOW),
+    ev.payment_reconciliation_needed(1, 9, "VOID", "inv-9-try-0", "ch_1"),
+]
+
+
+def test_schema_version() -> None:
+    assert SCHEMA_VERSION == 1
+
+
+def test_event_types_are_the_wire_names_spelled_both_ways() -> None:
+    assert [t.value for t in EventType] == WIRE_NAMES
+    for name in WIRE_NAMES:
+        assert getattr(EventType, name) is EventType(name)
+        assert str(EventType(name)) == name
+    assert EventType["InvoicePaid"] is EventType["INVOICE_PAID"]
+    assert EventType.SubscriptionCanceled == "SubscriptionCanceled"
+
+
+def test_every_type_has_a_helper() -> None:
+    assert [e.type for e in ALL] == list(EventType)
+    assert all(isinstance(e, DomainEvent) and e.subscription_id == 1 for e in ALL)
+
+
+@pytest.mark.parametrize("event", ALL, ids=lambda e: str(e.type))
+def test_payloads_are_json_with_utc_times(event: DomainEvent) -> None:
+    assert json.loads(json.dumps(event.payload)) == event.payload
+    assert event.payload["subscriptionId"] == 1
+    for value in event.payload.values():
+        assert value is None or isinstance(value, bool | int | str)
+        assert not isinstance(value, float)
+
+
+def test_times_are_iso_utc_with_z() -> None:
+    paid = ev.invoice_paid(
+        1, 9, 1999, "EUR", datetime(2026, 12, 1, 9, 30, tzinfo=timezone(timedelta(hours=1)))
+    )
+    assert paid.payload["paidAt"] == "2026-12-01T08:30:00Z"
+    assert ev.payment_failed(1, 9, 4, "expired_card", None).payload["final"] is True
+    assert ev.iso(None) is None
+
+
+def test_naive_times_are_refused() -> None:
+    with pytest.raises(NaiveDatetime):
+        ev.invoice_paid(1, 9, 1999, "EUR", datetime(2026, 12, 1))
