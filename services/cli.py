@@ -84,6 +84,9 @@ def check(
     no_kafka: bool = typer.Option(False, help="Skip the Kafka evidence."),
     renewal_tolerance_s: int = typer.Option(300, help="How late a renewal may be."),
     retry_bound_s: int = typer.Option(1200, help="How long an OPEN invoice may stay overdue."),
+    since_invoice_id: int = typer.Option(
+        0, help="Invoices up to this id are imported history (no charge or event evidence)."
+    ),
 ) -> None:
     """Check the hard invariants (no double charge, no skipped period, ...); exit 1 on violation."""
     import asyncio  # noqa: PLC0415
@@ -107,6 +110,7 @@ def check(
                 topic=topic or settings.kafka_topic,
                 renewal_tolerance=timedelta(seconds=renewal_tolerance_s),
                 retry_bound=timedelta(seconds=retry_bound_s),
+                since_invoice_id=since_invoice_id,
             )
         finally:
             await engine.dispose()

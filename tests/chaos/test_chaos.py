@@ -24,5 +24,5 @@ async def test_short_chaos_run_keeps_every_invariant() -> None:
     assert outcome.faults["redis outage"] == outcome.faults["kafka outage"] == 1
     assert outcome.faults["postgres restart"] == 1
     assert outcome.figures["invoices"] >= 2 * config.subscriptions
-    assert outcome.problems == []
     assert outcome.report.ok, [(c.name, c.violations[:5]) for c in outcome.report.checks]
+    assert outcome.problems == []

@@ -191,7 +191,7 @@ async def check_stuck(conn: AsyncConnection, *, now: datetime, retry_bound: time
     return check
 
 
-_PAID_AND_UNPAID = text("SELECT id, status, amount FROM invoice")
+_PAID_AND_UNPAID = text("SELECT id, status, amount FROM invoice WHERE id > :since")
 _RECONCILIATIONS = text(
     """
     SELECT DISTINCT CAST(payload ->> 'invoiceId' AS bigint) FROM outbox_event
@@ -211,6 +211,7 @@ async def check_charges(
     conn: AsyncConnection,
     successes: dict[int, int] | None,
     duplicate_success_invoices: list[int] | None,
+    since_invoice_id: int = 0,
 ) -> Check:
     """At most one successful charge per invoice; PAID exactly when charged (gateway ledger)."""
     check = Check("charges", "no invoice charged twice; PAID iff charged once")
@@ -221,7 +222,7 @@ async def check_charges(
         return check
     reconciled = {int(v) for (v,) in await conn.execute(_RECONCILIATIONS)}
     known: set[int] = set()
-    for r in await conn.execute(_PAID_AND_UNPAID):
+    for r in await conn.execute(_PAID_AND_UNPAID, {"since": since_invoice_id}):
         known.add(r.id)
         check.checked += 1
         n = successes.get(r.id, 0)

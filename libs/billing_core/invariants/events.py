@@ -86,7 +86,7 @@ def _take(
         evidence.canceled_subscriptions.add(event.subscription_id)
 
 
-_PAID = text("SELECT id, subscription_id FROM invoice WHERE status = 'PAID'")
+_PAID = text("SELECT id, subscription_id FROM invoice WHERE status = 'PAID' AND id > :since")
 _CANCELED = text("SELECT id FROM subscription WHERE status = 'CANCELED'")
 _UNPUBLISHED = text(
     "SELECT count(*) FROM outbox_event WHERE published_at IS NULL OR parked_at IS NOT NULL"
@@ -96,10 +96,12 @@ _PUBLISHED_IDS = text(
 )
 
 
-async def check_events(conn: AsyncConnection, evidence: TopicEvidence) -> tuple[Check, Check]:
+async def check_events(
+    conn: AsyncConnection, evidence: TopicEvidence, since_invoice_id: int = 0
+) -> tuple[Check, Check]:
     told = Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled on Kafka")
     told.duplicates = evidence.duplicates
-    for r in await conn.execute(_PAID):
+    for r in await conn.execute(_PAID, {"since": since_invoice_id}):
         told.checked += 1
         if r.id not in evidence.paid_invoices:
             told.violations.append(f"invoice {r.id}: PAID but no InvoicePaid event")

@@ -291,3 +291,15 @@ async def test_reads_the_evidence_from_a_real_topic(
     report = await run(world, topic=evidence)
     assert report.ok, [(c.name, c.violations) for c in report.checks]
     assert report.check("events").duplicates == 1
+
+
+async def test_imported_history_needs_no_charge_or_event_evidence(world: World) -> None:
+    topic = world.topic()
+    topic.paid_invoices.discard(world.inv0)
+    ledger = LedgerEvidence({world.inv1: 1}, [])
+    strict = await check_all(world.engine, now=NOW, ledger=ledger, topic=topic)
+    assert not strict.check("charges").ok and not strict.check("events").ok
+    lenient = await check_all(
+        world.engine, now=NOW, ledger=ledger, topic=topic, since_invoice_id=world.inv0
+    )
+    assert lenient.ok, [(c.name, c.violations) for c in lenient.checks]
