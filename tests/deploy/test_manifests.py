@@ -68,14 +68,16 @@ PROCESSES = [
         shutdown_extra_s=0,
         secrets={"BILLING_DATABASE_URL"},
     ),
-    # The loop stops (5 s), then in-flight gateway calls (10 s timeout) finish and are recorded.
+    # The loop stops (5 s), then in-flight gateway calls (2 s connect + 10 s read) finish and
+    # are recorded within the drain timeout; calls still running are cancelled (2 s). At least
+    # 40 s in any case: a gateway call and its recording must fit, with room for a slow database.
     Process(
         "collector",
         port_setting="BILLING_COLLECTOR_HEALTH_PORT",
         bind_setting="BILLING_HEALTH_HOST",
-        shutdown_s=30,
+        shutdown_s=40,
         shutdown_setting="BILLING_COLLECTOR_SHUTDOWN_TIMEOUT_SECONDS",
-        shutdown_extra_s=5,
+        shutdown_extra_s=7,
         secrets={"BILLING_DATABASE_URL", "BILLING_REDIS_URL"},
     ),
     Process(

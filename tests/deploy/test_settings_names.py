@@ -123,3 +123,19 @@ def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch
     for process, (host, port) in listening.items():
         assert host == "0.0.0.0", process
         assert port == _container_port(process), process
+
+
+def test_collector_drain_outlasts_a_gateway_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On SIGTERM the collector waits BILLING_COLLECTOR_SHUTDOWN_TIMEOUT_SECONDS for its calls
+    in flight: shorter than one call (connect + read timeouts), a call started just before the
+    signal would be cancelled with its answer unrecorded (a needless UNKNOWN). The pod's grace
+    period covers the loop's stop (5 s), that drain, and the cancellation of stragglers (2 s)."""
+    for name, value in _configmap().items():
+        monkeypatch.setenv(name, value)
+    collector = CollectorSettings()
+    call = collector.collector_connect_timeout_seconds + collector.collector_read_timeout_seconds
+    assert collector.collector_shutdown_timeout_seconds >= call
+    docs = yaml.safe_load_all((K8S_BASE / "collector.yaml").read_text())
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace >= 5 + collector.collector_shutdown_timeout_seconds + 2
