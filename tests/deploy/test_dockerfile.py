@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -141,3 +142,23 @@ def test_dockerignore_keeps_local_state_out_and_sources_in() -> None:
         "services/cli.py",
     ):
         assert not _ignored(path, patterns), path
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_lock_pins_every_runtime_dependency() -> None:
+    """The image installs the [project] dependencies constrained by requirements.lock: one the
+    lock does not pin would be resolved afresh at build time, to whatever is newest."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {
+        _normalised(re.split(r"[\[<>=!~; ]", requirement, maxsplit=1)[0])
+        for requirement in project["dependencies"]
+    }
+    pinned = {
+        _normalised(line.split("==", 1)[0])
+        for line in (ROOT / "requirements.lock").read_text().splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    }
+    assert wanted - pinned == set()
