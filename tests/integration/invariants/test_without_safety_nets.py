@@ -12,10 +12,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-import asyncpg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from billing_core.db import migrate
 from billing_core.db.engine import create_engine
@@ -27,11 +26,12 @@ from tests.support.infra import Services, checkout_database_name
 
 
 async def drop_database(admin_url: str, name: str) -> None:
-    conn = await asyncpg.connect(admin_url.replace("postgresql+asyncpg://", "postgresql://"))
+    admin = create_async_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
-        await conn.close()
+        await admin.dispose()
 
 
 @pytest.fixture
