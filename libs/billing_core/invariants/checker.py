@@ -36,8 +36,13 @@ async def check_all(
     renewal_tolerance: timedelta = DEFAULT_RENEWAL_TOLERANCE,
     retry_bound: timedelta = DEFAULT_RETRY_BOUND,
     publish_bound: timedelta = DEFAULT_PUBLISH_BOUND,
+    since: datetime | None = None,
 ) -> Report:
-    """Every invariant on the database, against the ledger and topic snapshots given."""
+    """Every invariant on the database, against the ledger and topic snapshots given.
+
+    ``since``: PAID invoices and CANCELED subscriptions that reached that state before it are
+    taken as given (no charge, no event expected) — for data seeded without that history.
+    """
     async with engine.connect() as raw:
         conn = await raw.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
@@ -48,6 +53,7 @@ async def check_all(
                     ledger,
                     now=now,
                     reconciled=topic.reconciliation_invoices if topic else (),
+                    since=since,
                 ),
             ]
             if topic is None:
@@ -59,7 +65,9 @@ async def check_all(
                     check.skipped = "no Kafka topic read"
             else:
                 checks += [
-                    await check_events(conn, topic, now=now, publish_bound=publish_bound),
+                    await check_events(
+                        conn, topic, now=now, publish_bound=publish_bound, since=since
+                    ),
                     check_sequences(topic),
                 ]
             checks += [
@@ -79,6 +87,7 @@ async def run_checker(
     renewal_tolerance: timedelta = DEFAULT_RENEWAL_TOLERANCE,
     retry_bound: timedelta = DEFAULT_RETRY_BOUND,
     publish_bound: timedelta = DEFAULT_PUBLISH_BOUND,
+    since: datetime | None = None,
 ) -> Report:
     """Read the ledger (if a gateway URL is given), then the topic, then check."""
     ledger = await fetch_ledger(gateway_url) if gateway_url else None
@@ -91,4 +100,5 @@ async def run_checker(
         renewal_tolerance=renewal_tolerance,
         retry_bound=retry_bound,
         publish_bound=publish_bound,
+        since=since,
     )

@@ -271,3 +271,27 @@ async def test_an_open_invoice_past_its_lease_and_retry_bound(scene: Scene) -> N
     assert stuck.ids("stuck_invoice") == [inv]
     await sql(scene, "UPDATE invoice SET next_attempt_at = NULL WHERE id = :i", i=inv)
     assert (await scene.check()).check("stuck").ids("unscheduled_invoice") == [inv]
+
+
+# -- history taken as given --------------------------------------------------------------------
+
+
+async def test_history_before_since_needs_no_charge_and_no_event(scene: Scene) -> None:
+    old = scene.world.invoices[("a", 0)]  # paid at the anchor, 75 days ago
+    paid = scene.world.find("a", "InvoicePaid")
+    ledger = LedgerEvidence({i: n for i, n in scene.world.charged.items() if i != old})
+    topic = await scene.read([e for e in scene.world.published() if e is not paid])
+    strict = await check_all(scene.engine, now=scene.world.now, ledger=ledger, topic=topic)
+    assert strict.check("charges").ids("paid_without_charge") == [old]
+    assert strict.check("events").ids("missing_InvoicePaid") == [old]
+    given = await check_all(
+        scene.engine,
+        now=scene.world.now,
+        ledger=ledger,
+        topic=topic,
+        since=scene.world.now - timedelta(days=1),
+    )
+    assert given.check("charges").ok
+    # The outbox says it was published: losing it is still a violation, and a hole.
+    assert given.check("events").kinds() == {"lost_event": 1}
+    assert given.check("sequence").kinds() == {"sequence_hole": 1}
