@@ -89,6 +89,9 @@ def check(
         17 * 60, help="How long an OPEN invoice may stay past due (retry delay + lease)."
     ),
     publish_bound_s: int = typer.Option(300, help="How long an event may wait in the outbox."),
+    since: str = typer.Option(
+        "", help="ISO-8601: invoices paid / subscriptions canceled before it need no evidence."
+    ),
 ) -> None:
     """Check the hard invariants from independent evidence; exit 1 on any violation."""
     import asyncio  # noqa: PLC0415
@@ -99,13 +102,14 @@ def check(
     from billing_core.invariants.checker import run_checker  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
 
+    def instant(value: str, option: str) -> datetime:
+        parsed = datetime.fromisoformat(value)
+        if parsed.tzinfo is None:
+            raise typer.BadParameter(f"{option} needs a UTC offset, e.g. 2026-12-01T00:00:00Z")
+        return parsed
+
     settings = CoreSettings(process_name="check")
-    if now:
-        at = datetime.fromisoformat(now)
-        if at.tzinfo is None:
-            raise typer.BadParameter("--now needs a UTC offset, e.g. 2026-12-01T00:00:00Z")
-    else:
-        at = clock_from_offset(settings.clock_offset_seconds).now()
+    at = instant(now, "--now") if now else clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> bool:
         engine = create_engine(settings)
@@ -119,6 +123,7 @@ def check(
                 renewal_tolerance=timedelta(seconds=renewal_tolerance_s),
                 retry_bound=timedelta(seconds=retry_bound_s),
                 publish_bound=timedelta(seconds=publish_bound_s),
+                since=instant(since, "--since") if since else None,
             )
         finally:
             await engine.dispose()
