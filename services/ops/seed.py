@@ -10,7 +10,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_subscriptions
 
 # Period 0 of every seeded subscription was invoiced and paid, and seeded credit is in the credit
-# ledger: the data is what the system itself would have written, so `billing check` holds on it.
+# ledger: the periods and amounts are what the system itself would have written. The payments
+# themselves are history with no gateway or event evidence: check with `billing check --since`.
 _HISTORY = """
 INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start, period_end,
                      subtotal, amount, currency, status, paid_at, closed_at)

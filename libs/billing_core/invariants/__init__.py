@@ -2,5 +2,8 @@
 
 Evidence comes from three places that do not trust each other: PostgreSQL (invoices, periods,
 credit), the payment gateway's own ledger (what was really charged) and the Kafka topic (what
-other systems were told). ``check_all`` gathers them and returns a :class:`Report`.
+other systems were told). ``checker.check_all`` runs every invariant on given evidence and
+returns a :class:`report.Report`; ``checker.run_checker`` gathers the evidence first. One module
+per invariant: ``periods``, ``charges``, ``events`` (events and sequences), ``amounts``,
+``stuck``; the evidence readers are ``ledger`` and ``topic``.
 """

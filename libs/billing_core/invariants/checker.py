@@ -1,37 +1,30 @@
-"""Gather the evidence and run every invariant."""
+"""Gather the evidence and run every invariant.
+
+Order matters against a running system: the gateway ledger is read first, then the topic, then
+the database in one REPEATABLE READ snapshot. A charge is made before its invoice becomes PAID and
+an event is written before it is published, so evidence read earlier can only lag behind the
+database in the directions the checks tolerate (a charge being recorded, an event in the outbox).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.invariants.database import (
-    check_amounts,
-    check_charges,
-    check_periods,
-    check_stuck,
-)
-from billing_core.invariants.events import TopicEvidence, check_events, read_topic
+from billing_core.invariants.amounts import check_amounts
+from billing_core.invariants.charges import check_charges
+from billing_core.invariants.events import check_events, check_sequences
+from billing_core.invariants.ledger import LedgerEvidence, fetch_ledger
+from billing_core.invariants.periods import check_periods
 from billing_core.invariants.report import Check, Report
+from billing_core.invariants.stuck import DEFAULT_RETRY_BOUND, check_stuck
+from billing_core.invariants.topic import TopicEvidence, read_topic
 
+__all__ = ["LedgerEvidence", "check_all", "fetch_ledger", "run_checker"]
 
-@dataclass(frozen=True)
-class LedgerEvidence:
-    successes: dict[int, int]
-    duplicate_success_invoices: list[int]
-
-
-async def fetch_ledger(gateway_url: str) -> LedgerEvidence:
-    async with httpx.AsyncClient(base_url=gateway_url, timeout=120) as client:
-        successes = (await client.get("/v1/ledger/successes-by-invoice")).raise_for_status()
-        summary = (await client.get("/v1/ledger/summary")).raise_for_status().json()
-    return LedgerEvidence(
-        successes={int(i): int(n) for i, n in successes.json()},
-        duplicate_success_invoices=[int(i) for i in summary["duplicate_success_invoices"]],
-    )
+DEFAULT_RENEWAL_TOLERANCE = timedelta(minutes=5)
+DEFAULT_PUBLISH_BOUND = timedelta(minutes=5)
 
 
 async def check_all(
@@ -40,39 +33,47 @@ async def check_all(
     now: datetime,
     ledger: LedgerEvidence | None,
     topic: TopicEvidence | None,
-    renewal_tolerance: timedelta = timedelta(minutes=5),
-    retry_bound: timedelta = timedelta(minutes=20),
-    since_invoice_id: int = 0,
+    renewal_tolerance: timedelta = DEFAULT_RENEWAL_TOLERANCE,
+    retry_bound: timedelta = DEFAULT_RETRY_BOUND,
+    publish_bound: timedelta = DEFAULT_PUBLISH_BOUND,
+    since: datetime | None = None,
 ) -> Report:
-    """Run every invariant. Invoices up to ``since_invoice_id`` are history imported without
-    gateway or event evidence (seeded data): their periods and amounts are checked, not their
-    charges and events."""
-    async with engine.connect() as conn:
-        checks: list[Check] = [
-            await check_periods(conn, now=now, renewal_tolerance=renewal_tolerance),
-            await check_charges(
-                conn,
-                ledger.successes if ledger else None,
-                ledger.duplicate_success_invoices if ledger else None,
-                since_invoice_id,
-            ),
-        ]
-        if topic is None:
-            skipped = "no Kafka topic read"
-            checks += [
-                Check(
-                    "events",
-                    "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled",
-                    skipped=skipped,
+    """Every invariant on the database, against the ledger and topic snapshots given.
+
+    ``since``: PAID invoices and CANCELED subscriptions that reached that state before it are
+    taken as given (no charge, no event expected) — for data seeded without that history.
+    """
+    async with engine.connect() as raw:
+        conn = await raw.execution_options(isolation_level="REPEATABLE READ")
+        async with conn.begin():
+            checks: list[Check] = [
+                await check_periods(conn, now=now, renewal_tolerance=renewal_tolerance),
+                await check_charges(
+                    conn,
+                    ledger,
+                    now=now,
+                    reconciled=topic.reconciliation_invoices if topic else (),
+                    since=since,
                 ),
-                Check("sequence", "per-subscription sequence", skipped=skipped),
             ]
-        else:
-            checks += list(await check_events(conn, topic, since_invoice_id))
-        checks += [
-            await check_amounts(conn),
-            await check_stuck(conn, now=now, retry_bound=retry_bound),
-        ]
+            if topic is None:
+                checks += [
+                    Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled"),
+                    Check("sequence", "per-subscription sequence only goes forward, no hole"),
+                ]
+                for check in checks[-2:]:
+                    check.skipped = "no Kafka topic read"
+            else:
+                checks += [
+                    await check_events(
+                        conn, topic, now=now, publish_bound=publish_bound, since=since
+                    ),
+                    check_sequences(topic),
+                ]
+            checks += [
+                await check_amounts(conn, plan_changes=topic.plan_changes if topic else ()),
+                await check_stuck(conn, now=now, retry_bound=retry_bound),
+            ]
     return Report(checks)
 
 
@@ -83,10 +84,12 @@ async def run_checker(
     gateway_url: str | None,
     kafka_bootstrap: str | None,
     topic: str | None,
-    renewal_tolerance: timedelta = timedelta(minutes=5),
-    retry_bound: timedelta = timedelta(minutes=20),
-    since_invoice_id: int = 0,
+    renewal_tolerance: timedelta = DEFAULT_RENEWAL_TOLERANCE,
+    retry_bound: timedelta = DEFAULT_RETRY_BOUND,
+    publish_bound: timedelta = DEFAULT_PUBLISH_BOUND,
+    since: datetime | None = None,
 ) -> Report:
+    """Read the ledger (if a gateway URL is given), then the topic, then check."""
     ledger = await fetch_ledger(gateway_url) if gateway_url else None
     evidence = await read_topic(kafka_bootstrap, topic) if kafka_bootstrap and topic else None
     return await check_all(
@@ -96,5 +99,6 @@ async def run_checker(
         topic=evidence,
         renewal_tolerance=renewal_tolerance,
         retry_bound=retry_bound,
-        since_invoice_id=since_invoice_id,
+        publish_bound=publish_bound,
+        since=since,
     )

@@ -1,131 +1,176 @@
-"""Invariants checked from the Kafka topic, read from the beginning as a new consumer would.
+"""What other systems were told, from the events topic read from the beginning.
 
-* every PAID invoice has an InvoicePaid event and every CANCELED subscription a
-  SubscriptionCanceled event (duplicates are allowed: at-least-once; they are counted);
-* after de-duplication by event id, each subscription's sequence only goes forward and has no
-  hole (1, 2, 3, ...);
-* every event the outbox holds as published is on the topic, and none is left unpublished.
+``events``: every PAID invoice has an InvoicePaid event on the topic and every CANCELED
+subscription a SubscriptionCanceled event — unless that event is still in the outbox waiting
+for the relay (counted in the notes; an outbox row unpublished for longer than
+``publish_bound``, or parked, is itself a violation). Duplicates are allowed (at-least-once) and
+counted: redelivered records of those types, and extra distinct events for one invoice or
+subscription. Every event the outbox marks as published must be on the topic, and every record
+must be a billing CloudEvent. With ``since``, state reached before it (``paid_at``,
+``canceled_at``) is taken as given: history written without events (seeded data) is not checked.
+
+``sequence``: after de-duplication by event id, each subscription's ``ce_sequence`` values, in
+partition order, only go forward (``sequence_backwards``; the same number on two different events
+is ``sequence_reused``) and cover 1..max without a hole (the relay never publishes n+1 before
+n). This needs the topic's whole history: a topic whose retention dropped old records shows
+holes at the start.
 """
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections import defaultdict
-from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from aiokafka import AIOKafkaConsumer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from billing_core.cloudevents import InvalidCloudEvent, decode
 from billing_core.invariants.report import Check
+from billing_core.invariants.topic import TopicEvidence, read_topic
 
+__all__ = ["TopicEvidence", "check_events", "check_sequences", "read_topic"]
 
-@dataclass
-class TopicEvidence:
-    records: int = 0
-    duplicates: int = 0
-    invalid: int = 0
-    ids: set[str] = field(default_factory=set)
-    sequences: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
-    paid_invoices: set[int] = field(default_factory=set)
-    canceled_subscriptions: set[int] = field(default_factory=set)
-
-
-async def read_topic(bootstrap: str, topic: str, timeout: float = 120.0) -> TopicEvidence:
-    evidence = TopicEvidence()
-    consumer = AIOKafkaConsumer(
-        topic,
-        bootstrap_servers=bootstrap,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
+# State without its event on the topic, and not waiting in the outbox either.
+_UNTOLD = """
+    WITH told AS (SELECT unnest(CAST(:told AS bigint[])) AS id),
+    pending AS (
+        SELECT CAST(payload ->> :key AS bigint) AS id FROM outbox_event
+        WHERE published_at IS NULL AND event_type = :event_type
     )
-    await consumer.start()
-    try:
-        async with asyncio.timeout(timeout):
-            while not consumer.assignment():
-                await asyncio.sleep(0.05)
-            assigned = sorted(consumer.assignment())
-            await consumer.seek_to_beginning(*assigned)
-            ends = await consumer.end_offsets(assigned)
-            while [tp for tp in assigned if await consumer.position(tp) < ends[tp]]:
-                batch = await consumer.getmany(*assigned, timeout_ms=1000, max_records=5000)
-                for records in batch.values():
-                    for record in records:
-                        _take(evidence, record.key, record.value, record.headers)
-    finally:
-        await consumer.stop()
-    return evidence
+    SELECT x.id, EXISTS (SELECT 1 FROM pending p WHERE p.id = x.id) AS pending
+    FROM (SELECT id FROM {table} WHERE status = :status
+          AND (CAST(:since AS timestamptz) IS NULL OR {at} IS NULL OR {at} >= :since)) x
+    LEFT JOIN told t ON t.id = x.id
+    WHERE t.id IS NULL
+    ORDER BY x.id
+"""
+_COUNT = "SELECT count(*) FROM {table} WHERE status = :status"
 
-
-def _take(
-    evidence: TopicEvidence,
-    key: bytes | None,
-    value: bytes | None,
-    headers: object,
-) -> None:
-    evidence.records += 1
-    try:
-        event = decode(key, value, headers)  # type: ignore[arg-type]
-    except InvalidCloudEvent:
-        evidence.invalid += 1
-        return
-    event_id = str(event.id)
-    if event_id in evidence.ids:
-        evidence.duplicates += 1
-        return
-    evidence.ids.add(event_id)
-    evidence.sequences[event.subscription_id].append(event.sequence)
-    if event.event_type == "InvoicePaid":
-        invoice = event.payload().get("invoiceId")
-        if isinstance(invoice, int):
-            evidence.paid_invoices.add(invoice)
-    elif event.event_type == "SubscriptionCanceled":
-        evidence.canceled_subscriptions.add(event.subscription_id)
-
-
-_PAID = text("SELECT id, subscription_id FROM invoice WHERE status = 'PAID' AND id > :since")
-_CANCELED = text("SELECT id FROM subscription WHERE status = 'CANCELED'")
-_UNPUBLISHED = text(
-    "SELECT count(*) FROM outbox_event WHERE published_at IS NULL OR parked_at IS NOT NULL"
+_LOST = text(
+    """
+    SELECT o.event_id, o.aggregate_id, o.sequence, o.event_type FROM outbox_event o
+    LEFT JOIN unnest(CAST(:ids AS uuid[])) AS t(id) ON t.id = o.event_id
+    WHERE o.published_at IS NOT NULL AND t.id IS NULL
+    ORDER BY o.aggregate_id, o.sequence
+    """
 )
-_PUBLISHED_IDS = text(
-    "SELECT CAST(event_id AS text) FROM outbox_event WHERE published_at IS NOT NULL"
+
+_STALE = text(
+    """
+    SELECT event_id, aggregate_id, sequence, event_type, created_at, parked_at, last_error
+    FROM outbox_event
+    WHERE published_at IS NULL AND (parked_at IS NOT NULL OR created_at < :cutoff)
+    ORDER BY aggregate_id, sequence
+    """
+)
+
+_TOLD = (
+    ("invoice", "paid_at", "PAID", "InvoicePaid", "invoiceId", "paid_invoices"),
+    (
+        "subscription",
+        "canceled_at",
+        "CANCELED",
+        "SubscriptionCanceled",
+        "subscriptionId",
+        "canceled_subscriptions",
+    ),
 )
 
 
 async def check_events(
-    conn: AsyncConnection, evidence: TopicEvidence, since_invoice_id: int = 0
-) -> tuple[Check, Check]:
-    told = Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled on Kafka")
-    told.duplicates = evidence.duplicates
-    for r in await conn.execute(_PAID, {"since": since_invoice_id}):
-        told.checked += 1
-        if r.id not in evidence.paid_invoices:
-            told.violations.append(f"invoice {r.id}: PAID but no InvoicePaid event")
-    for r in await conn.execute(_CANCELED):
-        told.checked += 1
-        if r.id not in evidence.canceled_subscriptions:
-            told.violations.append(f"subscription {r.id}: CANCELED but no SubscriptionCanceled")
-    unpublished = int((await conn.execute(_UNPUBLISHED)).scalar_one())
-    if unpublished:
-        told.violations.append(f"{unpublished} outbox events not published")
-    missing = [i for (i,) in await conn.execute(_PUBLISHED_IDS) if i not in evidence.ids]
-    if missing:
-        told.violations.append(f"{len(missing)} published events absent from the topic")
-    if evidence.invalid:
-        told.violations.append(f"{evidence.invalid} records are not billing CloudEvents")
+    conn: AsyncConnection,
+    evidence: TopicEvidence,
+    *,
+    now: datetime,
+    publish_bound: timedelta,
+    since: datetime | None = None,
+) -> Check:
+    check = Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled on Kafka")
+    for table, at, status, event_type, key, attribute in _TOLD:
+        told = getattr(evidence, attribute)
+        check.checked += int(
+            (await conn.execute(text(_COUNT.format(table=table)), {"status": status})).scalar_one()
+        )
+        check.duplicates += evidence.duplicates_by_type[event_type]
+        check.duplicates += sum(n - 1 for n in told.values())
+        pending = 0
+        rows = await conn.execute(
+            text(_UNTOLD.format(table=table, at=at)),
+            {
+                "told": sorted(told),
+                "key": key,
+                "event_type": event_type,
+                "status": status,
+                "since": since,
+            },
+        )
+        for r in rows:
+            if r.pending:
+                pending += 1
+            else:
+                check.add(
+                    f"missing_{event_type}", table, r.id, f"{status} but no {event_type} event"
+                )
+        if pending:
+            check.notes.append(f"{pending} {event_type} events still in the outbox")
+    for r in await conn.execute(_LOST, {"ids": sorted(evidence.ids)}):
+        check.add(
+            "lost_event",
+            "event",
+            str(r.event_id),
+            f"{r.event_type} #{r.sequence} of subscription {r.aggregate_id} published, not on "
+            "the topic",
+        )
+    for r in await conn.execute(_STALE, {"cutoff": now - publish_bound}):
+        if r.parked_at is not None:
+            why = f"parked since {r.parked_at}: {r.last_error}"
+        else:
+            why = f"unpublished since {r.created_at}"
+        check.add(
+            "parked_event" if r.parked_at is not None else "unpublished_event",
+            "event",
+            str(r.event_id),
+            f"{r.event_type} #{r.sequence} of subscription {r.aggregate_id} {why}",
+        )
+    for where in evidence.invalid:
+        check.add("invalid_record", "record", where.split(":", 1)[0], where.split(": ", 1)[-1])
+    check.notes.append(
+        f"{evidence.records} records, {len(evidence.ids)} distinct events, "
+        f"{evidence.duplicates} redelivered"
+    )
+    return check
 
-    order = Check("sequence", "per-subscription sequence never goes backwards, no hole")
-    order.duplicates = evidence.duplicates
-    for subscription_id, seen in evidence.sequences.items():
-        order.checked += 1
-        if any(b <= a for a, b in itertools.pairwise(seen)):
-            order.violations.append(
-                f"subscription {subscription_id}: sequence went back {seen[:8]}"
+
+def check_sequences(evidence: TopicEvidence) -> Check:
+    check = Check("sequence", "per-subscription sequence only goes forward, no hole (topic)")
+    check.duplicates = evidence.duplicates
+    for subscription_id, stream in sorted(evidence.streams.items()):
+        check.checked += 1
+        by_number: dict[int, str] = {}
+        highest = 0
+        for sequence, event_id in stream:
+            if sequence in by_number:
+                check.add(
+                    "sequence_reused",
+                    "subscription",
+                    subscription_id,
+                    f"sequence {sequence} on events {by_number[sequence]} and {event_id}",
+                )
+                continue
+            by_number[sequence] = event_id
+            if sequence < highest:
+                check.add(
+                    "sequence_backwards",
+                    "subscription",
+                    subscription_id,
+                    f"sequence {sequence} (event {event_id}) after {highest}",
+                )
+            highest = max(highest, sequence)
+        missing = sorted(set(range(1, highest + 1)) - by_number.keys())
+        if missing:
+            shown = ", ".join(str(m) for m in missing[:10])
+            check.add(
+                "sequence_hole",
+                "subscription",
+                subscription_id,
+                f"sequences {shown} missing below {highest}",
             )
-        elif sorted(seen) != list(range(1, len(seen) + 1)):
-            order.violations.append(f"subscription {subscription_id}: holes in {seen[:8]}")
-    return told, order
+    return check

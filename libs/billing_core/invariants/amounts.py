@@ -1,0 +1,160 @@
+"""Invoice amounts and credit, from PostgreSQL plus the plan history the events tell.
+
+* ``wrong_subtotal``: a RENEWAL invoice's subtotal (and currency) is not the price of the plan
+  the subscription had for that period. Plans change immediately (``change_plan`` updates the
+  subscription's plan and prorates the rest of the current period), and only while the current
+  period runs, so the renewal of a period that starts at ``t`` was priced with the plan in force
+  just before ``t``: the new plan of the last ``SubscriptionPlanChanged`` whose ``changedAt`` is
+  before ``t``, else the old plan of the first change, else the subscription's current plan.
+  Plan changes come from the outbox and, when a topic is read, from the topic (the outbox is
+  pruned after its retention; the topic keeps them as long as its own retention does). Limit:
+  prices are read from the plan catalogue as it is now — a plan whose price was edited in place
+  since would show its old invoices as wrong (the catalogue adds plans rather than repricing).
+* ``wrong_amount``: ``amount <> subtotal - credit_applied``, or a negative amount or credit.
+* ``credit_mismatch``: a negative credit balance, or one that is not the sum of the
+  subscription's credit entries; ``credit_use_mismatch``: an invoice's ``credit_applied`` that is
+  not the credit its INVOICE entries consumed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from billing_core.invariants.report import Check
+from billing_core.invariants.topic import PlanChangeSeen
+
+_COUNT = text("SELECT count(*) FROM invoice")
+
+_WRONG_SUBTOTAL = text(
+    """
+    WITH changes AS (
+        SELECT DISTINCT ON (event_id) event_id, subscription_id, changed_at, old_code, new_code
+        FROM (
+            SELECT CAST(event_id AS text) AS event_id, aggregate_id AS subscription_id,
+                   CAST(payload ->> 'changedAt' AS timestamptz) AS changed_at,
+                   payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code
+            FROM outbox_event WHERE event_type = 'SubscriptionPlanChanged'
+            UNION ALL
+            SELECT * FROM unnest(
+                CAST(:event_ids AS text[]), CAST(:subscription_ids AS bigint[]),
+                CAST(:changed_ats AS timestamptz[]), CAST(:old_codes AS text[]),
+                CAST(:new_codes AS text[]))
+        ) c
+        ORDER BY event_id
+    ),
+    spans AS (
+        SELECT subscription_id, new_code AS code, changed_at AS since,
+               lead(changed_at) OVER (PARTITION BY subscription_id ORDER BY changed_at) AS until
+        FROM changes
+        UNION ALL
+        SELECT * FROM (
+            SELECT DISTINCT ON (subscription_id) subscription_id, old_code, NULL::timestamptz,
+                   changed_at
+            FROM changes ORDER BY subscription_id, changed_at
+        ) first_change
+    ),
+    expected AS (
+        SELECT i.id, i.subscription_id, i.period_index, i.subtotal, i.currency,
+               coalesce(sp.code, current_plan.code) AS code
+        FROM invoice i
+        JOIN subscription s ON s.id = i.subscription_id
+        JOIN plan current_plan ON current_plan.id = s.plan_id
+        LEFT JOIN spans sp ON sp.subscription_id = i.subscription_id
+             AND (sp.since IS NULL OR sp.since < i.period_start)
+             AND (sp.until IS NULL OR i.period_start <= sp.until)
+        WHERE i.kind = 'RENEWAL'
+    )
+    SELECT e.id, e.subscription_id, e.period_index, e.subtotal, e.currency, e.code,
+           p.price_amount, p.currency AS plan_currency
+    FROM expected e LEFT JOIN plan p ON p.code = e.code
+    WHERE p.id IS NULL OR p.price_amount <> e.subtotal OR p.currency <> e.currency
+    ORDER BY e.id
+    """
+)
+
+_WRONG_AMOUNT = text(
+    """
+    SELECT id, subtotal, credit_applied, amount FROM invoice
+    WHERE amount <> subtotal - credit_applied OR amount < 0 OR credit_applied < 0
+    ORDER BY id
+    """
+)
+
+_CREDIT = text(
+    """
+    SELECT s.id, s.credit_balance, coalesce(c.total, 0) AS ledger
+    FROM subscription s
+    LEFT JOIN (SELECT subscription_id, sum(amount) AS total FROM credit_entry
+               GROUP BY subscription_id) c ON c.subscription_id = s.id
+    WHERE s.credit_balance < 0 OR s.credit_balance <> coalesce(c.total, 0)
+    ORDER BY s.id
+    """
+)
+
+_CREDIT_USE = text(
+    """
+    SELECT coalesce(i.id, c.invoice_id) AS id, i.credit_applied, coalesce(-c.used, 0) AS used
+    FROM (SELECT id, credit_applied FROM invoice WHERE credit_applied <> 0) i
+    FULL JOIN (SELECT invoice_id, sum(amount) AS used FROM credit_entry
+               WHERE invoice_id IS NOT NULL AND reason = 'INVOICE' GROUP BY invoice_id) c
+      ON c.invoice_id = i.id
+    WHERE i.credit_applied IS DISTINCT FROM coalesce(-c.used, 0)
+    ORDER BY 1
+    """
+)
+
+
+async def check_amounts(
+    conn: AsyncConnection, *, plan_changes: Sequence[PlanChangeSeen] = ()
+) -> Check:
+    check = Check("amounts", "subtotal = plan price of the period, amount = subtotal - credit")
+    check.checked = int((await conn.execute(_COUNT)).scalar_one())
+    params = {
+        "event_ids": [c.event_id for c in plan_changes],
+        "subscription_ids": [c.subscription_id for c in plan_changes],
+        "changed_ats": [c.changed_at for c in plan_changes],
+        "old_codes": [c.old_plan_code for c in plan_changes],
+        "new_codes": [c.new_plan_code for c in plan_changes],
+    }
+    seen: set[int] = set()
+    for r in await conn.execute(_WRONG_SUBTOTAL, params):
+        if r.id in seen:
+            continue
+        seen.add(r.id)
+        expected = (
+            f"plan {r.code} is unknown"
+            if r.price_amount is None
+            else f"plan {r.code} costs {r.price_amount} {r.plan_currency}"
+        )
+        check.add(
+            "wrong_subtotal",
+            "invoice",
+            r.id,
+            f"subscription {r.subscription_id} period {r.period_index}: subtotal "
+            f"{r.subtotal} {r.currency}, {expected}",
+        )
+    for r in await conn.execute(_WRONG_AMOUNT):
+        check.add(
+            "wrong_amount",
+            "invoice",
+            r.id,
+            f"amount {r.amount} != subtotal {r.subtotal} - credit {r.credit_applied}",
+        )
+    for r in await conn.execute(_CREDIT):
+        check.add(
+            "credit_mismatch",
+            "subscription",
+            r.id,
+            f"credit balance {r.credit_balance}, credit entries sum to {r.ledger}",
+        )
+    for r in await conn.execute(_CREDIT_USE):
+        check.add(
+            "credit_use_mismatch",
+            "invoice",
+            r.id,
+            f"credit applied {r.credit_applied or 0}, its credit entries consumed {r.used}",
+        )
+    return check

@@ -1,0 +1,142 @@
+"""Never charge twice: successful gateway charges per invoice, from the gateway's own ledger.
+
+With a ledger (the gateway's evidence, independent of the database):
+
+* ``double_charge``: an invoice with more than one successful charge, over all its keys
+  (``inv-{id}-try-{n}``), or one the gateway's own audit lists as such;
+* ``paid_without_charge``: a PAID invoice with an amount > 0 and no successful charge;
+* ``charged_not_paid``: a successful charge for an invoice the database does not hold as PAID,
+  unless a ``PaymentReconciliationNeeded`` event (outbox or topic) records it, or the invoice is
+  OPEN and still leased (``next_attempt_at > now``: the collector is recording that very call —
+  counted in the notes);
+* ``charge_unknown_invoice``: a successful charge for an invoice the database does not have.
+
+Without a ledger the payment attempts stand in for it (the database's own audit trail): a PAID
+invoice with an amount > 0 needs a SUCCESS attempt. In both cases more than one idempotency key
+recording a SUCCESS for one invoice is a ``double_charge_recorded``.
+
+``since``: history before it is taken as given — an invoice PAID before it needs no charge (a
+gateway simulator's ledger starts empty with the process; seeded data has no charges). Double
+charges and charges without payment are checked whatever their time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from billing_core.invariants.ledger import LedgerEvidence
+from billing_core.invariants.report import Check
+
+_INVOICES = text("SELECT count(*) FROM invoice")
+
+_RECONCILED = """
+    reconciled AS (
+        SELECT CAST(payload ->> 'invoiceId' AS bigint) AS invoice_id FROM outbox_event
+        WHERE event_type = 'PaymentReconciliationNeeded'
+        UNION
+        SELECT unnest(CAST(:reconciled AS bigint[]))
+    )
+"""
+
+_AGAINST_LEDGER = text(
+    f"""
+    WITH ledger AS (
+        SELECT * FROM unnest(CAST(:invoice_ids AS bigint[]), CAST(:counts AS int[]))
+            AS l(invoice_id, n)
+    ), {_RECONCILED}
+    SELECT coalesce(i.id, l.invoice_id) AS id, i.status, i.amount, i.next_attempt_at,
+           coalesce(l.n, 0) AS n,
+           EXISTS (SELECT 1 FROM reconciled r WHERE r.invoice_id = l.invoice_id) AS reconciled
+    FROM invoice i FULL JOIN ledger l ON l.invoice_id = i.id
+    WHERE coalesce(l.n, 0) > 1
+       OR (i.status = 'PAID' AND i.amount > 0 AND l.invoice_id IS NULL
+           AND (CAST(:since AS timestamptz) IS NULL OR i.paid_at IS NULL OR i.paid_at >= :since))
+       OR (l.n >= 1 AND (i.id IS NULL OR i.status <> 'PAID'))
+    ORDER BY 1
+    """
+)
+
+_PAID_WITHOUT_ATTEMPT = text(
+    """
+    SELECT i.id, i.amount FROM invoice i
+    WHERE i.status = 'PAID' AND i.amount > 0
+      AND (CAST(:since AS timestamptz) IS NULL OR i.paid_at IS NULL OR i.paid_at >= :since)
+      AND NOT EXISTS (
+        SELECT 1 FROM payment_attempt a WHERE a.invoice_id = i.id AND a.outcome = 'SUCCESS')
+    ORDER BY i.id
+    """
+)
+
+_TWO_KEYS = text(
+    """
+    SELECT invoice_id, array_agg(DISTINCT idempotency_key) AS keys FROM payment_attempt
+    WHERE outcome = 'SUCCESS' GROUP BY invoice_id HAVING count(DISTINCT idempotency_key) > 1
+    ORDER BY invoice_id
+    """
+)
+
+
+async def check_charges(
+    conn: AsyncConnection,
+    ledger: LedgerEvidence | None,
+    *,
+    now: datetime,
+    reconciled: Collection[int] = (),
+    since: datetime | None = None,
+) -> Check:
+    check = Check("charges", "at most one successful charge per invoice; PAID iff charged")
+    check.checked = int((await conn.execute(_INVOICES)).scalar_one())
+    for r in await conn.execute(_TWO_KEYS):
+        check.add(
+            "double_charge_recorded",
+            "invoice",
+            r.invoice_id,
+            f"payment attempts record a success under {len(r.keys)} keys: {sorted(r.keys)}",
+        )
+    if ledger is None:
+        check.notes.append("no gateway ledger: PAID checked against the payment attempts")
+        for r in await conn.execute(_PAID_WITHOUT_ATTEMPT, {"since": since}):
+            check.add(
+                "paid_without_charge",
+                "invoice",
+                r.id,
+                f"PAID ({r.amount}) with no SUCCESS payment attempt",
+            )
+        return check
+
+    invoice_ids = sorted(ledger.successes)
+    params = {
+        "invoice_ids": invoice_ids,
+        "counts": [ledger.successes[i] for i in invoice_ids],
+        "reconciled": sorted(reconciled),
+        "since": since,
+    }
+    in_flight = tolerated = 0
+    for r in await conn.execute(_AGAINST_LEDGER, params):
+        if r.n > 1:
+            check.add("double_charge", "invoice", r.id, f"{r.n} successful charges at the gateway")
+        elif r.status is None:
+            check.add("charge_unknown_invoice", "invoice", r.id, "charged, unknown to the DB")
+        elif r.n == 0:
+            check.add("paid_without_charge", "invoice", r.id, f"PAID ({r.amount}), never charged")
+        elif r.reconciled:
+            tolerated += 1
+        elif r.status == "OPEN" and r.next_attempt_at is not None and r.next_attempt_at > now:
+            in_flight += 1
+        else:
+            check.add("charged_not_paid", "invoice", r.id, f"{r.status} but charged")
+    reported = set(check.ids("double_charge"))
+    for invoice_id in ledger.duplicate_success_invoices:
+        if invoice_id not in reported:
+            check.add("double_charge", "invoice", invoice_id, "in the gateway's duplicate audit")
+    check.checked += len(invoice_ids)
+    check.notes.append(f"{len(invoice_ids)} invoices charged at the gateway")
+    if tolerated:
+        check.notes.append(f"{tolerated} charged but not PAID, awaiting reconciliation")
+    if in_flight:
+        check.notes.append(f"{in_flight} charged, OPEN and leased (result being recorded)")
+    return check

@@ -1,0 +1,46 @@
+"""No invoice left behind: an OPEN invoice is always due again soon.
+
+The collector leases an invoice by pushing ``next_attempt_at`` forward by its lease before the
+gateway call; an uncertain answer retries 15 minutes later; dunning schedules days ahead. So an
+OPEN invoice whose ``next_attempt_at`` is further in the past than ``retry_bound`` (default: the
+15-minute retry plus the collector's default lease) was dropped by everyone
+(``stuck_invoice``), and one without any ``next_attempt_at`` will never be tried
+(``unscheduled_invoice``). Relative to the ``now`` given.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from billing_core.invariants.report import Check
+
+DEFAULT_RETRY_BOUND = timedelta(minutes=15) + timedelta(seconds=120)
+
+_OPEN = text("SELECT count(*) FROM invoice WHERE status = 'OPEN'")
+_STUCK = text(
+    """
+    SELECT id, next_attempt_at, leased_at, attempt_count FROM invoice
+    WHERE status = 'OPEN' AND (next_attempt_at IS NULL OR next_attempt_at < :cutoff)
+    ORDER BY id
+    """
+)
+
+
+async def check_stuck(conn: AsyncConnection, *, now: datetime, retry_bound: timedelta) -> Check:
+    check = Check("stuck", f"no OPEN invoice overdue by more than {retry_bound}")
+    check.checked = int((await conn.execute(_OPEN)).scalar_one())
+    for r in await conn.execute(_STUCK, {"cutoff": now - retry_bound}):
+        if r.next_attempt_at is None:
+            check.add("unscheduled_invoice", "invoice", r.id, "OPEN with no next attempt")
+        else:
+            check.add(
+                "stuck_invoice",
+                "invoice",
+                r.id,
+                f"OPEN, due since {r.next_attempt_at} (last leased {r.leased_at}, "
+                f"{r.attempt_count} declines)",
+            )
+    return check
