@@ -75,7 +75,7 @@ class SlidingWindowLimiter:
         limit: int,
         window_ms: int = 1000,
         guard_ms: int = 20,
-        max_batch: int = 64,
+        max_batch: int = 16,
         closed_backoff_s: float = 0.5,
     ) -> None:
         if limit < 1:

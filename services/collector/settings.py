@@ -12,7 +12,7 @@ class CollectorSettings(CoreSettings):
     collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
     collector_rate_limit_per_second: int = Field(default=200, ge=1, le=100_000)
     collector_rate_limit_guard_ms: int = Field(
-        default=20, ge=0, le=500, description="Extra window length absorbing call jitter."
+        default=25, ge=0, le=500, description="Extra window length absorbing call jitter."
     )
     collector_rate_limit_key: str = Field(default="billing:gateway:permits")
     collector_batch_size: int = Field(default=100, ge=1, le=10_000)
