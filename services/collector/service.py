@@ -149,6 +149,7 @@ class Collector:
                         decline_code=result.decline_code,
                         gateway_reference=result.gateway_reference,
                         error=result.error,
+                        subscription_id=invoice.subscription_id,
                     )
                 metrics.RECORDED.labels(str(outcome)).inc()
                 log.info(

@@ -126,12 +126,15 @@ async def record_charge_result(
     decline_code: str | None = None,
     gateway_reference: str | None = None,
     error: str | None = None,
+    subscription_id: int | None = None,
 ) -> RecordOutcome:
-    subscription_id = (
-        await session.execute(_SUBSCRIPTION_OF_INVOICE, {"id": invoice_id})
-    ).scalar_one_or_none()
+    """Record one gateway result. ``subscription_id``, when the caller knows it, saves a query."""
     if subscription_id is None:
-        return RecordOutcome.NOT_FOUND
+        subscription_id = (
+            await session.execute(_SUBSCRIPTION_OF_INVOICE, {"id": invoice_id})
+        ).scalar_one_or_none()
+        if subscription_id is None:
+            return RecordOutcome.NOT_FOUND
     sub_row = (await session.execute(_LOCK_SUBSCRIPTION, {"id": subscription_id})).mappings().one()
     inv = (await session.execute(_LOCK_INVOICE, {"id": invoice_id})).mappings().one()
 
