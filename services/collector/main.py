@@ -42,6 +42,7 @@ async def run(settings: CollectorSettings) -> None:
         limit=settings.collector_rate_limit_per_second,
         guard_ms=settings.collector_rate_limit_guard_ms,
     )
+    stopping = asyncio.Event()
     collector = Collector(
         sessions=sessions,
         gateway=gateway,
@@ -58,12 +59,14 @@ async def run(settings: CollectorSettings) -> None:
             + settings.collector_read_timeout_seconds
             + 1
         ),
+        stopping=stopping,
     )
     worker = Worker(
         "collector",
         collector.tick,
         poll_interval=settings.collector_poll_interval_seconds,
         shutdown_timeout=5.0,
+        stop_event=stopping,
     )
 
     async def ready() -> bool:

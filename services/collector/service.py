@@ -44,6 +44,7 @@ class Collector:
         max_in_flight: int,
         lease: timedelta,
         call_budget: timedelta,
+        stopping: asyncio.Event,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
@@ -58,6 +59,8 @@ class Collector:
         # A permit obtained closer than this to the end of the lease is not used: the call could
         # outlive the lease, when another replica may already retry the invoice.
         self._call_budget = call_budget
+        # Set on SIGTERM: no new claim after it, even by a tick already waiting for a free slot.
+        self._stopping = stopping
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
 
@@ -67,11 +70,11 @@ class Collector:
 
     async def tick(self) -> bool:
         """Claim what free slots allow; True when more work may be waiting right now."""
-        while len(self._in_flight) >= self._max_in_flight:
+        while len(self._in_flight) >= self._max_in_flight and not self._stopping.is_set():
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
-        if not await self._limiter_reachable():
+        if self._stopping.is_set() or not await self._limiter_reachable():
             return False
         want = min(self._batch_size, self._max_in_flight - len(self._in_flight))
         async with self._sessions.begin() as session:
