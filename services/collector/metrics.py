@@ -18,6 +18,10 @@ LIMITER_WAIT = Histogram(
 LIMITER_CLOSED = Gauge(
     "billing_collector_limiter_closed", "1 while Redis is unreachable (collection paused)"
 )
+LATE_PERMITS = Gauge(
+    "billing_collector_limiter_late_permits",
+    "Send slots dropped because the process woke too late to use them (since start)",
+)
 RECORDED = Counter("billing_collector_results_total", "Recorded results", ["result"])
 ABANDONED = Counter(
     "billing_collector_abandoned_total", "Leased invoices dropped before the call (lease too old)"

@@ -21,7 +21,7 @@ from billing_core.clock import Clock
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import ChargeResult, PaymentGateway
 from billing_core.logging import get_logger
-from billing_core.ratelimit import SlidingWindowLimiter
+from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo.collection import LeasedInvoice, claim_due_invoices, due_backlog
 from billing_core.usecases.payment_result import record_charge_result
 from services.collector import metrics
@@ -35,7 +35,7 @@ class Collector:
         *,
         sessions: async_sessionmaker[AsyncSession],
         gateway: PaymentGateway,
-        limiter: SlidingWindowLimiter,
+        limiter: GlobalRateLimiter,
         redis: aioredis.Redis,
         clock: Clock,
         policy: DunningPolicy,
@@ -188,4 +188,5 @@ class Collector:
         async with self._sessions() as session:
             due, oldest = await due_backlog(session, now=now)
         metrics.BACKLOG.set(due)
+        metrics.LATE_PERMITS.set(self._limiter.late_drops)
         metrics.OLDEST_DUE.set((now - oldest).total_seconds() if oldest else 0)
