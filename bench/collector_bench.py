@@ -28,10 +28,24 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from billing_core.db import migrate
 from tests.support.db import recreate_database, truncate_all
 from tests.support.factories import due_subscriptions_with_invoices
-from tests.support.infra import start_services
+from tests.support.infra import checkout_database_name, start_services
 from tests.support.processes import Proc, free_port, start
 
 OUT = Path(__file__).resolve().parent / "out"
+
+
+def cpu_seconds(proc: Proc) -> float:
+    """User + system CPU time of a running process so far (Linux /proc)."""
+    fields = Path(f"/proc/{proc.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def late_permits(health_port: int) -> int:
+    metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=10).text
+    for line in metrics.splitlines():
+        if line.startswith("billing_collector_limiter_late_permits "):
+            return int(float(line.split()[1]))
+    return 0
 
 
 async def paid(engine: AsyncEngine) -> int:
@@ -65,14 +79,21 @@ async def phase(
         },
         logs,
         ready_url=f"http://127.0.0.1:{sim_port}/healthz",
+        timeout=120,
     )
     sim_url = f"http://127.0.0.1:{sim_port}"
     key = f"bench:{time.time_ns()}:permits"
     collectors: list[Proc] = []
+    health_ports: list[int] = []
     started = time.monotonic()
+    cpu: dict[str, float] = {}
+    used: list[float] = []
+    late = 0
+    calls_before = 0
     try:
         for i in range(2):
             port = free_port()
+            health_ports.append(port)
             collectors.append(
                 start(
                     f"collector-{limit}-{i}",
@@ -90,12 +111,23 @@ async def phase(
                     },
                     logs,
                     ready_url=f"http://127.0.0.1:{port}/readyz",
+                    timeout=120,
                 )
             )
+        # CPU from here on (after the imports and start-up), per process
+        procs = [sim, *collectors]
+        cpu_start = [cpu_seconds(p) for p in procs]
+        measured_from = time.monotonic()
+        calls_before = httpx.get(f"{sim_url}/v1/ledger/summary", timeout=30).json()["calls"]
         deadline = time.monotonic() + invoices / limit * 3 + 60
         while await paid(engine) < invoices and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         wall = time.monotonic() - started
+        used = [cpu_seconds(p) - c for p, c in zip(procs, cpu_start, strict=True)]
+        span = time.monotonic() - measured_from
+        cpu = {p.name: round(u / span, 2) for p, u in zip(procs, used, strict=True)}
+        await asyncio.sleep(5.5)  # the collectors refresh the late-permit gauge every 5 s
+        late = sum(late_permits(port) for port in health_ports)
         async with httpx.AsyncClient(base_url=sim_url, timeout=120) as client:
             summary = (await client.get("/v1/ledger/summary")).json()
             per_second = (await client.get("/v1/ledger/calls-per-second")).json()
@@ -105,9 +137,10 @@ async def phase(
         sim.terminate()
     busy = [r for r in per_second if r["calls"] > 0]
     first, last = busy[0]["second"], busy[-1]["second"]
-    # drain time: from the first call's second to the last call's second, inclusive
+    # drain time: from the first call's second to the last call's second, inclusive (±1 s)
     drain = last - first + 1
-    steady = busy[1:-1] or busy
+    steady = busy[1:-1] or busy  # whole seconds only: the first and last are partial
+    sustained = sum(r["calls"] for r in steady) / len(steady)
     floor = invoices / limit
     return {
         "limit": limit,
@@ -117,11 +150,19 @@ async def phase(
         "drain_s": drain,
         "floor_s": round(floor, 1),
         "drain_over_floor": round(drain / floor, 3),
-        "sustained_per_s": round(sum(r["calls"] for r in steady) / len(steady), 1),
-        "sustained_over_limit": round(sum(r["calls"] for r in steady) / len(steady) / limit, 3),
+        "sustained_per_s": round(sustained, 1),
+        "sustained_over_limit": round(sustained / limit, 3),
         "rate_limited_429": summary["rate_limited_429"],
         "max_in_any_rolling_second": summary["max_calls_in_any_rolling_second"],
+        "max_arrivals_in_any_rolling_second": summary["max_arrivals_in_any_rolling_second"],
+        "charges_succeeded": summary["charges_succeeded"],
+        "calls": summary["calls"],
         "duplicate_success_invoices": len(summary["duplicate_success_invoices"]),
+        "late_permits_dropped": late,
+        "cpu_cores_used": cpu,
+        "collector_cpu_ms_per_call": round(
+            sum(used[1:]) / max(1, summary["calls"] - calls_before) * 1000, 2
+        ),
         "per_second": [(r["second"] - first, r["calls"]) for r in per_second],
     }
 
@@ -149,7 +190,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     services = start_services()
-    name = "billing_bench_collector"
+    name = f"{checkout_database_name()}_bench_collector"
     await recreate_database(services.admin_database_url, name)
     database_url = services.database_url(name)
     await asyncio.to_thread(migrate.upgrade, database_url)
@@ -183,9 +224,16 @@ def main() -> None:
         shown = {k: v for k, v in r.items() if k != "per_second"}
         print(json.dumps(shown))
     (OUT / "collector.json").write_text(json.dumps(results))
-    ok = results[0]["rate_limited_429"] == 0 and all(
-        r["duplicate_success_invoices"] == 0 for r in results
+    peak = results[0]
+    ok = (
+        peak["rate_limited_429"] == 0
+        and peak["max_arrivals_in_any_rolling_second"] <= peak["limit"]
+        and peak["sustained_over_limit"] >= 0.97
+        and peak["drain_over_floor"] <= 1.03
+        and all(r["duplicate_success_invoices"] == 0 for r in results)
+        and all(r["charges_succeeded"] == r["invoices"] == r["paid"] for r in results)
     )
+    print("PASS" if ok else "FAIL")
     sys.exit(0 if ok else 1)
 
 

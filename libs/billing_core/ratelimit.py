@@ -1,14 +1,23 @@
 """The global gateway rate limit, shared by every collector replica through Redis.
 
-A sliding log: a sorted set holds the grant time (Redis ``TIME``, microseconds) of every permit
-handed out in the last window. One Lua script trims, counts and grants atomically, so no rolling
-window ever holds more than ``limit`` grants — unlike a fixed one-second counter, which lets up to
-twice the limit through across a window edge. The window is one second plus a small guard, which
-absorbs the jitter between a grant and the moment the call reaches the gateway.
+GCRA with reservations: Redis hands out *send slots* spaced ``interval = (1 s + guard) / limit``
+apart on its own clock (``TIME``), and every replica sends each call at its slot. One Lua script
+reads the next free slot, reserves up to ``want`` slots no further than ``horizon`` ahead and
+moves the cursor, atomically for all replicas, so one round trip serves a whole batch of calls.
 
-Permits are asked for in batches (one round trip for up to ``max_batch`` waiting calls), so Redis
-is never the bottleneck. The limiter FAILS CLOSED: while Redis cannot be reached no permit is
-granted and callers wait; they resume by themselves when it answers again.
+Why slots rather than counting grants in a window: calls are paced evenly instead of leaving in
+bursts, so a late call can only bunch up with the few slots next to it. The bound is exact: a
+call is sent between its slot and ``max_late`` after it (a permit found later than that is
+dropped, never used), so the calls sent in any rolling second come from slots within
+``1 s + max_late``, of which there are at most ``ceil(limit * (1 s + max_late) / (1 s + guard))``
+— never more than ``limit`` as long as ``max_late < guard``. What is left of the guard absorbs
+the network and the gateway's own timing jitter. When there is work the rate is
+``limit / (1 + guard)``, 98 % of the limit with the default 20 ms guard; an idle cursor gives no
+burst credit. (The article's fixed one-second counter lets up to twice the limit through across
+a window edge.)
+
+The limiter FAILS CLOSED: while Redis cannot be reached no slot is granted and callers wait;
+they resume by themselves when it answers again.
 """
 
 from __future__ import annotations
@@ -29,43 +38,47 @@ log = get_logger(__name__)
 _SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local limit = tonumber(ARGV[1])
-local window = tonumber(ARGV[2])
-local want = tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-local used = redis.call('ZCARD', KEYS[1])
-local grant = limit - used
-if grant > want then grant = want end
-if grant < 0 then grant = 0 end
+local interval = tonumber(ARGV[1])
+local want = tonumber(ARGV[2])
+local horizon = tonumber(ARGV[3])
+local cursor = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cursor < now then cursor = now end
+local room = 0
+if cursor <= now + horizon then room = math.floor((now + horizon - cursor) / interval) + 1 end
+local grant = want
+if grant > room then grant = room end
+local next_free = cursor + grant * interval
 if grant > 0 then
-  local seq = redis.call('INCRBY', KEYS[2], grant)
-  local args = {}
-  for i = 1, grant do
-    args[#args + 1] = now
-    args[#args + 1] = seq - grant + i
-  end
-  redis.call('ZADD', KEYS[1], unpack(args))
-  redis.call('PEXPIRE', KEYS[1], math.floor(window / 1000) + 1000)
-  redis.call('PEXPIRE', KEYS[2], 86400000)
+  redis.call('SET', KEYS[1], string.format('%.0f', next_free), 'PX', 60000)
 end
 local wait = 0
-if grant < want then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if oldest[2] then wait = tonumber(oldest[2]) + window - now end
-end
-return {grant, wait, now}
+if grant < want then wait = next_free - horizon - now end
+if wait < 0 then wait = 0 end
+return {grant, string.format('%.0f', cursor), wait, string.format('%.0f', now)}
 """
 
 
 @dataclass(frozen=True)
 class Grant:
     granted: int
+    first_slot_us: int  # Redis clock; the others follow every ``interval_us``
+    interval_us: int
     retry_after_us: int
     redis_time_us: int
 
+    def slots(self) -> list[int]:
+        return [self.first_slot_us + i * self.interval_us for i in range(self.granted)]
 
-class SlidingWindowLimiter:
-    """``acquire()`` returns once a permit is granted; waits (fails closed) while Redis is down."""
+
+@dataclass(frozen=True)
+class _Slot:
+    redis_us: int
+    send_at: float  # local monotonic time of the slot (from when the answer arrived)
+    latest: float  # local monotonic time after which the slot may no longer be used
+
+
+class GlobalRateLimiter:
+    """``acquire()`` returns at the caller's send slot; waits (fails closed) while Redis is down."""
 
     def __init__(
         self,
@@ -73,46 +86,56 @@ class SlidingWindowLimiter:
         *,
         key: str,
         limit: int,
-        window_ms: int = 1000,
         guard_ms: int = 20,
-        max_batch: int = 16,
+        max_late_ms: int = 10,
+        horizon_ms: int = 100,
+        max_batch: int = 256,
         closed_backoff_s: float = 0.5,
     ) -> None:
         if limit < 1:
             raise ValueError("limit must be >= 1")
+        if not 0 <= max_late_ms < guard_ms:
+            raise ValueError("max_late_ms must be below guard_ms, or a second could exceed limit")
         self._redis = redis
-        self._keys = [key, f"{key}:seq"]
-        self._limit = limit
-        self._window_us = (window_ms + guard_ms) * 1000
-        self._max_permit_age_s = max(guard_ms, 5) / 1000
-        self._max_batch = max(1, min(max_batch, 2000))
+        self._keys = [key]
+        self.limit = limit
+        self.interval_us = -(-(1_000_000 + guard_ms * 1000) // limit)
+        self._horizon_us = horizon_ms * 1000
+        self._max_late_s = max_late_ms / 1000
+        self._max_batch = max(1, min(max_batch, 10_000))
         self._closed_backoff_s = closed_backoff_s
         self._script = redis.register_script(_SCRIPT)
-        self._waiters: deque[asyncio.Future[float]] = deque()
+        self._waiters: deque[asyncio.Future[_Slot]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
         self.round_trips = 0
         self.granted = 0
+        self.late_drops = 0
 
     async def grant(self, want: int) -> Grant:
-        """One atomic request for up to ``want`` permits (raises RedisError when unreachable)."""
-        granted, wait, now = await self._script(
-            keys=self._keys, args=[self._limit, self._window_us, want]
+        """One atomic request for up to ``want`` slots (raises RedisError when unreachable)."""
+        granted, first, wait, now = await self._script(
+            keys=self._keys, args=[self.interval_us, want, self._horizon_us]
         )
         self.round_trips += 1
-        return Grant(int(granted), int(wait), int(now))
+        return Grant(int(granted), int(first), self.interval_us, int(wait), int(now))
 
-    async def acquire(self) -> float:
-        """Wait for one permit; returns when it arrived here (``time.monotonic()``).
+    async def acquire(self) -> int:
+        """Wait for a send slot and return at it; the slot's time on the Redis clock (µs)."""
+        while True:
+            slot = await self._reserve()
+            delay = slot.send_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if time.monotonic() <= slot.latest:
+                return slot.redis_us
+            self.late_drops += 1  # woke too late: using it could crowd a rolling second
 
-        A permit is only good right away: the guard absorbs a few milliseconds between the grant
-        and the call, so a caller that could not use it promptly (a starved event loop) should
-        drop it and ask again — see :meth:`fresh`.
-        """
+    async def _reserve(self) -> _Slot:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._dispense(), name="rate-limit-dispenser")
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[_Slot] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         self._wakeup.set()
         try:
@@ -121,10 +144,6 @@ class SlidingWindowLimiter:
             if not future.done():
                 future.cancel()
             raise
-
-    def fresh(self, received: float) -> bool:
-        """Whether a permit that arrived at ``received`` may still be used now."""
-        return time.monotonic() - received <= self._max_permit_age_s
 
     async def close(self) -> None:
         if self._task is not None:
@@ -147,24 +166,34 @@ class SlidingWindowLimiter:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            want = min(pending, self._max_batch)
+            asked = time.monotonic()
             try:
-                grant = await self.grant(min(pending, self._max_batch))
+                grant = await self.grant(want)
             except (RedisError, OSError) as exc:
                 if not self.closed:
                     log.warning("rate_limiter_closed", error=repr(exc))
                 self.closed = True
                 await asyncio.sleep(self._closed_backoff_s)
                 continue
+            answered = time.monotonic()
             if self.closed:
                 log.info("rate_limiter_open_again")
             self.closed = False
-            handed = 0
-            received = time.monotonic()
-            while handed < grant.granted and self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_result(received)
-                    handed += 1
-            self.granted += handed
-            if grant.granted < min(pending, self._max_batch):
-                await asyncio.sleep(max(grant.retry_after_us, 1000) / 1_000_000)
+            for slot_us in grant.slots():
+                ahead = (slot_us - grant.redis_time_us) / 1_000_000
+                # The script ran between ``asked`` and ``answered``: never send before the slot
+                # (count from ``answered``), never use it later than max_late (from ``asked``).
+                slot = _Slot(slot_us, answered + ahead, asked + ahead + self._max_late_s)
+                while self._waiters and self._waiters[0].done():
+                    self._waiters.popleft()
+                if not self._waiters:
+                    break  # a waiter was cancelled meanwhile: the slot goes unused
+                self._waiters.popleft().set_result(slot)
+                self.granted += 1
+            if grant.granted < want:
+                # Wait until the rest would fit, but at most half a horizon, so the cursor stays
+                # ahead of time while there is work: a saturated replica makes about two round
+                # trips per horizon, whatever the rate.
+                rest_us = grant.retry_after_us + (want - grant.granted - 1) * self.interval_us
+                await asyncio.sleep(min(max(rest_us, 1000), self._horizon_us // 2) / 1_000_000)

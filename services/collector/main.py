@@ -15,7 +15,7 @@ from billing_core.clock import clock_from_offset
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.gateway import HttpPaymentGateway
 from billing_core.logging import configure_logging, get_logger
-from billing_core.ratelimit import SlidingWindowLimiter
+from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime.http import HealthServer
 from billing_core.runtime.worker import Worker, stop_on_signals
 from services.collector.service import Collector
@@ -36,12 +36,15 @@ async def run(settings: CollectorSettings) -> None:
         connect_timeout=settings.collector_connect_timeout_seconds,
         read_timeout=settings.collector_read_timeout_seconds,
     )
-    limiter = SlidingWindowLimiter(
+    limiter = GlobalRateLimiter(
         redis,
         key=settings.collector_rate_limit_key,
         limit=settings.collector_rate_limit_per_second,
         guard_ms=settings.collector_rate_limit_guard_ms,
+        max_late_ms=settings.collector_rate_limit_max_late_ms,
+        horizon_ms=settings.collector_rate_limit_horizon_ms,
     )
+    stopping = asyncio.Event()
     collector = Collector(
         sessions=sessions,
         gateway=gateway,
@@ -58,12 +61,14 @@ async def run(settings: CollectorSettings) -> None:
             + settings.collector_read_timeout_seconds
             + 1
         ),
+        stopping=stopping,
     )
     worker = Worker(
         "collector",
         collector.tick,
         poll_interval=settings.collector_poll_interval_seconds,
         shutdown_timeout=5.0,
+        stop_event=stopping,
     )
 
     async def ready() -> bool:

@@ -18,6 +18,10 @@ LIMITER_WAIT = Histogram(
 LIMITER_CLOSED = Gauge(
     "billing_collector_limiter_closed", "1 while Redis is unreachable (collection paused)"
 )
+LATE_PERMITS = Gauge(
+    "billing_collector_limiter_late_permits",
+    "Send slots dropped because the process woke too late to use them (since start)",
+)
 RECORDED = Counter("billing_collector_results_total", "Recorded results", ["result"])
 ABANDONED = Counter(
     "billing_collector_abandoned_total", "Leased invoices dropped before the call (lease too old)"
@@ -25,7 +29,3 @@ ABANDONED = Counter(
 IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
 BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
 OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")
-STALE_PERMITS = Counter(
-    "billing_collector_stale_permits_total",
-    "Permits dropped because the process could not use them at once (CPU starvation)",
-)

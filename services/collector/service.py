@@ -21,7 +21,7 @@ from billing_core.clock import Clock
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import ChargeResult, PaymentGateway
 from billing_core.logging import get_logger
-from billing_core.ratelimit import SlidingWindowLimiter
+from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo.collection import LeasedInvoice, claim_due_invoices, due_backlog
 from billing_core.usecases.payment_result import record_charge_result
 from services.collector import metrics
@@ -35,7 +35,7 @@ class Collector:
         *,
         sessions: async_sessionmaker[AsyncSession],
         gateway: PaymentGateway,
-        limiter: SlidingWindowLimiter,
+        limiter: GlobalRateLimiter,
         redis: aioredis.Redis,
         clock: Clock,
         policy: DunningPolicy,
@@ -44,6 +44,7 @@ class Collector:
         max_in_flight: int,
         lease: timedelta,
         call_budget: timedelta,
+        stopping: asyncio.Event,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
@@ -58,6 +59,8 @@ class Collector:
         # A permit obtained closer than this to the end of the lease is not used: the call could
         # outlive the lease, when another replica may already retry the invoice.
         self._call_budget = call_budget
+        # Set on SIGTERM: no new claim after it, even by a tick already waiting for a free slot.
+        self._stopping = stopping
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
 
@@ -67,11 +70,11 @@ class Collector:
 
     async def tick(self) -> bool:
         """Claim what free slots allow; True when more work may be waiting right now."""
-        while len(self._in_flight) >= self._max_in_flight:
+        while len(self._in_flight) >= self._max_in_flight and not self._stopping.is_set():
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)
-        if not await self._limiter_reachable():
+        if self._stopping.is_set() or not await self._limiter_reachable():
             return False
         want = min(self._batch_size, self._max_in_flight - len(self._in_flight))
         async with self._sessions.begin() as session:
@@ -107,8 +110,7 @@ class Collector:
 
     async def _charge(self, invoice: LeasedInvoice) -> None:
         started = time.monotonic()
-        while not self._limiter.fresh(await self._limiter.acquire()):
-            metrics.STALE_PERMITS.inc()  # held too long before use: the call would be late
+        await self._limiter.acquire()
         metrics.LIMITER_WAIT.observe(time.monotonic() - started)
         if self._clock.now() > invoice.lease_until - self._call_budget:
             metrics.ABANDONED.inc()
@@ -149,7 +151,6 @@ class Collector:
                         decline_code=result.decline_code,
                         gateway_reference=result.gateway_reference,
                         error=result.error,
-                        subscription_id=invoice.subscription_id,
                     )
                 metrics.RECORDED.labels(str(outcome)).inc()
                 log.info(
@@ -187,4 +188,5 @@ class Collector:
         async with self._sessions() as session:
             due, oldest = await due_backlog(session, now=now)
         metrics.BACKLOG.set(due)
+        metrics.LATE_PERMITS.set(self._limiter.late_drops)
         metrics.OLDEST_DUE.set((now - oldest).total_seconds() if oldest else 0)

@@ -12,7 +12,16 @@ class CollectorSettings(CoreSettings):
     collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
     collector_rate_limit_per_second: int = Field(default=200, ge=1, le=100_000)
     collector_rate_limit_guard_ms: int = Field(
-        default=25, ge=0, le=500, description="Extra window length absorbing call jitter."
+        default=20,
+        ge=1,
+        le=500,
+        description="Send slots are (1 s + guard) / limit apart: the margin for late calls.",
+    )
+    collector_rate_limit_max_late_ms: int = Field(
+        default=10, ge=0, le=499, description="A slot found later than this is dropped."
+    )
+    collector_rate_limit_horizon_ms: int = Field(
+        default=100, ge=1, le=5000, description="How far ahead slots are reserved per round trip."
     )
     collector_rate_limit_key: str = Field(default="billing:gateway:permits")
     collector_batch_size: int = Field(default=100, ge=1, le=10_000)
@@ -24,6 +33,15 @@ class CollectorSettings(CoreSettings):
     collector_health_port: int = Field(default=9102, ge=0, le=65535)
     collector_shutdown_timeout_seconds: float = Field(default=25.0, gt=0)
     collector_rng_seed: int | None = Field(default=None, description="Seeds dunning jitter.")
+
+    @model_validator(mode="after")
+    def _late_within_guard(self) -> CollectorSettings:
+        if self.collector_rate_limit_max_late_ms >= self.collector_rate_limit_guard_ms:
+            raise ValueError(
+                "BILLING_COLLECTOR_RATE_LIMIT_MAX_LATE_MS must be below "
+                "BILLING_COLLECTOR_RATE_LIMIT_GUARD_MS, or a rolling second could exceed the limit"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lease_outlives_a_call(self) -> CollectorSettings:

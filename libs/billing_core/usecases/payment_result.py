@@ -46,30 +46,32 @@ class RecordOutcome(StrEnum):
     NOT_FOUND = "NOT_FOUND"
 
 
-_SUBSCRIPTION_OF_INVOICE = text("SELECT subscription_id FROM invoice WHERE id = :id")
-
+# The subscription first, then the invoice: the lock order of every writer (no deadlock).
 _LOCK_SUBSCRIPTION = text(
     """
     SELECT s.id, s.status, s.cancel_at_period_end, p.code AS plan_code, s.version, s.canceled_at
     FROM subscription s JOIN plan p ON p.id = s.plan_id
-    WHERE s.id = :id FOR UPDATE OF s
+    WHERE s.id = (SELECT subscription_id FROM invoice WHERE id = :invoice_id)
+    FOR UPDATE OF s
     """
 )
 
-_LOCK_INVOICE = text(
+# Locks the invoice and writes the attempt row in one round trip; returns the invoice as it was.
+_LOCK_INVOICE_AND_RECORD_ATTEMPT = text(
     """
-    SELECT id, subscription_id, status, attempt_count, amount, currency
-    FROM invoice WHERE id = :id FOR UPDATE
-    """
-)
-
-_INSERT_ATTEMPT = text(
-    """
-    INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, outcome,
-                                 amount, currency, decline_code, gateway_reference, error,
-                                 recorded_at)
-    VALUES (:invoice_id, :attempt_number, :key, :source, :outcome, :amount, :currency,
-            :decline_code, :reference, :error, :now)
+    WITH inv AS (
+        SELECT id, subscription_id, status, attempt_count, amount, currency
+        FROM invoice WHERE id = :invoice_id FOR UPDATE
+    ),
+    attempt AS (
+        INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source,
+                                     outcome, amount, currency, decline_code, gateway_reference,
+                                     error, recorded_at)
+        SELECT inv.id, :attempt_number, :key, :source, :outcome, inv.amount, inv.currency,
+               :decline_code, :reference, :error, :now
+        FROM inv
+    )
+    SELECT * FROM inv
     """
 )
 
@@ -126,33 +128,32 @@ async def record_charge_result(
     decline_code: str | None = None,
     gateway_reference: str | None = None,
     error: str | None = None,
-    subscription_id: int | None = None,
 ) -> RecordOutcome:
-    """Record one gateway result. ``subscription_id``, when the caller knows it, saves a query."""
-    if subscription_id is None:
-        subscription_id = (
-            await session.execute(_SUBSCRIPTION_OF_INVOICE, {"id": invoice_id})
-        ).scalar_one_or_none()
-        if subscription_id is None:
-            return RecordOutcome.NOT_FOUND
-    sub_row = (await session.execute(_LOCK_SUBSCRIPTION, {"id": subscription_id})).mappings().one()
-    inv = (await session.execute(_LOCK_INVOICE, {"id": invoice_id})).mappings().one()
-
-    await session.execute(
-        _INSERT_ATTEMPT,
-        {
-            "invoice_id": invoice_id,
-            "attempt_number": attempt_number,
-            "key": idempotency_key,
-            "source": source,
-            "outcome": str(outcome),
-            "amount": inv["amount"],
-            "currency": inv["currency"],
-            "decline_code": decline_code,
-            "reference": gateway_reference,
-            "error": error,
-            "now": now,
-        },
+    sub_row = (
+        (await session.execute(_LOCK_SUBSCRIPTION, {"invoice_id": invoice_id})).mappings().first()
+    )
+    if sub_row is None:
+        return RecordOutcome.NOT_FOUND
+    subscription_id = int(sub_row["id"])
+    inv = (
+        (
+            await session.execute(
+                _LOCK_INVOICE_AND_RECORD_ATTEMPT,
+                {
+                    "invoice_id": invoice_id,
+                    "attempt_number": attempt_number,
+                    "key": idempotency_key,
+                    "source": source,
+                    "outcome": str(outcome),
+                    "decline_code": decline_code,
+                    "reference": gateway_reference,
+                    "error": error,
+                    "now": now,
+                },
+            )
+        )
+        .mappings()
+        .one()
     )
 
     status = InvoiceStatus(inv["status"])

@@ -13,7 +13,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.collector.conftest import Collectors, Simulator
-from tests.support.factories import create_subscription, due_subscriptions_with_invoices
+from tests.support.factories import (
+    create_invoice,
+    create_subscription,
+    due_subscriptions_with_invoices,
+)
 from tests.support.processes import private_redis
 
 
@@ -146,6 +150,70 @@ async def test_declines_run_the_whole_dunning_schedule_to_cancellation(
     assert events[-1] == "SubscriptionCanceled"
 
 
+async def test_a_decline_then_a_success_reactivates_the_subscription(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:
+        sub = await create_subscription(conn, customer_id=4343, start=now)
+        inv = await create_invoice(
+            conn,
+            subscription_id=sub,
+            customer_id=4343,
+            amount=990,
+            next_attempt_at=now,
+            period_start=now,
+        )
+    simulator.decline_until(4343, (now + timedelta(days=1)).isoformat())
+    collectors.start(BILLING_DUNNING_DELAYS_SECONDS="[2, 2, 2]", BILLING_DUNNING_JITTER_SECONDS="0")
+
+    async def declined() -> bool:
+        q = "SELECT count(*) FROM invoice WHERE id = :i AND attempt_count = 1"
+        return await count(engine, q, i=inv) == 1
+
+    await wait_for(declined, 30, "the first decline")
+    simulator.decline_until(4343, now.isoformat())  # the card works again
+
+    async def paid() -> bool:
+        q = "SELECT count(*) FROM invoice WHERE id = :i AND status = 'PAID'"
+        return await count(engine, q, i=inv) == 1
+
+    await wait_for(paid, 30, "the retry after the decline to pay the invoice")
+    async with engine.connect() as conn:
+        attempts = (
+            await conn.execute(
+                text(
+                    "SELECT idempotency_key, outcome FROM payment_attempt WHERE invoice_id = :i "
+                    "ORDER BY id"
+                ),
+                {"i": inv},
+            )
+        ).all()
+        events = [
+            r[0]
+            for r in await conn.execute(
+                text(
+                    "SELECT event_type FROM outbox_event WHERE aggregate_id = :s ORDER BY sequence"
+                ),
+                {"s": sub},
+            )
+        ]
+        status = (
+            await conn.execute(text("SELECT status FROM subscription WHERE id = :s"), {"s": sub})
+        ).scalar_one()
+    assert [tuple(a) for a in attempts] == [
+        (f"inv-{inv}-try-0", "DECLINED"),
+        (f"inv-{inv}-try-1", "SUCCESS"),
+    ]
+    assert events == [
+        "PaymentFailed",
+        "SubscriptionPastDue",
+        "InvoicePaid",
+        "SubscriptionReactivated",
+    ]
+    assert status == "ACTIVE"
+
+
 async def test_redis_down_means_zero_gateway_calls_until_it_returns(
     engine: AsyncEngine, simulator: Simulator, collectors: Collectors, tmp_path: Path
 ) -> None:
@@ -196,17 +264,25 @@ async def test_kill9_mid_call_then_another_replica_never_charges_twice(
     assert summary["replays"] >= 1
 
 
-async def test_sigterm_finishes_and_records_in_flight_calls(
+async def test_sigterm_stops_claiming_finishes_and_records_in_flight_calls(
     engine: AsyncEngine, simulator: Simulator, collectors: Collectors
 ) -> None:
     simulator.config(latency_min_ms=1500, latency_max_ms=1500)
-    await seed(engine, 30)
-    proc = collectors.start()
+    await seed(engine, 60)
+    proc = collectors.start(BILLING_COLLECTOR_MAX_IN_FLIGHT="30", BILLING_COLLECTOR_BATCH_SIZE="30")
     deadline = time.monotonic() + 10
     while simulator.summary()["calls"] < 30 and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.05)
     assert proc.terminate(timeout=20) == 0
+    # every call that was in flight was recorded; nothing new was claimed after SIGTERM
+    assert simulator.summary()["calls"] == 30
     assert await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 30
+    assert await count(engine, "SELECT count(*) FROM payment_attempt") == 30
+    never_claimed = (
+        "SELECT count(*) FROM invoice WHERE status = 'OPEN' AND leased_at IS NULL "
+        "AND attempt_count = 0"
+    )
+    assert await count(engine, never_claimed) == 30
 
 
 async def test_the_simulator_lists_successful_charges_per_invoice(

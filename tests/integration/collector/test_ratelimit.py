@@ -1,38 +1,29 @@
-"""The global limiter on real Redis: no rolling second above the limit, and fail closed."""
+"""The global limiter on real Redis: no rolling second above the limit, pacing, fail closed."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from billing_core.ratelimit import Grant, SlidingWindowLimiter
+from billing_core.ratelimit import GlobalRateLimiter
 from tests.support.infra import Services
 from tests.support.processes import private_redis
 
 
-def max_in_any_window(times_us: list[int], window_us: int = 1_000_000) -> int:
-    times = sorted(times_us)
+def max_in_any_window(times: list[float], window: float) -> int:
+    """The most timestamps in any half-open window (t - window, t]."""
+    ordered = sorted(times)
     best, lo = 0, 0
-    for hi, t in enumerate(times):
-        while t - times[lo] >= window_us:
+    for hi, t in enumerate(ordered):
+        while t - ordered[lo] >= window:
             lo += 1
         best = max(best, hi - lo + 1)
     return best
-
-
-class RecordingLimiter(SlidingWindowLimiter):
-    """Keeps the Redis time of every permit granted (the script's own clock)."""
-
-    granted_at: list[int]
-
-    async def grant(self, want: int) -> Grant:
-        result = await super().grant(want)
-        self.__dict__.setdefault("granted_at", []).extend([result.redis_time_us] * result.granted)
-        return result
 
 
 async def test_three_replicas_never_exceed_the_limit_in_any_rolling_second(
@@ -40,44 +31,79 @@ async def test_three_replicas_never_exceed_the_limit_in_any_rolling_second(
 ) -> None:
     clients = [aioredis.from_url(services.redis_url) for _ in range(3)]
     limiters = [
-        RecordingLimiter(c, key=f"{redis_prefix}permits", limit=100, guard_ms=0, max_batch=16)
+        GlobalRateLimiter(c, key=f"{redis_prefix}permits", limit=100, horizon_ms=200)
         for c in clients
     ]
+    sent: list[float] = []
+
+    async def call(i: int) -> int:
+        slot = await limiters[i % 3].acquire()
+        sent.append(time.monotonic())
+        return slot
+
     try:
         started = time.monotonic()
-        grants = await asyncio.gather(*[limiters[i % 3].acquire() for i in range(450)])
+        slots = await asyncio.gather(*[call(i) for i in range(450)])
         elapsed = time.monotonic() - started
     finally:
         for limiter in limiters:
             await limiter.close()
         for c in clients:
             await c.aclose()
-    assert len(grants) == 450
-    granted_at = [t for limiter in limiters for t in limiter.__dict__.get("granted_at", [])]
-    assert len(granted_at) >= 450
-    assert max_in_any_window(granted_at) <= 100
-    # close to the limit when there is work: 450 permits at 100/s need a bit over 3.5 s
-    assert 3.4 < elapsed < 6.0
+    assert len(slots) == len(set(slots)) == 450
+    # the grant times on the Redis clock: every rolling second holds at most the limit
+    assert max_in_any_window([s / 1e6 for s in slots], 1.0) <= 100
+    # and so do the moments the calls were let go (a late permit is dropped, not used)
+    assert max_in_any_window(sent, 1.0) <= 100
+    # close to the limit when there is work: 450 slots 10.2 ms apart take 4.6 s
+    assert 4.4 < elapsed < 7.0
     round_trips = sum(limiter.round_trips for limiter in limiters)
-    assert round_trips < 450  # batched: fewer Redis calls than permits
+    # batched: a saturated replica asks about twice per 200 ms horizon, whatever the rate
+    assert round_trips < 450 / 2
 
 
-async def test_a_fixed_window_would_fail_where_the_sliding_log_holds(
+async def test_a_burst_is_paced_never_front_loaded_at_a_window_edge(
     services: Services, redis_prefix: str
 ) -> None:
-    """Burst at a second's edge: grants stay within the limit over the whole rolling window."""
+    """A fixed one-second counter would let 50 through now and 50 more a moment later."""
     client = aioredis.from_url(services.redis_url)
-    limiter = SlidingWindowLimiter(client, key=f"{redis_prefix}edge", limit=50, guard_ms=0)
+    limiter = GlobalRateLimiter(client, key=f"{redis_prefix}edge", limit=50, horizon_ms=100)
     try:
         first = await limiter.grant(50)
-        await asyncio.sleep(0.6)
         second = await limiter.grant(50)
     finally:
         await limiter.close()
         await client.aclose()
-    assert first.granted == 50
-    assert second.granted == 0
-    assert 300_000 <= second.retry_after_us <= 400_000
+    assert limiter.interval_us == 20_400  # (1 s + 20 ms) / 50
+    assert first.granted == 5  # only what fits in the 100 ms horizon
+    slots = first.slots() + second.slots()
+    assert all(b - a == 20_400 for a, b in itertools.pairwise(slots))
+    assert second.granted <= 1
+    assert 0 < second.retry_after_us <= 21_000
+
+
+async def test_a_permit_found_too_late_is_dropped_and_replaced(
+    services: Services, redis_prefix: str
+) -> None:
+    client = aioredis.from_url(services.redis_url)
+    limiter = GlobalRateLimiter(
+        client, key=f"{redis_prefix}late", limit=10, horizon_ms=500, max_late_ms=10
+    )
+    try:
+        await limiter.acquire()
+        waiting = asyncio.gather(*[limiter.acquire() for _ in range(3)])
+        while limiter.granted < 4:
+            await asyncio.sleep(0.001)
+        time.sleep(0.5)  # the process stalls past all three reserved slots
+        blocked_until = time.monotonic()
+        await waiting
+        done = time.monotonic()
+    finally:
+        await limiter.close()
+        await client.aclose()
+    assert limiter.late_drops == 3
+    assert limiter.granted == 7
+    assert done - blocked_until > 0.2  # fresh slots, paced again, not the stale ones
 
 
 async def test_fails_closed_while_redis_is_down_and_resumes_by_itself(tmp_path: Path) -> None:
@@ -85,7 +111,7 @@ async def test_fails_closed_while_redis_is_down_and_resumes_by_itself(tmp_path: 
     client = aioredis.from_url(
         f"redis://127.0.0.1:{port}/0", socket_timeout=0.5, socket_connect_timeout=0.5
     )
-    limiter = SlidingWindowLimiter(client, key="outage", limit=10, closed_backoff_s=0.1)
+    limiter = GlobalRateLimiter(client, key="outage", limit=10, closed_backoff_s=0.1)
     try:
         await asyncio.wait_for(limiter.acquire(), timeout=5)
         down()

@@ -1,0 +1,92 @@
+"""Claiming and leasing due invoices on real PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.repo.collection import claim_due_invoices, due_backlog
+from tests.support.factories import create_invoice, create_subscription
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=120)
+
+
+async def invoices(engine: AsyncEngine, *specs: tuple[str, timedelta, int]) -> list[int]:
+    """One subscription per invoice: (status, next_attempt_at - NOW, attempt_count)."""
+    ids = []
+    async with engine.begin() as conn:
+        for i, (status, offset, attempts) in enumerate(specs):
+            sub = await create_subscription(conn, customer_id=100 + i, start=NOW)
+            ids.append(
+                await create_invoice(
+                    conn,
+                    subscription_id=sub,
+                    customer_id=100 + i,
+                    amount=500 + i,
+                    next_attempt_at=NOW + offset,
+                    period_start=NOW,
+                    status=status,
+                    attempt_count=attempts,
+                )
+            )
+    return ids
+
+
+async def test_claims_only_due_open_invoices_oldest_first_and_leases_them(
+    engine: AsyncEngine,
+) -> None:
+    newer, older, future, paid = await invoices(
+        engine,
+        ("OPEN", timedelta(minutes=-1), 0),
+        ("OPEN", timedelta(minutes=-5), 2),
+        ("OPEN", timedelta(minutes=1), 0),
+        ("PAID", timedelta(minutes=-9), 0),
+    )
+    async with engine.begin() as conn:
+        first = await claim_due_invoices(conn, now=NOW, limit=1, lease=LEASE)
+        rest = await claim_due_invoices(conn, now=NOW, limit=10, lease=LEASE)
+    assert [i.id for i in first] == [older]
+    assert (first[0].attempt_count, first[0].amount, first[0].customer_id) == (2, 501, 101)
+    assert first[0].idempotency_key == f"inv-{older}-try-2"
+    assert [i.id for i in rest] == [newer]
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text("SELECT id, next_attempt_at, leased_at FROM invoice WHERE id IN (:a, :b)"),
+                {"a": older, "b": newer},
+            )
+        ).all()
+    assert {(r[1], r[2]) for r in rows} == {(NOW + LEASE, NOW)}
+    assert future not in [i.id for i in rest] and paid not in [i.id for i in rest]
+
+
+async def test_concurrent_claims_are_disjoint(engine: AsyncEngine) -> None:
+    ids = await invoices(engine, *[("OPEN", timedelta(seconds=-i), 0) for i in range(10)])
+    async with engine.connect() as a, engine.connect() as b:
+        tx_a = await a.begin()
+        got_a = await claim_due_invoices(a, now=NOW, limit=6, lease=LEASE)
+        tx_b = await b.begin()  # while A still holds its row locks
+        got_b = await claim_due_invoices(b, now=NOW, limit=6, lease=LEASE)
+        await tx_a.commit()
+        await tx_b.commit()
+    assert len(got_a) == 6 and len(got_b) == 4
+    assert sorted(i.id for i in got_a + got_b) == sorted(ids)
+
+
+async def test_a_lease_hides_the_invoice_until_it_ends_then_the_same_key_comes_back(
+    engine: AsyncEngine,
+) -> None:
+    (inv,) = await invoices(engine, ("OPEN", timedelta(0), 1))
+    async with engine.begin() as conn:
+        (leased,) = await claim_due_invoices(conn, now=NOW, limit=5, lease=LEASE)
+        assert await due_backlog(conn, now=NOW) == (0, None)
+    async with engine.begin() as conn:
+        assert await claim_due_invoices(conn, now=NOW + LEASE / 2, limit=5, lease=LEASE) == []
+    later = NOW + LEASE
+    async with engine.begin() as conn:
+        assert await due_backlog(conn, now=later) == (1, later)
+        (again,) = await claim_due_invoices(conn, now=later, limit=5, lease=LEASE)
+    assert again.id == inv and again.idempotency_key == leased.idempotency_key == f"inv-{inv}-try-1"

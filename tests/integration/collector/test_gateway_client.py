@@ -1,0 +1,89 @@
+"""HttpPaymentGateway against the simulator process: how every kind of answer is classified."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.gateway import ChargeResult, HttpPaymentGateway
+from tests.integration.collector.conftest import Simulator
+from tests.support.processes import free_port
+
+
+async def charge(gateway: HttpPaymentGateway, key: str, customer: int = 1) -> ChargeResult:
+    invoice_id = int(key.split("-")[1])
+    return await gateway.charge(
+        customer, 990, "EUR", key, {"invoiceId": invoice_id, "attempt": int(key.rsplit("-", 1)[1])}
+    )
+
+
+async def test_success_decline_and_replay(simulator: Simulator) -> None:
+    simulator.decline_until(
+        66, (datetime.now(UTC) + timedelta(hours=1)).isoformat(), code="expired_card"
+    )
+    gateway = HttpPaymentGateway(simulator.url, max_connections=4)
+    try:
+        ok = await charge(gateway, "inv-1-try-0")
+        declined = await charge(gateway, "inv-2-try-0", customer=66)
+        replay = await charge(gateway, "inv-1-try-0")
+    finally:
+        await gateway.aclose()
+    assert ok.outcome == ChargeOutcome.SUCCESS and ok.http_status == 200
+    assert ok.gateway_reference is not None and ok.gateway_reference.startswith("ch_")
+    assert (declined.outcome, declined.decline_code, declined.http_status) == (
+        ChargeOutcome.DECLINED,
+        "expired_card",
+        402,
+    )
+    assert replay.outcome == ChargeOutcome.SUCCESS
+    assert replay.gateway_reference == ok.gateway_reference
+    assert simulator.summary()["charges_succeeded"] == 1
+
+
+async def test_server_error_is_unknown(simulator: Simulator) -> None:
+    simulator.config(error_rate=1.0)
+    gateway = HttpPaymentGateway(simulator.url, max_connections=4)
+    try:
+        result = await charge(gateway, "inv-3-try-0")
+    finally:
+        await gateway.aclose()
+    assert result.outcome == ChargeOutcome.UNKNOWN
+    assert result.http_status is not None and result.http_status >= 500
+    assert result.error == f"http {result.http_status}"
+
+
+async def test_rate_limited_is_unknown(simulator: Simulator) -> None:
+    simulator.config(rate_limit_per_second=2)
+    gateway = HttpPaymentGateway(simulator.url, max_connections=8)
+    try:
+        results = await asyncio.gather(*[charge(gateway, f"inv-{i}-try-0") for i in range(10, 16)])
+    finally:
+        await gateway.aclose()
+    limited = [r for r in results if r.http_status == 429]
+    assert len(limited) >= 4
+    assert all(r.outcome == ChargeOutcome.UNKNOWN for r in limited)
+    assert simulator.summary()["charges_succeeded"] == 6 - len(limited)
+
+
+async def test_no_answer_in_time_is_unknown(simulator: Simulator) -> None:
+    simulator.config(timeout_rate=1.0, timeout_delay_s=2.0)
+    gateway = HttpPaymentGateway(simulator.url, max_connections=4, read_timeout=0.5)
+    try:
+        result = await charge(gateway, "inv-20-try-0")
+    finally:
+        await gateway.aclose()
+    assert result.outcome == ChargeOutcome.UNKNOWN
+    assert result.http_status is None
+    assert result.error is not None and result.error.startswith("timeout")
+
+
+async def test_connection_refused_is_unknown() -> None:
+    gateway = HttpPaymentGateway(f"http://127.0.0.1:{free_port()}", connect_timeout=0.5)
+    try:
+        result = await charge(gateway, "inv-21-try-0")
+    finally:
+        await gateway.aclose()
+    assert result.outcome == ChargeOutcome.UNKNOWN
+    assert result.http_status is None
+    assert result.error is not None and result.error.startswith("transport")
