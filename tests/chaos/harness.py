@@ -54,7 +54,7 @@ class ChaosConfig:
     outage_s: float = 20.0
     due_window_s: float = 30.0
     hard_decliner_share: float = 0.01
-    drain_timeout_s: float = 300.0
+    drain_timeout_s: float = 900.0
     seed: int = 2026
 
 
@@ -268,7 +268,7 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "BILLING_GATEWAY_SIM_LATENCY_MAX_MS": "120",
             "BILLING_GATEWAY_SIM_DECLINE_RATE": "0.10",
             "BILLING_GATEWAY_SIM_TIMEOUT_RATE": "0.05",
-            "BILLING_GATEWAY_SIM_TIMEOUT_DELAY_S": "6",
+            "BILLING_GATEWAY_SIM_TIMEOUT_DELAY_S": "7",
             "BILLING_GATEWAY_SIM_ERROR_RATE": "0.02",
             "BILLING_GATEWAY_SIM_WEBHOOK_URL": f"http://127.0.0.1:{api_port}/webhooks/payments",
             "BILLING_GATEWAY_SIM_WEBHOOK_SECRET": WEBHOOK_SECRET,
@@ -302,9 +302,9 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
                 {
                     "BILLING_COLLECTOR_HEALTH_PORT": str(port),
                     "BILLING_COLLECTOR_GATEWAY_URL": sim_url,
-                    "BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS": "1",
-                    "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "4",
-                    "BILLING_COLLECTOR_LEASE_SECONDS": "11",
+                    "BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS": "2",
+                    "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "5",
+                    "BILLING_COLLECTOR_LEASE_SECONDS": "16",
                     "BILLING_COLLECTOR_POLL_INTERVAL_SECONDS": "0.5",
                 },
                 f"http://127.0.0.1:{port}/healthz",
