@@ -35,6 +35,11 @@ class CoreSettings(BaseSettings):
         description="Moves every process's clock by this many seconds (demos, tests).",
     )
     process_name: str = Field(default="billing", description="Shown in logs and pg_stat_activity.")
+    startup_timeout_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="A worker whose database does not answer within this at start exits (3).",
+    )
     health_host: str = Field(
         default="127.0.0.1", description="Interface of the workers' /healthz /readyz /metrics."
     )

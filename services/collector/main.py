@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 from datetime import timedelta
 
 import redis.asyncio as aioredis
-from pydantic import ValidationError
 from sqlalchemy import text
 
 from billing_core.clock import clock_from_offset
@@ -17,6 +15,7 @@ from billing_core.gateway import HttpPaymentGateway
 from billing_core.logging import configure_logging, get_logger
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime.http import HealthServer
+from billing_core.runtime.startup import load_settings, require_database
 from billing_core.runtime.worker import Worker, stop_on_signals
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
@@ -112,10 +111,7 @@ async def run(settings: CollectorSettings) -> None:
 
 
 def main() -> None:
-    try:
-        settings = CollectorSettings()
-    except ValidationError as exc:
-        print(f"invalid collector settings:\n{exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    settings = load_settings(CollectorSettings, "collector")
     configure_logging("collector", settings.log_level, settings.log_json)
+    require_database("collector", settings)
     asyncio.run(run(settings))

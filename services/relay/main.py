@@ -11,6 +11,7 @@ from billing_core.clock import clock_from_offset
 from billing_core.db.engine import create_engine
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime.http import HealthServer
+from billing_core.runtime.startup import load_settings, require_database
 from billing_core.runtime.worker import Worker, stop_on_signals
 from services.relay.producer import ProducerHolder
 from services.relay.relay import Relay
@@ -75,6 +76,7 @@ async def run(settings: RelaySettings) -> None:
 
 
 def main() -> None:
-    settings = RelaySettings()
+    settings = load_settings(RelaySettings, "relay")
     configure_logging("relay", settings.log_level, settings.log_json)
+    require_database("relay", settings)
     asyncio.run(run(settings))

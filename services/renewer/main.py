@@ -8,6 +8,7 @@ from billing_core.clock import Clock, clock_from_offset
 from billing_core.db.engine import create_engine
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime.http import HealthServer
+from billing_core.runtime.startup import load_settings, require_database
 from billing_core.runtime.worker import Worker, stop_on_signals
 from services.renewer.loop import Renewer
 from services.renewer.settings import RenewerSettings
@@ -56,6 +57,7 @@ async def run(settings: RenewerSettings, clock: Clock | None = None) -> None:
 
 
 def main() -> None:
-    settings = RenewerSettings()
+    settings = load_settings(RenewerSettings, "renewer")
     configure_logging("renewer", settings.log_level, settings.log_json)
+    require_database("renewer", settings)
     asyncio.run(run(settings))
