@@ -35,6 +35,8 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -190,12 +192,6 @@ def run_load(kind: str, **kwargs: Any) -> Result:
 
 
 # --- orchestration ---------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def fresh_database(url: str) -> None:

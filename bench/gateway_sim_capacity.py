@@ -25,13 +25,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def floor_server(port: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key_async
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRETS = ("whsec_current", "whsec_previous")
@@ -81,12 +81,6 @@ async def client(app: FastAPI, api_key: str) -> AsyncIterator[httpx.AsyncClient]
 async def anonymous(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with asgi_client(app, None) as c:
         yield c
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ApiServer:

@@ -7,7 +7,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -147,12 +147,6 @@ def first_seen_in_order(events: list[cloudevents.CloudEvent]) -> dict[int, list[
         seen.add(e.id)
         out.setdefault(e.subscription_id, []).append(e.sequence)
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RelayProcess:
