@@ -185,6 +185,7 @@ def status() -> None:
                 settings.redis_url,
                 settings.collector_rate_limit_key,
                 settings.collector_rate_limit_per_second,
+                settings.collector_rate_limit_guard_ms,
             )
         finally:
             await engine.dispose()

@@ -113,6 +113,14 @@ class GlobalRateLimiter:
         self.granted = 0
         self.late_drops = 0
 
+    async def slots_booked(self) -> int:
+        """Send slots reserved ahead of now by all replicas (0: the gateway budget is idle)."""
+        seconds, micros = await self._redis.time()
+        now_us = int(seconds) * 1_000_000 + int(micros)
+        raw = await self._redis.get(self._keys[0])
+        cursor = int(raw) if raw else 0
+        return max(0, -(-(cursor - now_us) // self.interval_us))
+
     async def grant(self, want: int) -> Grant:
         """One atomic request for up to ``want`` slots (raises RedisError when unreachable)."""
         granted, first, wait, now = await self._script(

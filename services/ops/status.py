@@ -6,10 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.ratelimit import GlobalRateLimiter
 
 _SUBSCRIPTIONS = text(
     """
@@ -46,28 +49,33 @@ class Status:
     subscriptions: list[dict[str, object]]
     invoices: list[dict[str, object]]
     outbox: dict[str, object]
-    permits_last_second: int | None
+    slots_booked: int | None  # None: Redis unreachable
     rate_limit: int
 
 
 async def gather(
-    engine: AsyncEngine, now: datetime, redis_url: str, limiter_key: str, rate_limit: int
+    engine: AsyncEngine,
+    now: datetime,
+    redis_url: str,
+    limiter_key: str,
+    rate_limit: int,
+    guard_ms: int,
 ) -> Status:
     async with engine.connect() as conn:
         subs = [dict(r) for r in (await conn.execute(_SUBSCRIPTIONS, {"now": now})).mappings()]
         invs = [dict(r) for r in (await conn.execute(_INVOICES, {"now": now})).mappings()]
         outbox = dict((await conn.execute(_OUTBOX)).mappings().one())
-    permits: int | None
+    booked: int | None
     client = aioredis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    limiter = GlobalRateLimiter(client, key=limiter_key, limit=rate_limit, guard_ms=guard_ms)
     try:
-        seconds, micros = await client.time()
-        now_us = int(seconds) * 1_000_000 + int(micros)
-        permits = int(await client.zcount(limiter_key, now_us - 1_000_000, "+inf"))
-    except Exception:
-        permits = None
+        booked = await limiter.slots_booked()
+    except (RedisError, OSError):
+        booked = None
     finally:
+        await limiter.close()
         await client.aclose()
-    return Status(subs, invs, outbox, permits, rate_limit)
+    return Status(subs, invs, outbox, booked, rate_limit)
 
 
 def render(status: Status, now: datetime, console: Console | None = None) -> None:
@@ -103,12 +111,12 @@ def render(status: Status, now: datetime, console: Console | None = None) -> Non
     console.print(out)
 
     gate = Table(title="Gateway budget")
-    gate.add_column("permits used in the last second")
+    gate.add_column("send slots booked ahead (all collectors)")
     gate.add_column("limit")
     used = (
         "Redis unreachable (collection paused)"
-        if status.permits_last_second is None
-        else (str(status.permits_last_second))
+        if status.slots_booked is None
+        else (str(status.slots_booked))
     )
     gate.add_row(used, str(status.rate_limit))
     console.print(gate)

@@ -127,3 +127,16 @@ async def test_fails_closed_while_redis_is_down_and_resumes_by_itself(tmp_path: 
         await client.aclose()
         with contextlib.suppress(Exception):
             down()
+
+
+async def test_slots_booked_shows_the_budget_in_use(services: Services, redis_prefix: str) -> None:
+    client = aioredis.from_url(services.redis_url)
+    limiter = GlobalRateLimiter(client, key=f"{redis_prefix}booked", limit=100, horizon_ms=100)
+    try:
+        assert await limiter.slots_booked() == 0
+        grant = await limiter.grant(8)
+        assert grant.granted == 8
+        assert 1 <= await limiter.slots_booked() <= 8
+    finally:
+        await limiter.close()
+        await client.aclose()
