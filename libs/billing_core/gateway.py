@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 import httpx
@@ -23,6 +25,11 @@ class ChargeResult:
     gateway_reference: str | None = None
     http_status: int | None = None
     error: str | None = None
+    retry_after_seconds: float | None = None  # a 429's Retry-After (seconds or HTTP date)
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.http_status == 429
 
 
 class PaymentGateway(Protocol):
@@ -120,10 +127,32 @@ class HttpPaymentGateway:
             body = None
         outcome, decline_code = classify(response.status_code, body)
         reference = body.get("id") if body else None
+        retry_after = (
+            retry_after_seconds(response.headers.get("retry-after"))
+            if response.status_code == 429
+            else None
+        )
         return ChargeResult(
             outcome,
             decline_code=decline_code,
             gateway_reference=reference if isinstance(reference, str) else None,
             http_status=response.status_code,
             error=None if outcome != ChargeOutcome.UNKNOWN else f"http {response.status_code}",
+            retry_after_seconds=retry_after,
         )
+
+
+def retry_after_seconds(header: str | None) -> float | None:
+    """A Retry-After header in seconds (delta-seconds or an HTTP date); None when unusable."""
+    if not header:
+        return None
+    value = header.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -16,6 +16,10 @@ the network and the gateway's own timing jitter. When there is work the rate is
 burst credit. (The article's fixed one-second counter lets up to twice the limit through across
 a window edge.)
 
+A gateway that answers 429 anyway (its own clock, a contract changed under us) pauses every
+replica: :meth:`GlobalRateLimiter.pause` moves the shared cursor past the pause, so no replica
+finds a free slot before it ends — the pause is one more reservation, not a second mechanism.
+
 The limiter FAILS CLOSED: while Redis cannot be reached no slot is granted and callers wait;
 they resume by themselves when it answers again.
 """
@@ -55,6 +59,20 @@ local wait = 0
 if grant < want then wait = next_free - horizon - now end
 if wait < 0 then wait = 0 end
 return {grant, string.format('%.0f', cursor), wait, string.format('%.0f', now)}
+"""
+
+# Moves the cursor to at least now + pause (never backwards); returns the pause end (µs).
+_PAUSE_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local until_us = now + tonumber(ARGV[1])
+local cursor = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cursor < until_us then
+  cursor = until_us
+  local ttl = 60000 + math.floor(tonumber(ARGV[1]) / 1000)
+  redis.call('SET', KEYS[1], string.format('%.0f', cursor), 'PX', ttl)
+end
+return string.format('%.0f', cursor)
 """
 
 
@@ -105,6 +123,7 @@ class GlobalRateLimiter:
         self._max_batch = max(1, min(max_batch, 10_000))
         self._closed_backoff_s = closed_backoff_s
         self._script = redis.register_script(_SCRIPT)
+        self._pause_script = redis.register_script(_PAUSE_SCRIPT)
         self._waiters: deque[asyncio.Future[_Slot]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -112,6 +131,8 @@ class GlobalRateLimiter:
         self.round_trips = 0
         self.granted = 0
         self.late_drops = 0
+        self.pauses = 0
+        self._paused_until = 0.0  # local monotonic: slots reserved before a pause are not used
 
     async def slots_booked(self) -> int:
         """Send slots reserved ahead of now by all replicas (0: the gateway budget is idle)."""
@@ -129,6 +150,18 @@ class GlobalRateLimiter:
         self.round_trips += 1
         return Grant(int(granted), int(first), self.interval_us, int(wait), int(now))
 
+    async def pause(self, seconds: float) -> None:
+        """Grant no slot to any replica for ``seconds`` from now (a 429 from the gateway).
+
+        This replica also drops the slots it had reserved ahead; other replicas use theirs (at
+        most a horizon's worth, spaced under the limit).
+        """
+        pause_us = max(1, int(seconds * 1_000_000))
+        self._paused_until = max(self._paused_until, time.monotonic() + seconds)
+        await self._pause_script(keys=self._keys, args=[pause_us])
+        self.pauses += 1
+        log.warning("gateway_rate_limited_pausing_all_replicas", seconds=seconds)
+
     async def acquire(self) -> int:
         """Wait for a send slot and return at it; the slot's time on the Redis clock (µs)."""
         while True:
@@ -136,7 +169,10 @@ class GlobalRateLimiter:
             delay = slot.send_at - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if time.monotonic() <= slot.latest:
+            now = time.monotonic()
+            if now < self._paused_until:
+                continue  # reserved before a 429: a fresh slot comes after the pause
+            if now <= slot.latest:
                 return slot.redis_us
             self.late_drops += 1  # woke too late: using it could crowd a rolling second
 

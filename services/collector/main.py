@@ -19,6 +19,7 @@ from billing_core.runtime.startup import load_settings, require_database
 from billing_core.runtime.worker import Worker, stop_on_signals
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
+from services.collector.window import CallWindow
 
 log = get_logger(__name__)
 
@@ -54,6 +55,11 @@ async def run(settings: CollectorSettings) -> None:
         rng=random.Random(settings.collector_rng_seed),
         batch_size=settings.collector_batch_size,
         max_in_flight=settings.collector_max_in_flight,
+        window=CallWindow(
+            limit_per_second=settings.collector_rate_limit_per_second,
+            max_window=settings.collector_max_in_flight,
+            expected_latency_seconds=settings.collector_expected_latency_seconds,
+        ),
         lease=timedelta(seconds=settings.collector_lease_seconds),
         call_budget=timedelta(
             seconds=settings.collector_connect_timeout_seconds

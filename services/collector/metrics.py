@@ -29,3 +29,15 @@ ABANDONED = Counter(
 IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
 BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
 OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")
+WINDOW = Gauge(
+    "billing_collector_call_window",
+    "Calls this replica may have outstanding at the gateway now (shrinks on latency spikes, 429s)",
+)
+RATE_LIMITED = Counter(
+    "billing_collector_rate_limited_total",
+    "429 answers from the gateway (each pauses every replica through the shared limiter)",
+)
+WINDOW_FULL_SLOTS = Counter(
+    "billing_collector_window_full_slots_total",
+    "Send slots left unused because the window of outstanding calls was full (slow gateway)",
+)

@@ -25,6 +25,7 @@ from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo.collection import LeasedInvoice, claim_due_invoices, due_backlog
 from billing_core.usecases.payment_result import record_charge_result
 from services.collector import metrics
+from services.collector.window import CallWindow
 
 log = get_logger(__name__)
 
@@ -42,6 +43,7 @@ class Collector:
         rng: random.Random,
         batch_size: int,
         max_in_flight: int,
+        window: CallWindow,
         lease: timedelta,
         call_budget: timedelta,
         stopping: asyncio.Event,
@@ -55,6 +57,7 @@ class Collector:
         self._rng = rng
         self._batch_size = batch_size
         self._max_in_flight = max_in_flight
+        self._window = window
         self._lease = lease
         # A permit obtained closer than this to the end of the lease is not used: the call could
         # outlive the lease, when another replica may already retry the invoice.
@@ -109,24 +112,53 @@ class Collector:
         return True
 
     async def _charge(self, invoice: LeasedInvoice) -> None:
+        result = await self._send(invoice)
+        if result is None:
+            return
+        metrics.CALLS.labels(str(result.outcome)).inc()
+        if result.rate_limited:
+            await self._on_rate_limited(result.retry_after_seconds)
+        await self._record(invoice, result)
+
+    async def _send(self, invoice: LeasedInvoice) -> ChargeResult | None:
+        """Send slot, then a place in the window, then the call; None when the lease got too
+        old to call. A slot that finds the window full goes unused (the gateway is slow)."""
         started = time.monotonic()
-        await self._limiter.acquire()
+        while True:
+            await self._window.wait_for_room()
+            await self._limiter.acquire()
+            if self._window.take():
+                break
+            metrics.WINDOW_FULL_SLOTS.inc()
         metrics.LIMITER_WAIT.observe(time.monotonic() - started)
         if self._clock.now() > invoice.lease_until - self._call_budget:
+            await self._window.release(None)
             metrics.ABANDONED.inc()
             log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
-            return
+            return None
         call_started = time.monotonic()
-        result = await self._gateway.charge(
-            invoice.customer_id,
-            invoice.amount,
-            invoice.currency,
-            invoice.idempotency_key,
-            {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
-        )
-        metrics.CALL_SECONDS.observe(time.monotonic() - call_started)
-        metrics.CALLS.labels(str(result.outcome)).inc()
-        await self._record(invoice, result)
+        try:
+            result = await self._gateway.charge(
+                invoice.customer_id,
+                invoice.amount,
+                invoice.currency,
+                invoice.idempotency_key,
+                {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
+            )
+            metrics.CALL_SECONDS.observe(time.monotonic() - call_started)
+            return result
+        finally:
+            await self._window.release(time.monotonic() - call_started)
+            metrics.WINDOW.set(self._window.size)
+
+    async def _on_rate_limited(self, retry_after: float | None) -> None:
+        """A 429: every replica pauses (shared cursor in Redis) and this window halves."""
+        metrics.RATE_LIMITED.inc()
+        await self._window.on_rate_limited()
+        try:
+            await self._limiter.pause(min(retry_after or 1.0, 60.0))
+        except Exception as exc:
+            log.warning("rate_limit_pause_failed", error=repr(exc))
 
     async def _record(self, invoice: LeasedInvoice, result: ChargeResult) -> None:
         """Record in its own transaction; retried while the lease lasts (e.g. a DB restart).

@@ -26,6 +26,13 @@ class CollectorSettings(CoreSettings):
     collector_rate_limit_key: str = Field(default="billing:gateway:permits")
     collector_batch_size: int = Field(default=100, ge=1, le=10_000)
     collector_max_in_flight: int = Field(default=128, ge=1, le=10_000)
+    collector_expected_latency_seconds: float = Field(
+        default=0.3,
+        gt=0,
+        le=30,
+        description="The gateway's usual latency before the first answers measure it: sizes "
+        "the window of calls outstanding (limit x latency x 2).",
+    )
     collector_lease_seconds: int = Field(default=120, ge=5)
     collector_poll_interval_seconds: float = Field(default=1.0, gt=0)
     collector_connect_timeout_seconds: float = Field(default=2.0, gt=0)

@@ -327,3 +327,25 @@ async def test_redis_stopped_mid_run_stops_gateway_calls_until_it_returns(
         await wait_for(all_paid, 60, "collection to resume after Redis returned")
     finally:
         down()
+
+
+async def test_a_429_pauses_every_collector_instead_of_hammering_the_gateway(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """The gateway's limit is a quarter of what the collectors were told (a contract changed
+    under them). Without a shared pause two collectors would offer 200 calls/s and get three
+    429s per admitted call; with it, each 429 stops both for the Retry-After."""
+    simulator.config(rate_limit_per_second=50)
+    await seed(engine, 300)
+    for _ in range(2):
+        collectors.start(BILLING_UNKNOWN_RETRY_SECONDS="1")
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 300
+
+    await wait_for(all_paid, 60, "every invoice paid despite the lower gateway limit")
+    summary = simulator.summary()
+    assert summary["duplicate_success_invoices"] == []
+    assert summary["charges_succeeded"] == 300
+    assert summary["rate_limited_429"] > 0  # the test did provoke them
+    assert summary["rate_limited_429"] < summary["calls"] / 2, summary

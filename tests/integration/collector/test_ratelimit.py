@@ -140,3 +140,31 @@ async def test_slots_booked_shows_the_budget_in_use(services: Services, redis_pr
     finally:
         await limiter.close()
         await client.aclose()
+
+
+async def test_a_pause_holds_every_replica_then_pacing_resumes(
+    services: Services, redis_prefix: str
+) -> None:
+    """A 429 seen by one replica: no replica gets a slot until the pause is over."""
+    clients = [aioredis.from_url(services.redis_url) for _ in range(2)]
+    key = f"{redis_prefix}pause"
+    limiters = [GlobalRateLimiter(c, key=key, limit=100, horizon_ms=100) for c in clients]
+    try:
+        await limiters[0].acquire()
+        paused_at = time.monotonic()
+        await limiters[0].pause(0.6)
+        # the other replica, which never saw the 429, waits for the pause too
+        await asyncio.wait_for(limiters[1].acquire(), timeout=5)
+        waited = time.monotonic() - paused_at
+        # a shorter pause never shortens a longer one already in force
+        await limiters[1].pause(2.0)
+        await limiters[0].pause(0.1)
+        booked = await limiters[0].slots_booked()
+    finally:
+        for limiter in limiters:
+            await limiter.close()
+        for c in clients:
+            await c.aclose()
+    # the slot comes no earlier than the pause end, less the limiter's 100 ms look-ahead
+    assert 0.45 < waited < 1.5
+    assert booked >= 150  # about 2 s of the 10.2 ms interval still reserved by the pause
