@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Subscription billing service.")
@@ -201,9 +203,25 @@ def demo(
     decline_share: float = typer.Option(0.01, help="Share of cards that decline (dunning)."),
     timeout_s: int = typer.Option(900, help="Give up after this many seconds."),
     gateway_url: str = typer.Option("http://127.0.0.1:8100", help="The gateway simulator."),
+    gateway_timeout_s: float = typer.Option(
+        120, help="How long each read of the simulator's ledger may take."
+    ),
     plot: str = typer.Option("var/demo/demo.png", help="Where the PNG plot goes."),
+    wait_for: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Health URL that must answer before the demo starts (repeatable; default: "
+            "the simulator, the API and the workers of `make up`)."
+        ),
+    ] = None,
+    wait_s: float = typer.Option(60, help="How long to wait for them."),
 ) -> None:
-    """Run a small "1st of the month" on the running system (`make up`) and summarise it."""
+    """Run a small "1st of the month" on the running system (`make up`) and summarise it.
+
+    Exits 1 with one line saying why when the system did not drain, something was charged
+    twice, or a process did not answer; once it has seeded, the summary and the plot are
+    written all the same.
+    """
     import asyncio  # noqa: PLC0415
     from datetime import timedelta  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415
@@ -213,24 +231,27 @@ def demo(
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
     from billing_core.db.engine import create_engine  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
-    from services.ops.demo import run_demo, wait_for_processes  # noqa: PLC0415
+    from services.ops.demo import DemoFailed, Outcome, run_demo, wait_for_processes  # noqa: PLC0415
 
     settings = CoreSettings(process_name="demo")
     console = Console()
+    health = wait_for or [
+        f"{gateway_url}/healthz",
+        "http://127.0.0.1:8000/healthz",
+        "http://127.0.0.1:9101/healthz",
+        "http://127.0.0.1:9102/healthz",
+        "http://127.0.0.1:9103/healthz",
+    ]
 
-    async def go() -> bool:
-        missing = await wait_for_processes(
-            [
-                f"{gateway_url}/healthz",
-                "http://127.0.0.1:8000/healthz",
-                "http://127.0.0.1:9101/healthz",
-                "http://127.0.0.1:9102/healthz",
-                "http://127.0.0.1:9103/healthz",
-            ]
-        )
+    async def go() -> Outcome:
+        missing = await wait_for_processes(health, timeout=wait_s)
         if missing:
-            console.print(f"[red]not running: {missing} — start the system with `make up`")
-            return False
+            return Outcome(
+                [
+                    f"not answering after {wait_s:g} s: {', '.join(missing)} (start the system "
+                    "with `make up`)"
+                ]
+            )
         engine = create_engine(settings, pool_size=2)
         try:
             return await run_demo(
@@ -244,11 +265,17 @@ def demo(
                 timeout=timedelta(seconds=timeout_s),
                 plot_path=Path(plot),
                 console=console,
+                gateway_timeout=timedelta(seconds=gateway_timeout_s),
             )
         finally:
             await engine.dispose()
 
-    if not asyncio.run(go()):
+    try:
+        outcome = asyncio.run(go())
+    except DemoFailed as exc:
+        outcome = Outcome([str(exc)])
+    if not outcome.ok:
+        typer.echo(f"demo failed: {'; '.join(outcome.problems)}", err=True)
         raise typer.Exit(1)
 
 

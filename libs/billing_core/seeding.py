@@ -11,6 +11,12 @@ with ``COPY`` (asyncpg), in chunks, reporting progress through a callback.
 statement, entirely inside PostgreSQL: UTC, monthly plans, periods computed by PostgreSQL's own
 month arithmetic (which clamps to the month's last day exactly like the domain does in UTC). It
 exists to build large tables quickly (e.g. millions of subscriptions that are not due).
+
+:func:`seed_history` writes what the seeded subscriptions imply happened before: every period
+0..current invoiced and paid, and the seeded credit in the credit ledger. Those payments were
+made before (outside) this system, so each is recorded as a SUCCESS payment attempt with source
+``IMPORT``: the invariant checker takes it as the invoice's one charge, which the gateway ledger
+cannot show, and expects no ``InvoicePaid`` event for it.
 """
 
 from __future__ import annotations
@@ -248,4 +254,105 @@ async def seed_filler_sql(
         due_window,
         first_customer_id,
     )
-    return int(status.split()[-1])
+    return int(status.rsplit(maxsplit=1)[-1])
+
+
+# The current period's invoice of each seeded subscription that has none, PAID at its start, and
+# its imported payment (only for the invoices written here: RETURNING, not a search).
+_CURRENT_PERIOD = """
+WITH inv AS (
+    INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                         period_end, subtotal, amount, currency, status, paid_at, closed_at)
+    SELECT s.id, s.customer_id, 'RENEWAL', s.period_index, s.current_period_start,
+           s.current_period_end, p.price_amount, p.price_amount, p.currency, 'PAID',
+           s.current_period_start, s.current_period_start
+    FROM subscription s JOIN plan p ON p.id = s.plan_id
+    WHERE s.customer_id >= $1
+      AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id)
+    RETURNING id, amount, currency, paid_at
+)
+"""
+
+# Earlier periods (a subscription placed at period n > 0 was paid for 0..n-1 too).
+_PAST_PERIODS = """
+SELECT s.id, s.customer_id, s.billing_anchor, s.time_zone, s.period_index, p.billing_interval,
+       p.price_amount, p.currency
+FROM subscription s JOIN plan p ON p.id = s.plan_id
+WHERE s.customer_id >= $1 AND s.period_index > 0
+  AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id
+                  AND i.kind = 'RENEWAL' AND i.period_index < s.period_index)
+ORDER BY s.id
+"""
+
+_PAST_INVOICES = """
+WITH inv AS (
+    INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                         period_end, subtotal, amount, currency, status, paid_at, closed_at)
+    SELECT t.sub, t.customer, 'RENEWAL', t.n, t.start_at, t.end_at, t.price, t.price,
+           t.currency, 'PAID', t.start_at, t.start_at
+    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::timestamptz[], $5::timestamptz[],
+                $6::bigint[], $7::text[])
+         AS t(sub, customer, n, start_at, end_at, price, currency)
+    RETURNING id, amount, currency, paid_at
+)
+"""
+
+_IMPORTED_PAYMENT = """
+INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, outcome,
+                             amount, currency, recorded_at)
+SELECT id, 0, 'import-inv-' || id, 'IMPORT', 'SUCCESS', amount, currency, paid_at FROM inv
+"""
+
+_CREDIT = """
+INSERT INTO credit_entry (subscription_id, amount, reason)
+SELECT s.id, s.credit_balance, 'ADJUSTMENT' FROM subscription s
+WHERE s.customer_id >= $1 AND s.credit_balance > 0
+  AND NOT EXISTS (SELECT 1 FROM credit_entry c WHERE c.subscription_id = s.id)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryReport:
+    invoices: int  # PAID invoices written, each with its imported payment
+    credit_entries: int
+
+
+async def seed_history(conn: asyncpg.Connection, *, first_customer_id: int) -> HistoryReport:
+    """The paid history of the subscriptions of customers from ``first_customer_id`` on that
+    have none yet: a PAID RENEWAL invoice for each period 0..current (bounds from the domain's
+    period functions), each with a SUCCESS payment attempt of source IMPORT, and an ADJUSTMENT
+    credit entry for a seeded credit balance. One transaction."""
+    async with conn.transaction():
+        current = _count(await conn.execute(_CURRENT_PERIOD + _IMPORTED_PAYMENT, first_customer_id))
+        rows = [
+            (
+                r["id"],
+                r["customer_id"],
+                n,
+                bounds.start,
+                bounds.end,
+                r["price_amount"],
+                r["currency"],
+            )
+            for r in await conn.fetch(_PAST_PERIODS, first_customer_id)
+            for n, bounds in _past_periods(r)
+        ]
+        past = 0
+        if rows:
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            past = _count(await conn.execute(_PAST_INVOICES + _IMPORTED_PAYMENT, *columns))
+        credit = _count(await conn.execute(_CREDIT, first_customer_id))
+    return HistoryReport(invoices=current + past, credit_entries=credit)
+
+
+def _past_periods(r: asyncpg.Record) -> list[tuple[int, period_rules.Period]]:
+    interval = period_rules.Interval(r["billing_interval"])
+    return [
+        (n, period_rules.period_bounds(r["billing_anchor"], interval, n, r["time_zone"]))
+        for n in range(r["period_index"])
+    ]
+
+
+def _count(status: str) -> int:
+    """The row count of an asyncpg command status (``INSERT 0 12``)."""
+    return int(status.rsplit(maxsplit=1)[-1])

@@ -1,9 +1,12 @@
 """Never charge twice: successful gateway charges per invoice, from the gateway's own ledger.
 
-With a ledger (the gateway's evidence, independent of the database):
+A SUCCESS payment attempt with source ``IMPORT`` is a payment made before (outside) this system,
+imported with the history (``billing seed``, a migration): it counts as one successful charge
+that the gateway ledger cannot show. So with a ledger (the gateway's evidence, independent of
+the database), counting each invoice's gateway charges plus its imported payment:
 
 * ``double_charge``: an invoice with more than one successful charge, over all its keys
-  (``inv-{id}-try-{n}``), or one the gateway's own audit lists as such;
+  (``inv-{id}-try-{n}``) and an imported payment, or one the gateway's own audit lists as such;
 * ``paid_without_charge``: a PAID invoice with an amount > 0 and no successful charge;
 * ``charged_not_paid``: a successful charge for an invoice the database does not hold as PAID,
   unless a ``PaymentReconciliationNeeded`` event (outbox or topic) records it, or the invoice is
@@ -12,12 +15,13 @@ With a ledger (the gateway's evidence, independent of the database):
 * ``charge_unknown_invoice``: a successful charge for an invoice the database does not have.
 
 Without a ledger the payment attempts stand in for it (the database's own audit trail): a PAID
-invoice with an amount > 0 needs a SUCCESS attempt. In both cases more than one idempotency key
-recording a SUCCESS for one invoice is a ``double_charge_recorded``.
+invoice with an amount > 0 needs a SUCCESS attempt (an imported one counts). In both cases more
+than one idempotency key recording a SUCCESS for one invoice is a ``double_charge_recorded``
+(an imported payment has its own key, ``import-inv-{id}``).
 
 ``since``: history before it is taken as given — an invoice PAID before it needs no charge (a
-gateway simulator's ledger starts empty with the process; seeded data has no charges). Double
-charges and charges without payment are checked whatever their time.
+gateway simulator's ledger starts empty with the process). Double charges and charges without
+payment are checked whatever their time.
 """
 
 from __future__ import annotations
@@ -47,15 +51,25 @@ _AGAINST_LEDGER = text(
     WITH ledger AS (
         SELECT * FROM unnest(CAST(:invoice_ids AS bigint[]), CAST(:counts AS int[]))
             AS l(invoice_id, n)
-    ), {_RECONCILED}
-    SELECT coalesce(i.id, l.invoice_id) AS id, i.status, i.amount, i.next_attempt_at,
-           coalesce(l.n, 0) AS n,
-           EXISTS (SELECT 1 FROM reconciled r WHERE r.invoice_id = l.invoice_id) AS reconciled
-    FROM invoice i FULL JOIN ledger l ON l.invoice_id = i.id
-    WHERE coalesce(l.n, 0) > 1
-       OR (i.status = 'PAID' AND i.amount > 0 AND l.invoice_id IS NULL
-           AND (CAST(:since AS timestamptz) IS NULL OR i.paid_at IS NULL OR i.paid_at >= :since))
-       OR (l.n >= 1 AND (i.id IS NULL OR i.status <> 'PAID'))
+    ),
+    imported AS (
+        SELECT DISTINCT invoice_id FROM payment_attempt
+        WHERE source = 'IMPORT' AND outcome = 'SUCCESS'
+    ), {_RECONCILED},
+    evidence AS (
+        SELECT coalesce(i.id, l.invoice_id) AS id, i.status, i.amount, i.paid_at,
+               i.next_attempt_at, coalesce(l.n, 0) AS n, m.invoice_id IS NOT NULL AS imported
+        FROM invoice i
+        FULL JOIN ledger l ON l.invoice_id = i.id
+        LEFT JOIN imported m ON m.invoice_id = i.id
+    )
+    SELECT e.*, e.n + CAST(e.imported AS int) AS charges,
+           EXISTS (SELECT 1 FROM reconciled r WHERE r.invoice_id = e.id) AS reconciled
+    FROM evidence e
+    WHERE e.n + CAST(e.imported AS int) > 1
+       OR (e.status = 'PAID' AND e.amount > 0 AND e.n = 0 AND NOT e.imported
+           AND (CAST(:since AS timestamptz) IS NULL OR e.paid_at IS NULL OR e.paid_at >= :since))
+       OR (e.n + CAST(e.imported AS int) >= 1 AND (e.status IS NULL OR e.status <> 'PAID'))
     ORDER BY 1
     """
 )
@@ -69,6 +83,11 @@ _PAID_WITHOUT_ATTEMPT = text(
         SELECT 1 FROM payment_attempt a WHERE a.invoice_id = i.id AND a.outcome = 'SUCCESS')
     ORDER BY i.id
     """
+)
+
+_IMPORTED = text(
+    "SELECT count(DISTINCT invoice_id) FROM payment_attempt "
+    "WHERE source = 'IMPORT' AND outcome = 'SUCCESS'"
 )
 
 _TWO_KEYS = text(
@@ -117,24 +136,31 @@ async def check_charges(
     }
     in_flight = tolerated = 0
     for r in await conn.execute(_AGAINST_LEDGER, params):
-        if r.n > 1:
-            check.add("double_charge", "invoice", r.id, f"{r.n} successful charges at the gateway")
+        if r.charges > 1:
+            how = f"{r.n} successful charges at the gateway"
+            if r.imported:
+                how = f"imported as paid, and {r.n} successful charge(s) at the gateway"
+            check.add("double_charge", "invoice", r.id, how)
         elif r.status is None:
             check.add("charge_unknown_invoice", "invoice", r.id, "charged, unknown to the DB")
-        elif r.n == 0:
+        elif r.charges == 0:
             check.add("paid_without_charge", "invoice", r.id, f"PAID ({r.amount}), never charged")
         elif r.reconciled:
             tolerated += 1
         elif r.status == "OPEN" and r.next_attempt_at is not None and r.next_attempt_at > now:
             in_flight += 1
         else:
-            check.add("charged_not_paid", "invoice", r.id, f"{r.status} but charged")
+            paid = "paid by an imported payment" if r.imported else "charged"
+            check.add("charged_not_paid", "invoice", r.id, f"{r.status} but {paid}")
     reported = set(check.ids("double_charge"))
     for invoice_id in ledger.duplicate_success_invoices:
         if invoice_id not in reported:
             check.add("double_charge", "invoice", invoice_id, "in the gateway's duplicate audit")
     check.checked += len(invoice_ids)
     check.notes.append(f"{len(invoice_ids)} invoices charged at the gateway")
+    imported = int((await conn.execute(_IMPORTED)).scalar_one())
+    if imported:
+        check.notes.append(f"{imported} invoices paid by an imported payment (history)")
     if tolerated:
         check.notes.append(f"{tolerated} charged but not PAID, awaiting reconciliation")
     if in_flight:

@@ -40,8 +40,10 @@ async def check_all(
 ) -> Report:
     """Every invariant on the database, against the ledger and topic snapshots given.
 
-    ``since``: PAID invoices and CANCELED subscriptions that reached that state before it are
-    taken as given (no charge, no event expected) — for data seeded without that history.
+    An invoice paid by an imported payment (``payment_attempt.source = 'IMPORT'``, e.g. seeded
+    history) needs no gateway charge and no event. ``since``: PAID invoices and CANCELED
+    subscriptions that reached that state before it are taken as given too (no charge, no event
+    expected) — for other history without its evidence (a simulator restarted since).
     """
     async with engine.connect() as raw:
         conn = await raw.execution_options(isolation_level="REPEATABLE READ")
