@@ -74,3 +74,8 @@ bench-renewer: venv infra-up ## Renewer benchmark: 1 M due subscriptions vs the 
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.renewer_bench --json var/bench-renewer.json
 
 .PHONY: bench-renewer
+
+bench-first-of-month: venv infra-up ## The whole system on 100 000 subscriptions due at once (drain vs backlog/200 s)
+	$(BIN)/python -m bench.first_of_month --json var/bench-first-of-month.json
+
+.PHONY: bench-first-of-month

@@ -71,6 +71,11 @@ class System:
         }
         self._proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int | None:
+        """honcho's process id (every process of the system is its descendant)."""
+        return None if self._proc is None else self._proc.pid
+
     def env(self) -> dict[str, str]:
         """What a process of this system sees: the dev profile, then the overrides."""
         profile = environ.parse(DEV_PROFILE.read_text())
