@@ -141,11 +141,12 @@ class System:
             check=False,
         )
 
-    def stop(self, timeout: float = 60) -> int | None:
-        """SIGTERM to honcho (it stops every process); the exit status, None if it was killed."""
+    def stop(self, timeout: float = 60) -> bool:
+        """SIGTERM to honcho, which passes it on (Ctrl-C on ``make up`` does the same); True when
+        every process stopped by itself, False when honcho or this had to SIGKILL one."""
         proc = self._proc
         if proc is None:
-            return None
+            return True
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             try:
@@ -153,8 +154,8 @@ class System:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-                return None
-        return proc.returncode
+                return False
+        return "SIGKILL" not in self.log_path.read_text(errors="replace")
 
     def log_tail(self, lines: int = 60) -> str:
         if not self.log_path.exists():
