@@ -185,7 +185,7 @@ class Collector:
                         error=result.error,
                     )
                 metrics.RECORDED.labels(str(outcome)).inc()
-                log.info(
+                log.debug(  # the payment_attempt row is the audit trail; this is per call
                     "charge_recorded",
                     invoice_id=invoice.id,
                     key=invoice.idempotency_key,
