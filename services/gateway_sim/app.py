@@ -99,6 +99,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
     gateway = Gateway(
         behaviour=settings.behaviour(),
         seed=settings.seed,
+        webhook_concurrency=settings.webhook_concurrency,
         max_pending_webhooks=settings.webhook_max_pending,
     )
 

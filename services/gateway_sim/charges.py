@@ -47,7 +47,14 @@ class CustomerDecline(NamedTuple):
 
 
 class Gateway:
-    def __init__(self, *, behaviour: Behaviour, seed: int, max_pending_webhooks: int) -> None:
+    def __init__(
+        self,
+        *,
+        behaviour: Behaviour,
+        seed: int,
+        webhook_concurrency: int,
+        max_pending_webhooks: int,
+    ) -> None:
         self.registry = CollectorRegistry()
         calls = Counter(
             "billing_gateway_sim_calls_total",
@@ -64,7 +71,7 @@ class Gateway:
         self.ledger = Ledger()
         self.limiter = RollingSecondLimiter(behaviour.rate_limit_per_second)
         self.webhooks = WebhookSender(
-            rng=random.Random(),
+            concurrency=webhook_concurrency,
             max_pending=max_pending_webhooks,
             registry=self.registry,
             now_unix=lambda: int(self.behaviour.now().timestamp()),
@@ -83,7 +90,7 @@ class Gateway:
         self.declines: dict[int, CustomerDecline] = {}
         self._outcome_rng = random.Random(f"{self._seed}:outcomes")
         self._latency_rng = random.Random(f"{self._seed}:latency")
-        self.webhooks.rng.seed(f"{self._seed}:webhooks")
+        self.webhooks.seed(f"{self._seed}:webhooks")
         self.salt = f"{random.Random(f'{self._seed}:ids').getrandbits(32):08x}"
         self._events = 0
 

@@ -91,12 +91,22 @@ class GatewaySimSettings(CoreSettings):
         le=20,
     )
     webhook_retry_base_ms: Millis = _sim(
-        500, "webhook_retry_base_ms", "First retry backoff; doubles each attempt (capped 60 s)."
+        500,
+        "webhook_retry_base_ms",
+        "First retry backoff; doubles each attempt (capped 60 s), then up to 50 % jitter.",
+    )
+    webhook_concurrency: int = _sim(
+        32,
+        "webhook_concurrency",
+        "Webhook deliveries sent at once (and HTTP connections to the receiver).",
+        ge=1,
+        le=1024,
     )
     webhook_max_pending: int = _sim(
         100_000,
         "webhook_max_pending",
-        "Deliveries waiting at once; more are dropped (counted).",
+        "Deliveries not finished at once (waiting, due or being sent); new ones beyond are"
+        " dropped (counted).",
         ge=1,
     )
     late_answer_grace_s: float = _sim(
