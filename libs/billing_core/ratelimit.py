@@ -75,6 +75,17 @@ end
 return string.format('%.0f', cursor)
 """
 
+# Uses up ARGV[2] slots of ARGV[1] µs at the cursor (from now if it is idle): nobody gets them.
+_USE_UP_SCRIPT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local cursor = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cursor < now then cursor = now end
+cursor = cursor + tonumber(ARGV[1]) * tonumber(ARGV[2])
+redis.call('SET', KEYS[1], string.format('%.0f', cursor), 'PX', 60000)
+return string.format('%.0f', cursor)
+"""
+
 
 @dataclass(frozen=True)
 class Grant:
@@ -124,6 +135,9 @@ class GlobalRateLimiter:
         self._closed_backoff_s = closed_backoff_s
         self._script = redis.register_script(_SCRIPT)
         self._pause_script = redis.register_script(_PAUSE_SCRIPT)
+        self._use_up_script = redis.register_script(_USE_UP_SCRIPT)
+        self._use_up_lock = asyncio.Lock()
+        self._to_use_up = 0
         self._waiters: deque[asyncio.Future[_Slot]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -161,6 +175,20 @@ class GlobalRateLimiter:
         await self._pause_script(keys=self._keys, args=[pause_us])
         self.pauses += 1
         log.warning("gateway_rate_limited_pausing_all_replicas", seconds=seconds)
+
+    async def use_up(self, slots: int) -> None:
+        """Take ``slots`` send slots from every replica without sending in them (a call the
+        gateway may have counted later than it was sent). Raises RedisError when unreachable."""
+        self._to_use_up += slots
+        async with self._use_up_lock:  # one round trip at a time takes every slot owed so far
+            owed, self._to_use_up = self._to_use_up, 0
+            if owed:
+                try:
+                    await self._use_up_script(keys=self._keys, args=[self.interval_us, owed])
+                except BaseException:
+                    self._to_use_up += owed
+                    raise
+                self.round_trips += 1
 
     async def acquire(self) -> int:
         """Wait for a send slot and return at it; the slot's time on the Redis clock (µs)."""

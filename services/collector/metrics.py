@@ -37,6 +37,10 @@ RATE_LIMITED = Counter(
     "billing_collector_rate_limited_total",
     "429 answers from the gateway (each pauses every replica through the shared limiter)",
 )
+LATE_ANSWERS = Counter(
+    "billing_collector_late_answers_total",
+    "Answers slower than twice the usual latency; each one also uses up a send slot",
+)
 WINDOW_FULL_SLOTS = Counter(
     "billing_collector_window_full_slots_total",
     "Send slots left unused because the window of outstanding calls was full (slow gateway)",

@@ -148,8 +148,22 @@ class Collector:
             metrics.CALL_SECONDS.observe(time.monotonic() - call_started)
             return result
         finally:
-            await self._window.release(time.monotonic() - call_started)
+            latency = time.monotonic() - call_started
+            if self._window.is_late(latency):
+                await self._use_up_a_slot()
+            await self._window.release(latency)
             metrics.WINDOW.set(self._window.size)
+
+    async def _use_up_a_slot(self) -> None:
+        """A late answer may mean the gateway held the call and counted it late, on arrival:
+        with the answers of a stall, a window of calls lands in one second. Each such call uses
+        up a send slot of the shared limit before its place in the window is freed, so what
+        lands late and what is sent next never add up to more than the limit."""
+        metrics.LATE_ANSWERS.inc()
+        try:
+            await self._limiter.use_up(1)
+        except Exception as exc:
+            log.warning("late_answer_slot_not_used_up", error=repr(exc))
 
     async def _on_rate_limited(self, retry_after: float | None) -> None:
         """A 429: every replica pauses (shared cursor in Redis) and this window halves."""

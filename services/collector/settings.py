@@ -31,7 +31,7 @@ class CollectorSettings(CoreSettings):
         gt=0,
         le=30,
         description="The gateway's usual latency before the first answers measure it: sizes "
-        "the window of calls outstanding (limit x latency x 2).",
+        "the window of calls outstanding (limit x latency x 1.25 + 8).",
     )
     collector_lease_seconds: int = Field(default=120, ge=5)
     collector_poll_interval_seconds: float = Field(default=1.0, gt=0)

@@ -33,7 +33,7 @@ class CallWindow:
         max_window: int,
         min_window: int = 2,
         expected_latency_seconds: float = 0.3,
-        headroom: float = 2.0,
+        headroom: float = 1.25,
         spare: int = 8,
         spike_factor: float = 2.0,
         samples: int = 32,
@@ -64,6 +64,10 @@ class CallWindow:
                 size = math.floor(size * self.baseline / median)
         size = math.floor(size * self._penalty)
         return max(self._min, min(self._max, size))
+
+    def is_late(self, latency_seconds: float) -> bool:
+        """Slower than ``spike_factor`` times the usual latency."""
+        return latency_seconds > self._spike * self.baseline
 
     async def wait_for_room(self) -> None:
         """Wait until the window has room (without taking it: see :meth:`take`)."""

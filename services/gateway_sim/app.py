@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -39,6 +39,12 @@ PROBLEM = "application/problem+json"
 
 class InvalidCharge(ValueError):
     pass
+
+
+class StallOrder(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seconds: float = Field(gt=0, le=600)
 
 
 class DeclineUntil(BaseModel):
@@ -104,6 +110,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
     )
 
     async def create_charge(request: Request) -> Response:
+        await gateway.stall.hold_arrival()
         admitted, now_ns = gateway.admit()
         if not admitted:
             wait = gateway.limiter.retry_after_seconds(now_ns)
@@ -126,7 +133,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
         return _json(reply.status, reply.body, headers)
 
     async def ledger_summary(_: Request) -> Response:
-        return _json(200, gateway.ledger.summary())
+        return _json(200, gateway.summary())
 
     async def ledger_charges(request: Request) -> Response:
         ledger = gateway.ledger
@@ -199,6 +206,20 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
             },
         )
 
+    async def stall(request: Request) -> Response:
+        try:
+            order = StallOrder.model_validate_json(await request.body())
+        except ValidationError as exc:
+            return _problem(
+                422,
+                "Invalid stall order",
+                'expected {"seconds": a number in (0, 600]}',
+                errors=json.loads(exc.json(include_url=False, include_input=False)),
+            )
+        gateway.stall.begin(order.seconds)
+        log.info("stall_started", seconds=order.seconds)
+        return _json(200, {"stalledForSeconds": order.seconds})
+
     async def reset(_: Request) -> Response:
         await gateway.webhooks.cancel_pending()
         gateway.reset()
@@ -240,6 +261,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
                 decline_until,
                 methods=["POST"],
             ),
+            Route("/v1/admin/stall", stall, methods=["POST"]),
             Route("/v1/admin/reset", reset, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),

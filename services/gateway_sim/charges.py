@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter
 from services.gateway_sim.behaviour import Behaviour, decide, latency_seconds
 from services.gateway_sim.ledger import ChargeInput, Ledger
 from services.gateway_sim.limiter import RollingSecondLimiter
+from services.gateway_sim.stall import Stall
 from services.gateway_sim.webhooks import WebhookSender
 
 OUTCOMES = (
@@ -78,6 +79,7 @@ class Gateway:
         )
         self._seed = seed
         self._inflight: dict[str, asyncio.Future[None]] = {}
+        self.stall = Stall()
         self.behaviour = behaviour
         self._initial = behaviour
         self.reset()
@@ -85,6 +87,8 @@ class Gateway:
     def reset(self) -> None:
         """Back to the state at start: empty ledger, initial behaviour, reseeded draws."""
         self.configure(self._initial)
+        self.stall.cancel()
+        self.stall.clear()
         self.ledger.clear()
         self.limiter.clear()
         self.declines: dict[int, CustomerDecline] = {}
@@ -100,6 +104,9 @@ class Gateway:
 
     def count(self, outcome: str) -> None:
         self._calls[outcome].inc()
+
+    def summary(self) -> dict[str, object]:
+        return {**self.ledger.summary(), **self.stall.summary()}
 
     def admit(self) -> tuple[bool, int]:
         """Rate limit a call arriving now: (admitted, arrival ns); both kinds are recorded."""
@@ -148,7 +155,8 @@ class Gateway:
             delay = latency_seconds(behaviour, self._latency_rng)
             if delay:
                 await asyncio.sleep(delay)
-                behaviour = self.behaviour
+            await self.stall.hold_answer()
+            behaviour = self.behaviour
             now = behaviour.now()
             decision = decide(
                 behaviour, self._outcome_rng, self._forced_decline(request.customer_id, now)

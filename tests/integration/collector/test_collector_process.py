@@ -349,3 +349,34 @@ async def test_a_429_pauses_every_collector_instead_of_hammering_the_gateway(
     assert summary["charges_succeeded"] == 300
     assert summary["rate_limited_429"] > 0  # the test did provoke them
     assert summary["rate_limited_429"] < summary["calls"] / 2, summary
+
+
+async def test_a_2s_gateway_stall_does_not_become_a_burst_above_the_limit(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """The gateway freezes for 2 s while two collectors run at its limit: what they sent during
+    the stall lands at once when it ends (the simulator holds it). The calls outstanding are
+    bounded by the window, and the late answers are counted against the shared limit, so no
+    rolling second at the gateway goes above 200 and nothing is refused."""
+    simulator.config(latency_min_ms=100, latency_max_ms=300, rate_limit_per_second=200)
+    await seed(engine, 1600)
+    for _ in range(2):
+        collectors.start(BILLING_UNKNOWN_RETRY_SECONDS="1")
+
+    async def running_at_the_limit() -> bool:
+        return await count(engine, "SELECT count(*) FROM payment_attempt") >= 400
+
+    await wait_for(running_at_the_limit, 30, "the collectors to reach the limit")
+    httpx.post(f"{simulator.url}/v1/admin/stall", json={"seconds": 2}, timeout=5).raise_for_status()
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 1600
+
+    await wait_for(all_paid, 60, "every invoice paid after the stall")
+    summary = simulator.summary()
+    assert summary["stalls"] == 1
+    assert 0 < summary["max_held_in_a_stall"] < 200, summary  # the window held the rest back
+    assert summary["rate_limited_429"] == 0, summary
+    assert summary["max_arrivals_in_any_rolling_second"] <= 200, summary
+    assert summary["duplicate_success_invoices"] == []
+    assert summary["charges_succeeded"] == 1600

@@ -168,3 +168,26 @@ async def test_a_pause_holds_every_replica_then_pacing_resumes(
     # the slot comes no earlier than the pause end, less the limiter's 100 ms look-ahead
     assert 0.45 < waited < 1.5
     assert booked >= 150  # about 2 s of the 10.2 ms interval still reserved by the pause
+
+
+async def test_used_up_slots_push_every_replica_back(services: Services, redis_prefix: str) -> None:
+    """A late answer uses up a slot: the next grant, on any replica, comes that much later."""
+    clients = [aioredis.from_url(services.redis_url) for _ in range(2)]
+    a, b = (
+        GlobalRateLimiter(c, key=f"{redis_prefix}used", limit=100, horizon_ms=100) for c in clients
+    )
+    try:
+        before = await b.grant(1)
+        await a.use_up(50)  # half a second of the limit, beyond any horizon
+        after = await b.grant(1)
+        assert after.granted == 0  # nothing within b's horizon: the slots are gone
+        assert after.retry_after_us >= 50 * a.interval_us - 100_000 - 50_000
+        await a.use_up(1)
+        later = await b.grant(1)
+        assert later.retry_after_us > after.retry_after_us
+    finally:
+        await a.close()
+        await b.close()
+        for c in clients:
+            await c.aclose()
+    assert before.granted == 1
