@@ -315,6 +315,7 @@ def main() -> None:
     result = asyncio.run(run(args))
     print(json.dumps(result, indent=2, default=str))
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
     ok = (
         result["drained"]
