@@ -11,7 +11,7 @@ from billing_core.settings import CoreSettings
 class ApiSettings(CoreSettings):
     model_config = SettingsConfigDict(env_prefix="BILLING_", extra="ignore", frozen=True)
 
-    process_name: str = Field(default="billing-api")
+    process_name: str = Field(default="billing.api")
     host: str = Field(default="127.0.0.1", description="Interface uvicorn binds to.")
     port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port.")
     db_pool_size: int = Field(default=10, ge=1, le=200)

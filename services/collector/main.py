@@ -118,6 +118,6 @@ async def run(settings: CollectorSettings) -> None:
 
 def main() -> None:
     settings = load_settings(CollectorSettings, "collector")
-    configure_logging("collector", settings.log_level, settings.log_json)
+    configure_logging(settings.process_name, settings.log_level, settings.log_json)
     require_database("collector", settings)
     asyncio.run(run(settings))

@@ -8,7 +8,7 @@ from billing_core.settings import CoreSettings
 
 
 class CollectorSettings(CoreSettings):
-    process_name: str = "collector"
+    process_name: str = "billing.collector"
     collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
     collector_rate_limit_per_second: int = Field(default=200, ge=1, le=100_000)
     collector_rate_limit_guard_ms: int = Field(

@@ -66,6 +66,13 @@ def _problem(
     return _json(status, {**problem(status, title, detail), **extra}, headers)
 
 
+def _invalid(title: str, detail: str, exc: ValidationError) -> Response:
+    """A 422 problem listing pydantic's errors (without the input, which may hold a secret)."""
+    return _problem(
+        422, title, detail, errors=json.loads(exc.json(include_url=False, include_input=False))
+    )
+
+
 def _int(value: object, name: str, low: int, high: int = BIGINT_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidCharge(f"{name} must be an integer in [{low}, {high}]")
@@ -174,12 +181,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
         try:
             updated = Behaviour.model_validate({**gateway.behaviour.model_dump(), **patch})
         except ValidationError as exc:
-            return _problem(
-                422,
-                "Invalid configuration",
-                "the configuration was not changed",
-                errors=json.loads(exc.json(include_url=False, include_input=False)),
-            )
+            return _invalid("Invalid configuration", "the configuration was not changed", exc)
         gateway.configure(updated)
         log.info("config_changed", changed=sorted(patch))
         return _json(200, updated.public())
@@ -189,11 +191,10 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
         try:
             order = DeclineUntil.model_validate_json(await request.body())
         except ValidationError as exc:
-            return _problem(
-                422,
+            return _invalid(
                 "Invalid decline order",
                 'expected {"until": ISO-8601 with offset | null, "code": "..."}',
-                errors=json.loads(exc.json(include_url=False, include_input=False)),
+                exc,
             )
         gateway.decline_customer(customer_id, order.until, order.code)
         return _json(
@@ -210,12 +211,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
         try:
             order = StallOrder.model_validate_json(await request.body())
         except ValidationError as exc:
-            return _problem(
-                422,
-                "Invalid stall order",
-                'expected {"seconds": a number in (0, 600]}',
-                errors=json.loads(exc.json(include_url=False, include_input=False)),
-            )
+            return _invalid("Invalid stall order", 'expected {"seconds": in (0, 600]}', exc)
         gateway.stall.begin(order.seconds)
         log.info("stall_started", seconds=order.seconds)
         return _json(200, {"stalledForSeconds": order.seconds})

@@ -27,7 +27,7 @@ def load_settings() -> GatewaySimSettings:
 
 def main() -> None:
     settings = load_settings()
-    configure_logging("gateway_sim", settings.log_level, settings.log_json)
+    configure_logging(settings.process_name, settings.log_level, settings.log_json)
     app = create_app(settings)
     try:
         uvicorn.run(

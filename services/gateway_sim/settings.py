@@ -30,6 +30,7 @@ def _sim(default: Any, name: str, description: str, **constraints: Any) -> Any:
 
 
 class GatewaySimSettings(CoreSettings):
+    process_name: str = "billing.gateway_sim"
     model_config = SettingsConfigDict(
         env_prefix="BILLING_",
         extra="ignore",

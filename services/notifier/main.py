@@ -48,5 +48,5 @@ async def run(settings: NotifierSettings) -> None:
 
 def main() -> None:
     settings = NotifierSettings()
-    configure_logging("notifier", settings.log_level, settings.log_json)
+    configure_logging(settings.process_name, settings.log_level, settings.log_json)
     asyncio.run(run(settings))

@@ -8,7 +8,7 @@ from billing_core.settings import CoreSettings
 
 
 class NotifierSettings(CoreSettings):
-    process_name: str = Field(default="billing-notifier")
+    process_name: str = Field(default="billing.notifier")
     notifier_consumer_name: str = Field(
         default="notifier", description="Key of this consumer in processed_event."
     )

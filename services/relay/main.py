@@ -77,6 +77,6 @@ async def run(settings: RelaySettings) -> None:
 
 def main() -> None:
     settings = load_settings(RelaySettings, "relay")
-    configure_logging("relay", settings.log_level, settings.log_json)
+    configure_logging(settings.process_name, settings.log_level, settings.log_json)
     require_database("relay", settings)
     asyncio.run(run(settings))

@@ -38,7 +38,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from billing_core import cloudevents
 from billing_core.clock import Clock
 from billing_core.logging import get_logger
-from services.relay import metrics, store
+from billing_core.repo import outbox_publishing
+from billing_core.repo.outbox_publishing import OutboxRow
+from services.relay import metrics
 from services.relay.producer import ProducerHolder
 from services.relay.settings import RelaySettings
 from services.relay.shards import ShardLeaser
@@ -71,13 +73,13 @@ class BatchOutcome:
     claimed_while_committing: bool = False  # the previous batch was not committed at claim time
 
 
-def sendable_in_order(rows: Sequence[store.OutboxRow]) -> list[store.OutboxRow]:
+def sendable_in_order(rows: Sequence[OutboxRow]) -> list[OutboxRow]:
     """Rows that may be sent now, in (subscription, sequence) order.
 
     A row goes out when its predecessor is already published (``ready``) or is the row sent just
     before it in this batch; the first row that cannot go holds back the rest of its subscription.
     """
-    out: list[store.OutboxRow] = []
+    out: list[OutboxRow] = []
     last: dict[int, int] = {}
     held: set[int] = set()
     for row in sorted(rows, key=lambda r: (r.aggregate_id, r.sequence)):
@@ -164,7 +166,7 @@ class Relay:
         try:
             await conn.begin()
             outcome.claimed_while_committing = self._finishing is not None
-            rows = await store.claim(
+            rows = await outbox_publishing.claim(
                 conn, shards=self._s.relay_shards, owned=owned, limit=self._s.relay_batch_size
             )
             outcome.claimed = len(rows)
@@ -189,8 +191,8 @@ class Relay:
     async def _finish(self, conn: AsyncConnection, outcome: BatchOutcome) -> None:
         try:
             now = self._clock.now()
-            await store.mark_published(conn, outcome.published, now)
-            await store.park(conn, outcome.parked, now)
+            await outbox_publishing.mark_published(conn, outcome.published, now)
+            await outbox_publishing.park(conn, outcome.parked, now)
             await conn.commit()
         finally:
             await conn.close()
@@ -207,11 +209,11 @@ class Relay:
             await task
 
     async def _send_and_wait(
-        self, producer: AIOKafkaProducer, rows: list[store.OutboxRow], outcome: BatchOutcome
+        self, producer: AIOKafkaProducer, rows: list[OutboxRow], outcome: BatchOutcome
     ) -> None:
         topic = self._s.kafka_topic
         source = self._s.relay_source
-        sent: list[tuple[store.OutboxRow, asyncio.Future[object]]] = []
+        sent: list[tuple[OutboxRow, asyncio.Future[object]]] = []
         refused: set[int] = set()  # subscriptions with a row refused before sending
         deadline = time.monotonic() + self._s.relay_publish_timeout_s
         handed_all = False
@@ -269,7 +271,7 @@ class Relay:
     # ------------------------------------------------------------------ housekeeping
     async def refresh_stats(self) -> None:
         async with self._engine.connect() as conn:
-            s = await store.stats(conn)
+            s = await outbox_publishing.stats(conn)
         metrics.UNPUBLISHED.set(s.unpublished)
         metrics.PARKED.set(s.parked)
         age = 0.0 if s.oldest is None else (self._clock.now() - s.oldest).total_seconds()
@@ -283,7 +285,7 @@ class Relay:
         total = 0
         for _ in range(self._s.relay_prune_max_batches):
             async with self._engine.begin() as conn:
-                n = await store.prune(
+                n = await outbox_publishing.prune(
                     conn,
                     cutoff=cutoff,
                     shards=self._s.relay_shards,

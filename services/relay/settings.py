@@ -8,7 +8,7 @@ from billing_core.settings import CoreSettings
 
 
 class RelaySettings(CoreSettings):
-    process_name: str = Field(default="billing-relay")
+    process_name: str = Field(default="billing.relay")
     relay_health_host: str = Field(default="127.0.0.1")
     relay_health_port: int = Field(default=9103, ge=0, le=65535, description="0 = ephemeral.")
     relay_topic_partitions: int = Field(

@@ -58,6 +58,6 @@ async def run(settings: RenewerSettings, clock: Clock | None = None) -> None:
 
 def main() -> None:
     settings = load_settings(RenewerSettings, "renewer")
-    configure_logging("renewer", settings.log_level, settings.log_json)
+    configure_logging(settings.process_name, settings.log_level, settings.log_json)
     require_database("renewer", settings)
     asyncio.run(run(settings))

@@ -3,9 +3,8 @@
 Payloads are JSON-serialisable (ints, strings, booleans, ISO-8601 UTC strings, null) with
 camelCase keys; ``SCHEMA_VERSION`` is bumped on any incompatible payload change.
 
-``EventType`` members are spelled both ways: ``EventType.INVOICE_PAID`` and its alias
-``EventType.InvoicePaid`` are the same member, whose value (the type on the wire) is
-``"InvoicePaid"``. Iterating the enum yields each type once.
+An ``EventType`` member's value is the type on the wire: ``EventType.INVOICE_PAID`` is
+``"InvoicePaid"``, and ``EventType("InvoicePaid")`` finds it.
 """
 
 from __future__ import annotations
@@ -30,18 +29,6 @@ class EventType(StrEnum):
     PAYMENT_FAILED = "PaymentFailed"
     INVOICE_VOIDED = "InvoiceVoided"
     PAYMENT_RECONCILIATION_NEEDED = "PaymentReconciliationNeeded"
-
-    # Aliases: the wire names, usable as member names too.
-    SubscriptionCreated = "SubscriptionCreated"
-    SubscriptionPlanChanged = "SubscriptionPlanChanged"
-    SubscriptionCanceled = "SubscriptionCanceled"
-    SubscriptionPastDue = "SubscriptionPastDue"
-    SubscriptionReactivated = "SubscriptionReactivated"
-    InvoiceCreated = "InvoiceCreated"
-    InvoicePaid = "InvoicePaid"
-    PaymentFailed = "PaymentFailed"
-    InvoiceVoided = "InvoiceVoided"
-    PaymentReconciliationNeeded = "PaymentReconciliationNeeded"
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ from starlette.responses import Response
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.charge_result import idempotency_key as gateway_key
 from billing_core.logging import get_logger
+from billing_core.repo import webhook_events
 from billing_core.usecases.payment_result import record_charge_result
-from services.api import signatures, webhook_log
+from services.api import signatures
 from services.api.context import get_context
 from services.api.problems import MALFORMED_JSON, VALIDATION, WEBHOOK_SIGNATURE, ApiProblem
 from services.api.routes.common import json_response, problems
@@ -93,7 +94,7 @@ async def payment_webhook(
     async with ctx.sessions.begin() as session:
         now = ctx.clock.now()
         payload: dict[str, Any] = event.model_dump(mode="json", by_alias=True)
-        first = await webhook_log.record_once(
+        first = await webhook_events.record_once(
             session,
             event_id=event.id,
             event_type=event.type,

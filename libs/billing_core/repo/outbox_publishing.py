@@ -1,4 +1,6 @@
-"""The relay's SQL on ``outbox_event``: claim, mark, park, prune, stats. Never commits."""
+"""Publishing the outbox (the relay's side of ``outbox_event``): claim, mark, park, prune, stats.
+
+Writing to it is :mod:`billing_core.repo.outbox`. Never commits."""
 
 from __future__ import annotations
 
@@ -106,7 +108,7 @@ async def claim(
     conn: AsyncConnection, *, shards: int, owned: Sequence[int], limit: int
 ) -> list[OutboxRow]:
     result = await conn.execute(_CLAIM, {"shards": shards, "owned": list(owned), "limit": limit})
-    return [OutboxRow(*row) for row in result.all()]
+    return [OutboxRow(**row._mapping) for row in result.all()]
 
 
 async def mark_published(conn: AsyncConnection, ids: Sequence[int], now: datetime) -> None:
