@@ -70,6 +70,9 @@ bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
 
 .PHONY: help venv lock infra-up infra-down migrate up down lint test
 
+bench-webhook: venv infra-up ## Webhook receiver: events/s and CPU per event vs the same server's /healthz
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.webhook_bench --runs 3 --seconds 5
+
 bench-renewer: venv infra-up ## Renewer benchmark: 1 M due subscriptions vs the SQL floor and row by row
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.renewer_bench --json var/bench-renewer.json
 

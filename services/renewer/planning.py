@@ -16,6 +16,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from billing_core.domain import credit as credit_rules
+from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import period as period_rules
 from billing_core.domain import subscription as subscription_rules
 from billing_core.domain.events import DomainEvent
@@ -124,7 +125,7 @@ def plan_row(
             continue
         split = credit_rules.apply_credit(due.price_amount, balance)
         balance = split.credit_remaining
-        zero = split.amount_due == 0
+        start_as = invoice_rules.opening(split.amount_due, now)
         invoices.append(
             PlannedInvoice(
                 invoice=NewRenewalInvoice(
@@ -137,9 +138,9 @@ def plan_row(
                     credit_applied=split.credit_used,
                     amount=split.amount_due,
                     currency=due.currency,
-                    status="PAID" if zero else "OPEN",
-                    next_attempt_at=None if zero else now,
-                    paid_at=now if zero else None,
+                    status=str(start_as.status),
+                    next_attempt_at=start_as.next_attempt_at,
+                    paid_at=start_as.paid_at,
                 ),
                 credit_used=split.credit_used,
             )

@@ -210,3 +210,13 @@ def test_success_handling_by_invoice_status(
 
 def test_invoice_kinds() -> None:
     assert [str(k) for k in inv.InvoiceKind] == ["RENEWAL", "PRORATION"]
+
+
+def test_a_new_invoice_is_open_and_due_now_unless_credit_covers_it() -> None:
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    assert inv.opening(990, now) == inv.Opening(
+        InvoiceStatus.OPEN, next_attempt_at=now, paid_at=None
+    )
+    assert inv.opening(0, now) == inv.Opening(InvoiceStatus.PAID, next_attempt_at=None, paid_at=now)
+    with pytest.raises(ValueError):
+        inv.opening(-1, now)

@@ -9,6 +9,7 @@ needs reconciliation (``on_success`` tells which case applies).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain.errors import IllegalTransition, InvoiceNotPayable
@@ -30,6 +31,24 @@ class InvoiceKind(StrEnum):
 class InvoiceState:
     status: InvoiceStatus
     attempt_count: int
+
+
+@dataclass(frozen=True)
+class Opening:
+    """How a new invoice starts."""
+
+    status: InvoiceStatus
+    next_attempt_at: datetime | None  # due for its first charge now, or never (nothing to charge)
+    paid_at: datetime | None
+
+
+def opening(amount_due: int, now: datetime) -> Opening:
+    """OPEN and due now; or PAID at once when credit covered all of it (nothing to charge)."""
+    if amount_due < 0:
+        raise ValueError("an invoice never owes a negative amount")
+    if amount_due == 0:
+        return Opening(InvoiceStatus.PAID, None, now)
+    return Opening(InvoiceStatus.OPEN, now, None)
 
 
 class SuccessHandling(StrEnum):

@@ -9,6 +9,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.domain import invoice as invoice_rules
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ async def insert_invoice(
 ) -> Invoice:
     """Insert an invoice; OPEN and due now, or PAID at once when credit covers all of it."""
     amount = subtotal - credit_applied
-    settled = amount == 0
+    start = invoice_rules.opening(amount, now)
     result = await session.execute(
         insert(_i)
         .values(
@@ -92,11 +93,11 @@ async def insert_invoice(
             credit_applied=credit_applied,
             amount=amount,
             currency=currency,
-            status="PAID" if settled else "OPEN",
+            status=str(start.status),
             attempt_count=0,
-            next_attempt_at=None if settled else now,
-            paid_at=now if settled else None,
-            closed_at=now if settled else None,
+            next_attempt_at=start.next_attempt_at,
+            paid_at=start.paid_at,
+            closed_at=start.paid_at,
             created_at=now,
             updated_at=now,
         )

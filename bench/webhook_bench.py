@@ -1,0 +1,224 @@
+"""The webhook receiver (``POST /webhooks/payments``) next to the same server's /healthz floor.
+
+Starts the API (``python -m services.api``, one worker) on a fresh, migrated database holding N
+OPEN invoices, then drives it from a separate load-generator process (the keep-alive client of
+``bench.api_bench``) with correctly signed ``charge.succeeded`` events, one per invoice and a new
+event id each: the first pass pays the invoices (the APPLIED path), later passes find them PAID
+(the ALREADY_PAID path: what most webhooks meet in production, the collector having recorded the
+answer first). CPU per event comes from the server's /proc times over each run.
+
+Printed: events/s, p50, p99, the ratio to /healthz, CPU ms per event, and whether one API process
+sustains 3x the gateway's 200 calls/s (the target in docs/BENCHMARKS.md).
+
+    make bench-webhook        # or: python -m bench.webhook_bench --runs 3 --seconds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bench.api_bench import Conn, Result, _wait_up, build, fresh_database
+from billing_core.domain.charge_result import idempotency_key
+from services.api.signatures import sign_header
+from tests.support.factories import due_subscriptions_with_invoices
+from tests.support.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "bench-webhook-secret"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+GATEWAY_LIMIT = 200
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def webhook_request(host: str, invoice_id: int, event_no: int) -> bytes:
+    body = json.dumps(
+        {
+            "id": f"evt_bench_{event_no:010d}",
+            "type": "charge.succeeded",
+            "created": int(time.time()),
+            "data": {
+                "chargeId": f"ch_bench_{invoice_id}",
+                "idempotencyKey": idempotency_key(invoice_id, 0),
+                "invoiceId": invoice_id,
+                "attempt": 0,
+                "customerId": invoice_id,
+                "amount": 990,
+                "currency": "EUR",
+                "declineCode": None,
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
+    signature = sign_header(SECRET.encode(), int(time.time()), body)
+    return build("POST", "/webhooks/payments", host, "-", body, **{"Billing-Signature": signature})
+
+
+async def closed_loop(
+    host: str, port: int, requests: list[bytes], concurrency: int, seconds: float
+) -> Result:
+    latencies: list[float] = []
+    errors = 0
+    queue = iter(requests)
+    deadline = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal errors
+        conn = Conn(host, port)
+        while time.perf_counter() < deadline:
+            raw = next(queue, None)
+            if raw is None:
+                return
+            t0 = time.perf_counter()
+            status = await conn.request(raw)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            if status >= 400:
+                errors += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return Result(len(latencies), errors, time.perf_counter() - start, latencies)
+
+
+def _load_main(args: dict[str, Any], out: Any) -> None:
+    out.send(asyncio.run(closed_loop(**args)))
+
+
+def run_load(**kwargs: Any) -> Result:
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_load_main, args=(kwargs, child))
+    proc.start()
+    result: Result = parent.recv()
+    proc.join()
+    return result
+
+
+async def seed_invoices(url: str, n: int) -> list[int]:
+    engine = create_async_engine(url)
+    try:
+        async with engine.begin() as conn:
+            return await due_subscriptions_with_invoices(conn, n, now=datetime.now(UTC))
+    finally:
+        await engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--invoices", type=int, default=20_000)
+    default_server = os.environ.get(
+        "BILLING_DATABASE_URL", "postgresql+asyncpg://billing@127.0.0.1:55432/billing"
+    ).rpartition("/")[0]
+    parser.add_argument("--database-url", default=f"{default_server}/billing_bench_webhook")
+    args = parser.parse_args()
+
+    from billing_core.db import migrate  # noqa: PLC0415
+
+    asyncio.run(fresh_database(args.database_url))
+    migrate.upgrade(args.database_url)
+    invoices = asyncio.run(seed_invoices(args.database_url, args.invoices))
+    port = free_port()
+    env = {
+        **os.environ,
+        "BILLING_DATABASE_URL": args.database_url,
+        "BILLING_PORT": str(port),
+        "BILLING_LOG_LEVEL": "WARNING",
+        "BILLING_WEBHOOK_SECRETS": SECRET,
+    }
+    log = tempfile.TemporaryFile()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "services.api"], cwd=ROOT, env=env, stdout=log, stderr=log
+    )
+    host = "127.0.0.1"
+    event_no = 0
+    try:
+        _wait_up(port)
+        rows: dict[str, list[tuple[Result, float]]] = {"healthz": [], "applied": [], "paid": []}
+        unpaid = iter(invoices)  # "applied": each event pays an OPEN invoice
+        paid: list[int] = []  # "paid": a new event for an invoice already PAID
+        for run in range(args.runs):
+            for scenario, results in rows.items():
+                if scenario == "healthz":
+                    requests = [build("GET", "/healthz", host, "-")] * 200_000
+                else:
+                    targets = list(unpaid) if scenario == "applied" else paid * 20
+                    requests = []
+                    for invoice in targets:
+                        event_no += 1
+                        requests.append(webhook_request(host, invoice, event_no))
+                cpu_before = cpu_seconds(server.pid)
+                r = run_load(
+                    host=host,
+                    port=port,
+                    requests=requests,
+                    concurrency=args.concurrency,
+                    seconds=args.seconds,
+                )
+                cpu_ms = (cpu_seconds(server.pid) - cpu_before) * 1000 / max(1, r.requests)
+                results.append((r, cpu_ms))
+                if scenario == "applied":  # the first r.requests were sent (one worker each)
+                    paid.extend(targets[: r.requests])
+                    unpaid = iter(targets[r.requests :])
+                print(
+                    f"run {run + 1} {scenario:8s} {r.rps:8.0f} req/s  p50 {r.pct(0.5):6.1f} ms  "
+                    f"p99 {r.pct(0.99):6.1f} ms  cpu {cpu_ms:5.2f} ms/req  errors {r.errors}"
+                )
+        med = {
+            s: {
+                "rps": statistics.median(r.rps for r, _ in rs),
+                "p50": statistics.median(r.pct(0.5) for r, _ in rs),
+                "p99": statistics.median(r.pct(0.99) for r, _ in rs),
+                "cpu_ms": statistics.median(c for _, c in rs),
+            }
+            for s, rs in rows.items()
+        }
+        floor = med["healthz"]["rps"]
+        print()
+        print(
+            f"concurrency {args.concurrency}, {args.seconds:.0f} s per run, medians of {args.runs}"
+        )
+        print(f"{'':10s}{'req/s':>9s}{'p50 ms':>9s}{'p99 ms':>9s}{'x healthz':>11s}{'cpu ms':>9s}")
+        for scenario, m in med.items():
+            print(
+                f"{scenario:10s}{m['rps']:9.0f}{m['p50']:9.1f}{m['p99']:9.1f}"
+                f"{m['rps'] / floor:11.2f}{m['cpu_ms']:9.2f}"
+            )
+        errors = sum(r.errors for rs in rows.values() for r, _ in rs)
+        print(f"errors: {errors}")
+        for scenario in ("applied", "paid"):
+            hook = med[scenario]
+            print(
+                f"targets ({scenario}): >= {3 * GATEWAY_LIMIT}/s on one process: "
+                f"{hook['rps'] >= 3 * GATEWAY_LIMIT}; <= 1.0 ms CPU per event: "
+                f"{hook['cpu_ms'] <= 1.0}"
+            )
+        if errors:
+            raise SystemExit(1)
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+        log.close()
+
+
+if __name__ == "__main__":
+    main()
