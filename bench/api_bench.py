@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -181,14 +182,32 @@ def _load_main(args: dict[str, Any], out: Any) -> None:
     out.send(result)
 
 
-def run_load(kind: str, **kwargs: Any) -> Result:
+def in_load_process(target: Callable[[dict[str, Any], Any], None], args: dict[str, Any]) -> Result:
+    """Run a load generator ``target(args, pipe)`` in a process of its own; return its Result."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_load_main, args=({"kind": kind, **kwargs}, child))
+    proc = ctx.Process(target=target, args=(args, child))
     proc.start()
     result: Result = parent.recv()
     proc.join()
     return result
+
+
+def run_load(kind: str, **kwargs: Any) -> Result:
+    return in_load_process(_load_main, {"kind": kind, **kwargs})
+
+
+def bench_arguments(description: str, database: str) -> argparse.ArgumentParser:
+    """The options every HTTP benchmark of one API process shares."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--concurrency", type=int, default=16)
+    default_server = os.environ.get(
+        "BILLING_DATABASE_URL", "postgresql+asyncpg://billing@127.0.0.1:55432/billing"
+    ).rpartition("/")[0]
+    parser.add_argument("--database-url", default=f"{default_server}/{database}")
+    return parser
 
 
 # --- orchestration ---------------------------------------------------------------------------
@@ -205,15 +224,8 @@ async def fresh_database(url: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_api")
     parser.add_argument("--seed-subscriptions", type=int, default=2000)
-    default_server = os.environ.get(
-        "BILLING_DATABASE_URL", "postgresql+asyncpg://billing@127.0.0.1:55432/billing"
-    ).rpartition("/")[0]
-    parser.add_argument("--database-url", default=f"{default_server}/billing_bench_api")
     args = parser.parse_args()
 
     from billing_core.db import migrate  # noqa: PLC0415

@@ -15,10 +15,8 @@ sustains 3x the gateway's 200 calls/s (the target in docs/BENCHMARKS.md).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import multiprocessing
 import os
 import statistics
 import subprocess
@@ -31,7 +29,15 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from bench.api_bench import Conn, Result, _wait_up, build, fresh_database
+from bench.api_bench import (
+    Conn,
+    Result,
+    _wait_up,
+    bench_arguments,
+    build,
+    fresh_database,
+    in_load_process,
+)
 from billing_core.domain.charge_result import idempotency_key
 from services.api.signatures import sign_header
 from tests.support.factories import due_subscriptions_with_invoices
@@ -102,13 +108,7 @@ def _load_main(args: dict[str, Any], out: Any) -> None:
 
 
 def run_load(**kwargs: Any) -> Result:
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_load_main, args=(kwargs, child))
-    proc.start()
-    result: Result = parent.recv()
-    proc.join()
-    return result
+    return in_load_process(_load_main, kwargs)
 
 
 async def seed_invoices(url: str, n: int) -> list[int]:
@@ -121,15 +121,8 @@ async def seed_invoices(url: str, n: int) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_webhook")
     parser.add_argument("--invoices", type=int, default=20_000)
-    default_server = os.environ.get(
-        "BILLING_DATABASE_URL", "postgresql+asyncpg://billing@127.0.0.1:55432/billing"
-    ).rpartition("/")[0]
-    parser.add_argument("--database-url", default=f"{default_server}/billing_bench_webhook")
     args = parser.parse_args()
 
     from billing_core.db import migrate  # noqa: PLC0415
