@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -29,10 +30,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -223,25 +224,29 @@ async def fresh_database(url: str) -> None:
         await admin.close()
 
 
-def main() -> None:
-    parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_api")
-    parser.add_argument("--seed-subscriptions", type=int, default=2000)
-    args = parser.parse_args()
-
+def migrated_database(url: str) -> None:
+    """A new, empty database at ``url`` with every migration applied."""
     from billing_core.db import migrate  # noqa: PLC0415
-    from billing_core.settings import CoreSettings  # noqa: PLC0415
-    from services.api.admin import create_api_key  # noqa: PLC0415
 
-    asyncio.run(fresh_database(args.database_url))
-    migrate.upgrade(args.database_url)
-    token = create_api_key(CoreSettings(database_url=args.database_url), "bench")
+    asyncio.run(fresh_database(url))
+    migrate.upgrade(url)
+
+
+class ApiServer(NamedTuple):
+    port: int
+    pid: int
+
+
+@contextlib.contextmanager
+def api_server(database_url: str, **settings: str) -> Iterator[ApiServer]:
+    """``python -m services.api`` (one uvicorn worker) on a free port, until the block ends."""
     port = free_port()
     env = {
         **os.environ,
-        "BILLING_DATABASE_URL": args.database_url,
+        "BILLING_DATABASE_URL": database_url,
         "BILLING_PORT": str(port),
         "BILLING_LOG_LEVEL": "WARNING",
-        "BILLING_AUTH_CACHE_SECONDS": "30",
+        **settings,
     }
     log = tempfile.TemporaryFile()
     server = subprocess.Popen(
@@ -249,8 +254,26 @@ def main() -> None:
     )
     try:
         _wait_up(port)
+        yield ApiServer(port, server.pid)
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+        log.close()
+
+
+def main() -> None:
+    parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_api")
+    parser.add_argument("--seed-subscriptions", type=int, default=2000)
+    args = parser.parse_args()
+
+    from billing_core.settings import CoreSettings  # noqa: PLC0415
+    from services.api.admin import create_api_key  # noqa: PLC0415
+
+    migrated_database(args.database_url)
+    token = create_api_key(CoreSettings(database_url=args.database_url), "bench")
+    with api_server(args.database_url, BILLING_AUTH_CACHE_SECONDS="30") as server:
         host = "127.0.0.1"
-        common = {"host": host, "port": port, "token": token}
+        common = {"host": host, "port": server.port, "token": token}
         seed = run_load("closed", scenario="post", concurrency=8, seconds=2.0, ids=[], **common)
         print(f"warm-up: {seed.requests} POSTs")
         ids = list(range(1, seed.requests + 1))
@@ -313,10 +336,6 @@ def main() -> None:
             f"GET >= 0.50x healthz: {med['get']['rps'] / floor >= 0.5}; p99 at half rate "
             f"< 100 ms: {all(_p99(v) < 100 for v in half.values())}"
         )
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
 
 
 def _medians(results: list[Result]) -> dict[str, float]:

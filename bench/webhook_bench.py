@@ -19,9 +19,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,18 +29,16 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from bench.api_bench import (
     Conn,
     Result,
-    _wait_up,
+    api_server,
     bench_arguments,
     build,
-    fresh_database,
     in_load_process,
+    migrated_database,
 )
 from billing_core.domain.charge_result import idempotency_key
 from services.api.signatures import sign_header
 from tests.support.factories import due_subscriptions_with_invoices
-from tests.support.processes import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
 SECRET = "bench-webhook-secret"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GATEWAY_LIMIT = 200
@@ -125,27 +120,11 @@ def main() -> None:
     parser.add_argument("--invoices", type=int, default=20_000)
     args = parser.parse_args()
 
-    from billing_core.db import migrate  # noqa: PLC0415
-
-    asyncio.run(fresh_database(args.database_url))
-    migrate.upgrade(args.database_url)
+    migrated_database(args.database_url)
     invoices = asyncio.run(seed_invoices(args.database_url, args.invoices))
-    port = free_port()
-    env = {
-        **os.environ,
-        "BILLING_DATABASE_URL": args.database_url,
-        "BILLING_PORT": str(port),
-        "BILLING_LOG_LEVEL": "WARNING",
-        "BILLING_WEBHOOK_SECRETS": SECRET,
-    }
-    log = tempfile.TemporaryFile()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "services.api"], cwd=ROOT, env=env, stdout=log, stderr=log
-    )
     host = "127.0.0.1"
     event_no = 0
-    try:
-        _wait_up(port)
+    with api_server(args.database_url, BILLING_WEBHOOK_SECRETS=SECRET) as server:
         rows: dict[str, list[tuple[Result, float]]] = {"healthz": [], "applied": [], "paid": []}
         unpaid = iter(invoices)  # "applied": each event pays an OPEN invoice
         paid: list[int] = []  # "paid": a new event for an invoice already PAID
@@ -162,7 +141,7 @@ def main() -> None:
                 cpu_before = cpu_seconds(server.pid)
                 r = run_load(
                     host=host,
-                    port=port,
+                    port=server.port,
                     requests=requests,
                     concurrency=args.concurrency,
                     seconds=args.seconds,
@@ -205,12 +184,8 @@ def main() -> None:
                 f"{hook['rps'] >= 3 * GATEWAY_LIMIT}; <= 1.0 ms CPU per event: "
                 f"{hook['cpu_ms'] <= 1.0}"
             )
-        if errors:
-            raise SystemExit(1)
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
+    if errors:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -87,8 +87,7 @@ class Gateway:
     def reset(self) -> None:
         """Back to the state at start: empty ledger, initial behaviour, reseeded draws."""
         self.configure(self._initial)
-        self.stall.cancel()
-        self.stall.clear()
+        self.stall.reset()
         self.ledger.clear()
         self.limiter.clear()
         self.declines: dict[int, CustomerDecline] = {}

@@ -17,13 +17,17 @@ import time
 
 class Stall:
     def __init__(self) -> None:
-        self.clear()
-
-    def clear(self) -> None:
         self._resumed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """No stall: one under way ends now (what it held goes on), and the counts restart."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
         self._resumed.set()
         self._until = 0.0
-        self._task: asyncio.Task[None] | None = None
         self._held = 0
         self.stalls = 0
         self.held_total = 0
@@ -64,11 +68,6 @@ class Stall:
         """An answer ready now is sent no earlier than the end of the stall."""
         if not self._resumed.is_set():
             await self._resumed.wait()
-
-    def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-        self._resumed.set()
 
     def summary(self) -> dict[str, object]:
         return {
