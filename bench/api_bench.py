@@ -113,16 +113,32 @@ async def closed_loop(
     seconds: float,
     ids: list[int],
 ) -> Result:
+    rng = random.Random(7)
+    return await closed_loop_over(
+        host, port, lambda: make_request(scenario, host, token, ids, rng), concurrency, seconds
+    )
+
+
+async def closed_loop_over(
+    host: str,
+    port: int,
+    next_request: Callable[[], bytes | None],
+    concurrency: int,
+    seconds: float,
+) -> Result:
+    """``concurrency`` keep-alive connections, each sending the next request as soon as the last
+    is answered, for ``seconds`` or until ``next_request`` returns None."""
     latencies: list[float] = []
     errors = 0
     deadline = time.perf_counter() + seconds
-    rng = random.Random(7)
 
     async def worker() -> None:
         nonlocal errors
         conn = Conn(host, port)
         while time.perf_counter() < deadline:
-            raw = make_request(scenario, host, token, ids, rng)
+            raw = next_request()
+            if raw is None:
+                return
             t0 = time.perf_counter()
             status = await conn.request(raw)
             latencies.append((time.perf_counter() - t0) * 1000)

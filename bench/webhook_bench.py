@@ -27,11 +27,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.api_bench import (
-    Conn,
     Result,
     api_server,
     bench_arguments,
     build,
+    closed_loop_over,
     in_load_process,
     migrated_database,
 )
@@ -75,27 +75,8 @@ def webhook_request(host: str, invoice_id: int, event_no: int) -> bytes:
 async def closed_loop(
     host: str, port: int, requests: list[bytes], concurrency: int, seconds: float
 ) -> Result:
-    latencies: list[float] = []
-    errors = 0
     queue = iter(requests)
-    deadline = time.perf_counter() + seconds
-
-    async def worker() -> None:
-        nonlocal errors
-        conn = Conn(host, port)
-        while time.perf_counter() < deadline:
-            raw = next(queue, None)
-            if raw is None:
-                return
-            t0 = time.perf_counter()
-            status = await conn.request(raw)
-            latencies.append((time.perf_counter() - t0) * 1000)
-            if status >= 400:
-                errors += 1
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return Result(len(latencies), errors, time.perf_counter() - start, latencies)
+    return await closed_loop_over(host, port, lambda: next(queue, None), concurrency, seconds)
 
 
 def _load_main(args: dict[str, Any], out: Any) -> None:
