@@ -6,15 +6,19 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from billing_core.domain.charge_result import (
-    AttemptDecision,
     ChargeOutcome,
+    GatewayReport,
+    RecordOutcome,
+    ResultEffect,
+    apply_result,
     classify,
-    decide,
     idempotency_key,
 )
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.errors import NaiveDatetime
-from billing_core.domain.invoice import InvoiceStatus
+from billing_core.domain.events import EventType
+from billing_core.domain.invoice import InvoiceState, InvoiceStatus
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 S, D, U = ChargeOutcome.SUCCESS, ChargeOutcome.DECLINED, ChargeOutcome.UNKNOWN
@@ -65,111 +69,256 @@ def test_idempotency_key_is_per_attempt() -> None:
     assert idempotency_key(42, 3) == "inv-42-try-3"
 
 
-def test_success_pays_and_keeps_the_count() -> None:
-    d = decide(S, 2, NOW, random.Random(1))
-    assert (d.invoice_status, d.attempt_count, d.next_attempt_at, d.subscription_action) == (
-        InvoiceStatus.PAID,
-        2,
-        None,
-        "reactivate",
+def sub_state(status: SubscriptionStatus = SubscriptionStatus.ACTIVE) -> SubscriptionState:
+    return SubscriptionState(
+        id=3, status=status, cancel_at_period_end=False, plan_code="BASIC_MONTHLY", version=4
     )
 
 
+def open_invoice(
+    attempt_count: int = 0, status: InvoiceStatus = InvoiceStatus.OPEN
+) -> InvoiceState:
+    return InvoiceState(
+        id=9,
+        status=status,
+        attempt_count=attempt_count,
+        amount=990,
+        currency="EUR",
+        next_attempt_at=NOW,
+    )
+
+
+def report(outcome: ChargeOutcome, attempt: int = 0, *, webhook: bool = False) -> GatewayReport:
+    return GatewayReport(
+        attempt_number=attempt,
+        outcome=outcome,
+        from_webhook=webhook,
+        idempotency_key=idempotency_key(9, attempt),
+        decline_code="card_declined" if outcome == D else None,
+        gateway_reference="ch_1" if outcome == S else None,
+    )
+
+
+def apply(
+    outcome: ChargeOutcome,
+    count: int = 0,
+    *,
+    attempt: int | None = None,
+    webhook: bool = False,
+    invoice_status: InvoiceStatus = InvoiceStatus.OPEN,
+    status: SubscriptionStatus = SubscriptionStatus.ACTIVE,
+    others: int = 0,
+    now: datetime = NOW,
+    rng: random.Random | None = None,
+    policy: DunningPolicy = DunningPolicy(),  # noqa: B008
+) -> ResultEffect:
+    return apply_result(
+        open_invoice(count, invoice_status),
+        sub_state(status),
+        report(outcome, count if attempt is None else attempt, webhook=webhook),
+        other_invoices_in_dunning=others,
+        now=now,
+        rng=rng or random.Random(1),
+        policy=policy,
+    )
+
+
+def types(effect: ResultEffect) -> list[EventType]:
+    return [e.type for e in effect.events]
+
+
+def test_success_pays_and_keeps_the_count() -> None:
+    e = apply(S, 2)
+    assert e.outcome == RecordOutcome.APPLIED
+    assert (e.invoice.status, e.invoice.attempt_count, e.invoice.next_attempt_at) == (
+        InvoiceStatus.PAID,
+        2,
+        None,
+    )
+    assert (e.invoice.paid_at, e.invoice.closed_at) == (NOW, NOW)
+    assert types(e) == [EventType.INVOICE_PAID]
+    assert e.events[0].payload["amount"] == 990
+    assert e.subscription == sub_state() and not e.void_other_open_invoices
+
+
 def test_unknown_keeps_the_count_so_the_key_is_reused() -> None:
-    d = decide(U, 1, NOW, random.Random(1))
-    assert d.invoice_status == InvoiceStatus.OPEN
-    assert d.attempt_count == 1
-    assert d.next_attempt_at == NOW + timedelta(minutes=15)
-    assert d.subscription_action == "none"
+    e = apply(U, 1)
+    assert e.invoice.status == InvoiceStatus.OPEN
+    assert e.invoice.attempt_count == 1
+    assert e.invoice.next_attempt_at == NOW + timedelta(minutes=15)
+    assert e.events == [] and e.subscription == sub_state()
 
 
 def test_full_dunning_sequence_to_failure() -> None:
     rng = random.Random(3)
-    count, now, seen = 0, NOW, []
+    inv, state, now = open_invoice(), sub_state(), NOW
+    seen = []
     while True:
-        d = decide(D, count, now, rng)
-        seen.append((d.invoice_status, d.attempt_count, d.subscription_action))
-        if d.next_attempt_at is None:
+        e = apply_result(
+            inv, state, report(D, inv.attempt_count), other_invoices_in_dunning=0, now=now, rng=rng
+        )
+        seen.append((e.invoice.status, e.invoice.attempt_count, e.subscription.status, types(e)))
+        if e.invoice.next_attempt_at is None:
+            assert e.void_other_open_invoices
             break
-        assert d.next_attempt_at >= now + timedelta(days=1)
-        count, now = d.attempt_count, d.next_attempt_at
+        assert e.invoice.next_attempt_at >= now + timedelta(days=1)
+        inv, state, now = e.invoice, e.subscription, e.invoice.next_attempt_at
+    OPEN, FAILED = InvoiceStatus.OPEN, InvoiceStatus.FAILED
+    PAST, CANCELED = SubscriptionStatus.PAST_DUE, SubscriptionStatus.CANCELED
+    FAIL, PD, SC = (
+        EventType.PAYMENT_FAILED,
+        EventType.SUBSCRIPTION_PAST_DUE,
+        EventType.SUBSCRIPTION_CANCELED,
+    )
     assert seen == [
-        (InvoiceStatus.OPEN, 1, "past_due"),
-        (InvoiceStatus.OPEN, 2, "past_due"),
-        (InvoiceStatus.OPEN, 3, "past_due"),
-        (InvoiceStatus.FAILED, 4, "cancel"),
+        (OPEN, 1, PAST, [FAIL, PD]),
+        (OPEN, 2, PAST, [FAIL]),
+        (OPEN, 3, PAST, [FAIL]),
+        (FAILED, 4, CANCELED, [FAIL, SC]),
     ]
+    assert e.events[-1].payload["reason"] == "nonpayment"
 
 
-def test_decide_follows_a_configured_policy() -> None:
+def test_apply_follows_a_configured_policy() -> None:
     policy = DunningPolicy(
         delays=(timedelta(minutes=1),), jitter=timedelta(0), unknown_retry=timedelta(seconds=30)
     )
-    assert decide(D, 0, NOW, random.Random(1), policy).next_attempt_at == NOW + timedelta(minutes=1)
-    assert decide(D, 1, NOW, random.Random(1), policy).invoice_status == InvoiceStatus.FAILED
-    assert decide(U, 0, NOW, random.Random(1), policy).next_attempt_at == NOW + timedelta(
-        seconds=30
-    )
-
-
-def test_the_dunning_sequence_reuses_no_key_and_ends_in_cancel() -> None:
-    """Declines move the key forward; an uncertain answer in between keeps it."""
-    rng, now, count = random.Random(5), NOW, 0
-    keys: list[str] = []
-    actions: list[str] = []
-    for outcome in (D, U, D, U, U, D, D):
-        keys.append(idempotency_key(77, count))
-        d = decide(outcome, count, now, rng)
-        actions.append(d.subscription_action)
-        if outcome == U:
-            assert d.attempt_count == count and d.next_attempt_at == now + timedelta(minutes=15)
-        else:
-            assert d.attempt_count == count + 1
-        count = d.attempt_count
-        if d.next_attempt_at is None:
-            assert d == AttemptDecision(InvoiceStatus.FAILED, 4, None, "cancel")
-            break
-        now = d.next_attempt_at
-    assert keys == [
-        "inv-77-try-0",
-        "inv-77-try-1",
-        "inv-77-try-1",
-        "inv-77-try-2",
-        "inv-77-try-2",
-        "inv-77-try-2",
-        "inv-77-try-3",
-    ]
-    assert actions == ["past_due", "none", "past_due", "none", "none", "past_due", "cancel"]
+    assert apply(D, 0, policy=policy).invoice.next_attempt_at == NOW + timedelta(minutes=1)
+    assert apply(D, 1, policy=policy).invoice.status == InvoiceStatus.FAILED
+    assert apply(U, 0, policy=policy).invoice.next_attempt_at == NOW + timedelta(seconds=30)
 
 
 @pytest.mark.parametrize(
-    ("outcome", "count", "status", "new_count", "action", "retry"),
+    ("outcome", "count", "status", "new_count", "sub_status", "retry"),
     [
-        (S, 0, InvoiceStatus.PAID, 0, "reactivate", False),
-        (S, 3, InvoiceStatus.PAID, 3, "reactivate", False),
-        (D, 0, InvoiceStatus.OPEN, 1, "past_due", True),
-        (D, 2, InvoiceStatus.OPEN, 3, "past_due", True),
-        (D, 3, InvoiceStatus.FAILED, 4, "cancel", False),
-        (D, 4, InvoiceStatus.FAILED, 5, "cancel", False),
-        (U, 0, InvoiceStatus.OPEN, 0, "none", True),
-        (U, 3, InvoiceStatus.OPEN, 3, "none", True),
+        (S, 0, InvoiceStatus.PAID, 0, SubscriptionStatus.ACTIVE, False),
+        (S, 3, InvoiceStatus.PAID, 3, SubscriptionStatus.ACTIVE, False),
+        (D, 0, InvoiceStatus.OPEN, 1, SubscriptionStatus.PAST_DUE, True),
+        (D, 2, InvoiceStatus.OPEN, 3, SubscriptionStatus.PAST_DUE, True),
+        (D, 3, InvoiceStatus.FAILED, 4, SubscriptionStatus.CANCELED, False),
+        (D, 4, InvoiceStatus.FAILED, 5, SubscriptionStatus.CANCELED, False),
+        (U, 0, InvoiceStatus.OPEN, 0, SubscriptionStatus.ACTIVE, True),
+        (U, 3, InvoiceStatus.OPEN, 3, SubscriptionStatus.ACTIVE, True),
     ],
 )
-def test_decide_table(
+def test_apply_table(
     outcome: ChargeOutcome,
     count: int,
     status: InvoiceStatus,
     new_count: int,
-    action: str,
+    sub_status: SubscriptionStatus,
     retry: bool,
 ) -> None:
-    d = decide(outcome, count, NOW, random.Random(2))
-    assert (d.invoice_status, d.attempt_count, d.subscription_action) == (status, new_count, action)
-    assert (d.next_attempt_at is not None) == retry
-    if d.next_attempt_at is not None:
-        assert d.next_attempt_at > NOW
+    e = apply(outcome, count, rng=random.Random(2))
+    assert (e.invoice.status, e.invoice.attempt_count, e.subscription.status) == (
+        status,
+        new_count,
+        sub_status,
+    )
+    assert (e.invoice.next_attempt_at is not None) == retry
+    if e.invoice.next_attempt_at is not None:
+        assert e.invoice.next_attempt_at > NOW
+    assert e.subscription.version == 4 + (sub_status != SubscriptionStatus.ACTIVE)
 
 
-def test_decide_refuses_naive_now() -> None:
+@pytest.mark.parametrize(
+    "invoice_status", [InvoiceStatus.PAID, InvoiceStatus.FAILED, InvoiceStatus.VOID]
+)
+@pytest.mark.parametrize("outcome", [S, D, U])
+def test_a_settled_invoice_never_changes(
+    invoice_status: InvoiceStatus, outcome: ChargeOutcome
+) -> None:
+    e = apply(outcome, 1, invoice_status=invoice_status)
+    assert e.invoice == open_invoice(1, invoice_status)
+    assert e.subscription == sub_state()
+    if outcome == S and invoice_status != InvoiceStatus.PAID:
+        assert e.outcome == RecordOutcome.RECONCILIATION
+        assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
+        assert e.events[0].payload["invoiceStatus"] == str(invoice_status)
+    else:
+        assert (e.outcome, e.events) == (RecordOutcome.ALREADY_SETTLED, [])
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempt", "webhook", "expected"),
+    [
+        (D, 0, False, RecordOutcome.STALE_ATTEMPT),  # an older attempt's decline
+        (U, 0, False, RecordOutcome.STALE_ATTEMPT),
+        (D, 0, True, RecordOutcome.STALE_ATTEMPT),
+        (U, 2, True, RecordOutcome.STALE_ATTEMPT),  # a webhook's UNKNOWN is only recorded
+        (S, 0, True, RecordOutcome.APPLIED),  # money taken by any attempt pays the invoice
+        (S, 0, False, RecordOutcome.APPLIED),
+        (D, 2, True, RecordOutcome.APPLIED),
+    ],
+)
+def test_results_of_other_attempts(
+    outcome: ChargeOutcome, attempt: int, webhook: bool, expected: RecordOutcome
+) -> None:
+    e = apply(outcome, 2, attempt=attempt, webhook=webhook)
+    assert e.outcome == expected
+    if expected == RecordOutcome.STALE_ATTEMPT:
+        assert (e.invoice, e.subscription, e.events) == (open_invoice(2), sub_state(), [])
+
+
+@pytest.mark.parametrize(("others", "reactivated"), [(0, True), (1, False)])
+def test_a_payment_reactivates_a_past_due_subscription_once_nothing_else_is_in_dunning(
+    others: int, reactivated: bool
+) -> None:
+    e = apply(S, 1, status=SubscriptionStatus.PAST_DUE, others=others)
+    expected = SubscriptionStatus.ACTIVE if reactivated else SubscriptionStatus.PAST_DUE
+    assert e.subscription.status == expected
+    assert types(e) == [EventType.INVOICE_PAID] + (
+        [EventType.SUBSCRIPTION_REACTIVATED] if reactivated else []
+    )
+
+
+def test_a_decline_for_a_canceled_subscription_changes_the_invoice_only() -> None:
+    e = apply(D, 3, status=SubscriptionStatus.CANCELED)
+    assert e.invoice.status == InvoiceStatus.FAILED
+    assert e.subscription == sub_state(SubscriptionStatus.CANCELED)
+    assert types(e) == [EventType.PAYMENT_FAILED] and not e.void_other_open_invoices
+
+
+def test_the_dunning_sequence_reuses_no_key_and_ends_in_cancel() -> None:
+    """Declines move the key forward; an uncertain answer in between keeps it."""
+    rng, now = random.Random(5), NOW
+    inv, state = open_invoice(), sub_state()
+    keys: list[str] = []
+    for outcome in (D, U, D, U, U, D, D):
+        keys.append(idempotency_key(inv.id, inv.attempt_count))
+        e = apply_result(
+            inv,
+            state,
+            report(outcome, inv.attempt_count),
+            other_invoices_in_dunning=0,
+            now=now,
+            rng=rng,
+        )
+        if outcome == U:
+            assert e.invoice.attempt_count == inv.attempt_count
+            assert e.invoice.next_attempt_at == now + timedelta(minutes=15)
+        else:
+            assert e.invoice.attempt_count == inv.attempt_count + 1
+        inv, state = e.invoice, e.subscription
+        if inv.next_attempt_at is None:
+            assert (inv.status, inv.attempt_count, state.status) == (
+                InvoiceStatus.FAILED,
+                4,
+                SubscriptionStatus.CANCELED,
+            )
+            break
+        now = inv.next_attempt_at
+    assert keys == [
+        "inv-9-try-0",
+        "inv-9-try-1",
+        "inv-9-try-1",
+        "inv-9-try-2",
+        "inv-9-try-2",
+        "inv-9-try-2",
+        "inv-9-try-3",
+    ]
+
+
+def test_apply_refuses_naive_now() -> None:
     with pytest.raises(NaiveDatetime):
-        decide(U, 0, datetime(2026, 12, 1), random.Random(1))
+        apply(U, 0, now=datetime(2026, 12, 1))

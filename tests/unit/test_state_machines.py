@@ -108,24 +108,42 @@ def test_same_plan_is_a_no_op() -> None:
 
 
 OP, PD, F, V = InvoiceStatus.OPEN, InvoiceStatus.PAID, InvoiceStatus.FAILED, InvoiceStatus.VOID
-INV_ACTIONS = {"pay": inv.pay, "decline": inv.decline, "fail": inv.fail, "void": inv.void}
-INV_TABLE: dict[tuple[InvoiceStatus, str], InvoiceState | type[Exception]] = {
-    (OP, "pay"): InvoiceState(PD, 1),
-    (PD, "pay"): InvoiceState(PD, 1),
+LATER = datetime(2026, 12, 4, tzinfo=UTC)
+INV_ACTIONS: dict[str, Callable[[InvoiceState], InvoiceState]] = {
+    "pay": lambda i: inv.pay(i, NOW),
+    "decline": lambda i: inv.decline(i, NOW, LATER),
+    "decline_last": lambda i: inv.decline(i, NOW, None),
+    "retry_later": lambda i: inv.retry_later(i, LATER),
+    "void": lambda i: inv.void(i, NOW),
+}
+
+
+def invoice(status: InvoiceStatus) -> InvoiceState:
+    return InvoiceState(id=5, status=status, attempt_count=1, amount=990, currency="EUR")
+
+
+# (status, action) -> (status, attempt_count, next_attempt_at, paid_at, closed_at) or the error
+INV_TABLE: dict[tuple[InvoiceStatus, str], tuple[object, ...] | type[Exception]] = {
+    (OP, "pay"): (PD, 1, None, NOW, NOW),
+    (PD, "pay"): (PD, 1, None, None, None),  # a replay: unchanged
     (F, "pay"): InvoiceNotPayable,
     (V, "pay"): InvoiceNotPayable,
-    (OP, "decline"): InvoiceState(OP, 2),
+    (OP, "decline"): (OP, 2, LATER, None, None),
     (PD, "decline"): IllegalTransition,
     (F, "decline"): IllegalTransition,
     (V, "decline"): IllegalTransition,
-    (OP, "fail"): InvoiceState(F, 1),
-    (PD, "fail"): IllegalTransition,
-    (F, "fail"): IllegalTransition,
-    (V, "fail"): IllegalTransition,
-    (OP, "void"): InvoiceState(V, 1),
+    (OP, "decline_last"): (F, 2, None, None, NOW),
+    (PD, "decline_last"): IllegalTransition,
+    (F, "decline_last"): IllegalTransition,
+    (V, "decline_last"): IllegalTransition,
+    (OP, "retry_later"): (OP, 1, LATER, None, None),
+    (PD, "retry_later"): IllegalTransition,
+    (F, "retry_later"): IllegalTransition,
+    (V, "retry_later"): IllegalTransition,
+    (OP, "void"): (V, 1, None, None, NOW),
     (PD, "void"): IllegalTransition,
     (F, "void"): IllegalTransition,
-    (V, "void"): InvoiceState(V, 1),
+    (V, "void"): (V, 1, None, None, None),  # already void: unchanged
 }
 
 
@@ -136,12 +154,27 @@ def test_invoice_table_covers_every_pair() -> None:
 @pytest.mark.parametrize(("status", "action"), sorted(INV_TABLE, key=str))
 def test_invoice_transition(status: InvoiceStatus, action: str) -> None:
     expected = INV_TABLE[(status, action)]
-    before = InvoiceState(status, 1)
+    before = invoice(status)
     if isinstance(expected, type):
         with pytest.raises(expected):
             INV_ACTIONS[action](before)
-    else:
-        assert INV_ACTIONS[action](before) == expected
+        return
+    after = INV_ACTIONS[action](before)
+    assert (
+        after.status,
+        after.attempt_count,
+        after.next_attempt_at,
+        after.paid_at,
+        after.closed_at,
+    ) == expected
+    assert (after.id, after.amount, after.currency) == (before.id, before.amount, before.currency)
+
+
+def test_a_void_gives_back_all_the_credit_the_invoice_consumed() -> None:
+    assert inv.credit_returned_by_void(0) == 0
+    assert inv.credit_returned_by_void(1355) == 1355
+    with pytest.raises(ValueError):
+        inv.credit_returned_by_void(-1)
 
 
 def test_is_settled() -> None:

@@ -1,4 +1,4 @@
-"""What a gateway answer means, and what the invoice does next (the article's §6.2 rules).
+"""What a gateway answer means, and what it does to the invoice and subscription (§6.2 rules).
 
 * SUCCESS: the invoice is PAID.
 * DECLINED (a clear refusal): one more failed attempt, next try from the dunning schedule, or
@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from billing_core.domain import events as ev
+from billing_core.domain import invoice as invoice_rules
+from billing_core.domain import subscription as sub_rules
 from billing_core.domain.dunning import DunningPolicy, next_attempt
+from billing_core.domain.events import DomainEvent
 from billing_core.domain.instant import require_aware
-from billing_core.domain.invoice import InvoiceStatus
+from billing_core.domain.invoice import InvoiceState, InvoiceStatus
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 
 
 class ChargeOutcome(StrEnum):
@@ -77,32 +82,109 @@ def _decline_code(body: Mapping[str, object] | None) -> str | None:
     return None
 
 
-SubscriptionAction = str  # "reactivate" | "past_due" | "cancel" | "none"
+class RecordOutcome(StrEnum):
+    """What recording one gateway result did."""
+
+    APPLIED = "APPLIED"
+    ALREADY_SETTLED = "ALREADY_SETTLED"
+    STALE_ATTEMPT = "STALE_ATTEMPT"
+    RECONCILIATION = "RECONCILIATION"
+    NOT_FOUND = "NOT_FOUND"
 
 
 @dataclass(frozen=True)
-class AttemptDecision:
-    invoice_status: InvoiceStatus
-    attempt_count: int
-    next_attempt_at: datetime | None
-    subscription_action: SubscriptionAction
+class GatewayReport:
+    """What the gateway said about one attempt, from the collector's call or from a webhook."""
+
+    attempt_number: int
+    outcome: ChargeOutcome
+    from_webhook: bool
+    idempotency_key: str
+    decline_code: str | None = None
+    gateway_reference: str | None = None
 
 
-def decide(
-    outcome: ChargeOutcome,
-    attempt_count: int,
+@dataclass(frozen=True)
+class ResultEffect:
+    """The new invoice and subscription states, the events, and whether the subscription's other
+    OPEN invoices are to be voided (cancel for non-payment)."""
+
+    outcome: RecordOutcome
+    invoice: InvoiceState
+    subscription: SubscriptionState
+    events: list[DomainEvent] = field(default_factory=list)
+    void_other_open_invoices: bool = False
+
+
+def apply_result(
+    invoice: InvoiceState,
+    subscription: SubscriptionState,
+    report: GatewayReport,
+    *,
+    other_invoices_in_dunning: int,
     now: datetime,
     rng: random.Random,
     policy: DunningPolicy = DunningPolicy(),  # noqa: B008 - frozen, immutable default
-) -> AttemptDecision:
-    """What one gateway answer does to the invoice; ``attempt_count``: declines so far."""
+) -> ResultEffect:
+    """Decide from the invoice's CURRENT state, so results may come in any order, any number of
+    times:
+
+    * PAID: ignored (a PAID invoice stays PAID).
+    * FAILED/VOID: a SUCCESS needs reconciliation (money was taken for a settled invoice).
+    * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
+      subscription is reactivated when no other invoice of it is in dunning.
+    * OPEN, DECLINED/UNKNOWN for an older attempt, or UNKNOWN from a webhook: only recorded.
+    * OPEN, DECLINED for the current attempt: the dunning schedule's next try (PAST_DUE), or
+      FAILED with the subscription canceled for non-payment and its other OPEN invoices voided.
+    * OPEN, UNKNOWN for the current attempt: the same attempt again after ``unknown_retry``.
+    """
     require_aware(now, "now")
-    if outcome == ChargeOutcome.SUCCESS:
-        return AttemptDecision(InvoiceStatus.PAID, attempt_count, None, "reactivate")
-    if outcome == ChargeOutcome.DECLINED:
-        failed = attempt_count + 1
-        retry_at = next_attempt(failed, now, rng, policy)
-        if retry_at is None:
-            return AttemptDecision(InvoiceStatus.FAILED, failed, None, "cancel")
-        return AttemptDecision(InvoiceStatus.OPEN, failed, retry_at, "past_due")
-    return AttemptDecision(InvoiceStatus.OPEN, attempt_count, now + policy.unknown_retry, "none")
+    unchanged = ResultEffect(RecordOutcome.ALREADY_SETTLED, invoice, subscription)
+    if invoice.status == InvoiceStatus.PAID:
+        return unchanged
+    if invoice.status != InvoiceStatus.OPEN:
+        if report.outcome != ChargeOutcome.SUCCESS:
+            return unchanged
+        needed = ev.payment_reconciliation_needed(
+            subscription.id,
+            invoice.id,
+            str(invoice.status),
+            report.idempotency_key,
+            report.gateway_reference,
+        )
+        return ResultEffect(RecordOutcome.RECONCILIATION, invoice, subscription, [needed])
+    stale = ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
+    if report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook:
+        return stale
+    if report.attempt_number != invoice.attempt_count and report.outcome != ChargeOutcome.SUCCESS:
+        return stale
+
+    if report.outcome == ChargeOutcome.SUCCESS:
+        paid = invoice_rules.pay(invoice, now)
+        events = [ev.invoice_paid(subscription.id, invoice.id, paid.amount, paid.currency, now)]
+        state = subscription
+        if subscription.status == SubscriptionStatus.PAST_DUE and other_invoices_in_dunning == 0:
+            state, reactivated = sub_rules.reactivate(subscription, now, invoice.id)
+            events += reactivated
+        return ResultEffect(RecordOutcome.APPLIED, paid, state, events)
+
+    if report.outcome == ChargeOutcome.UNKNOWN:
+        later = invoice_rules.retry_later(invoice, now + policy.unknown_retry)
+        return ResultEffect(RecordOutcome.APPLIED, later, subscription)
+
+    retry_at = next_attempt(invoice.attempt_count + 1, now, rng, policy)
+    declined = invoice_rules.decline(invoice, now, retry_at)
+    events = [
+        ev.payment_failed(
+            subscription.id, invoice.id, declined.attempt_count, report.decline_code, retry_at
+        )
+    ]
+    if subscription.status == SubscriptionStatus.CANCELED:
+        return ResultEffect(RecordOutcome.APPLIED, declined, subscription, events)
+    if retry_at is not None:
+        state, past_due = sub_rules.mark_past_due(subscription, now, invoice.id)
+        return ResultEffect(RecordOutcome.APPLIED, declined, state, events + past_due)
+    state, canceled = sub_rules.cancel_for_nonpayment(subscription, now)
+    return ResultEffect(
+        RecordOutcome.APPLIED, declined, state, events + canceled, void_other_open_invoices=True
+    )

@@ -4,6 +4,11 @@ PAID, FAILED and VOID are final ("settled"). Paying a PAID invoice and voiding a
 no-ops, so replayed webhooks and retried requests are harmless; any other move out of a settled
 state raises. A successful charge that arrives for a FAILED or VOID invoice is not applied: it
 needs reconciliation (``on_success`` tells which case applies).
+
+Voiding gives back credit: a VOID invoice was never paid, so whatever credit it had consumed
+returns to the subscription's balance, whoever voided it (a customer's cancel or the end of
+dunning). A FAILED invoice keeps its credit: it is a debt that was not collected, not a
+withdrawn one. :func:`credit_returned_by_void` is that rule.
 """
 
 from __future__ import annotations
@@ -29,8 +34,16 @@ class InvoiceKind(StrEnum):
 
 @dataclass(frozen=True)
 class InvoiceState:
+    """What the transitions read and change; ``attempt_count`` counts the declines so far."""
+
+    id: int
     status: InvoiceStatus
     attempt_count: int
+    amount: int
+    currency: str
+    next_attempt_at: datetime | None = None
+    paid_at: datetime | None = None
+    closed_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -73,31 +86,52 @@ def on_success(status: InvoiceStatus | str) -> SuccessHandling:
     return SuccessHandling.RECONCILE
 
 
-def pay(state: InvoiceState) -> InvoiceState:
+def pay(state: InvoiceState, now: datetime) -> InvoiceState:
     """OPEN -> PAID; paying a PAID invoice is a no-op; FAILED/VOID cannot be paid."""
     if state.status == InvoiceStatus.PAID:
         return state
     if state.status != InvoiceStatus.OPEN:
         raise InvoiceNotPayable(f"a {state.status} invoice cannot be paid")
-    return replace(state, status=InvoiceStatus.PAID)
+    return replace(
+        state, status=InvoiceStatus.PAID, next_attempt_at=None, paid_at=now, closed_at=now
+    )
 
 
-def decline(state: InvoiceState) -> InvoiceState:
-    """A clear decline of an OPEN invoice: one more failed attempt."""
+def decline(state: InvoiceState, now: datetime, retry_at: datetime | None) -> InvoiceState:
+    """A clear decline: one more failed attempt, tried again at ``retry_at``, or FAILED when the
+    dunning schedule has no next attempt (``retry_at`` is None)."""
     if state.status != InvoiceStatus.OPEN:
         raise IllegalTransition(f"a {state.status} invoice cannot record a decline")
-    return replace(state, attempt_count=state.attempt_count + 1)
+    failed = state.attempt_count + 1
+    if retry_at is None:
+        return replace(
+            state,
+            status=InvoiceStatus.FAILED,
+            attempt_count=failed,
+            next_attempt_at=None,
+            closed_at=now,
+        )
+    return replace(state, attempt_count=failed, next_attempt_at=retry_at)
 
 
-def fail(state: InvoiceState) -> InvoiceState:
+def retry_later(state: InvoiceState, at: datetime) -> InvoiceState:
+    """An uncertain answer: the same attempt (same key) again at ``at``; no attempt counted."""
     if state.status != InvoiceStatus.OPEN:
-        raise IllegalTransition(f"a {state.status} invoice cannot fail")
-    return replace(state, status=InvoiceStatus.FAILED)
+        raise IllegalTransition(f"a {state.status} invoice cannot be retried")
+    return replace(state, next_attempt_at=at)
 
 
-def void(state: InvoiceState) -> InvoiceState:
+def void(state: InvoiceState, now: datetime) -> InvoiceState:
+    """OPEN -> VOID (nothing more is charged); voiding a VOID invoice is a no-op."""
     if state.status == InvoiceStatus.VOID:
         return state
     if state.status != InvoiceStatus.OPEN:
         raise IllegalTransition(f"a {state.status} invoice cannot be voided")
-    return replace(state, status=InvoiceStatus.VOID)
+    return replace(state, status=InvoiceStatus.VOID, next_attempt_at=None, closed_at=now)
+
+
+def credit_returned_by_void(credit_applied: int) -> int:
+    """The credit a voided invoice gives back to its subscription: all it had consumed."""
+    if credit_applied < 0:
+        raise ValueError("an invoice never consumes negative credit")
+    return credit_applied

@@ -6,10 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
 from billing_core.domain import invoice as invoice_rules
+from billing_core.domain.invoice import InvoiceStatus
+
+Db = AsyncSession | AsyncConnection
 
 
 @dataclass(frozen=True)
@@ -107,16 +110,25 @@ async def insert_invoice(
 
 
 async def void_open_invoices(
-    session: AsyncSession, subscription_id: int, *, now: datetime
+    session: Db, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
 ) -> list[VoidedInvoice]:
-    """VOID every OPEN invoice of the subscription (dunning stops: no next attempt)."""
-    result = await session.execute(
-        update(_i)
-        .where(_i.c.subscription_id == subscription_id, _i.c.status == "OPEN")
-        .values(status="VOID", next_attempt_at=None, closed_at=now, updated_at=now)
-        .returning(_i.c.id, _i.c.amount, _i.c.credit_applied, _i.c.currency)
+    """VOID every OPEN invoice of the subscription but ``keep_invoice_id`` (the state
+    ``domain.invoice.void`` gives: no next attempt, closed now, and no lease left)."""
+    query = update(_i).where(
+        _i.c.subscription_id == subscription_id, _i.c.status == str(InvoiceStatus.OPEN)
     )
-    return sorted((VoidedInvoice(*row) for row in result), key=lambda v: v.id)
+    if keep_invoice_id is not None:
+        query = query.where(_i.c.id != keep_invoice_id)
+    result = await session.execute(
+        query.values(
+            status=str(InvoiceStatus.VOID),
+            next_attempt_at=None,
+            leased_at=None,
+            closed_at=now,
+            updated_at=now,
+        ).returning(_i.c.id, _i.c.amount, _i.c.credit_applied, _i.c.currency)
+    )
+    return sorted((VoidedInvoice(**row) for row in result.mappings()), key=lambda v: v.id)
 
 
 async def list_for_subscription(

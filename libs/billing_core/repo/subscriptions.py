@@ -8,12 +8,13 @@ the caller the current version instead of overwriting that work.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
 from billing_core.domain.errors import DomainError
@@ -61,15 +62,21 @@ class Subscription:
     plan_interval: str
 
 
-def domain_state(sub: Subscription) -> SubscriptionState:
+def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
+    """The domain's view of a subscription row (columns by name, the plan's code as
+    ``plan_code``): the one place a row becomes a :class:`SubscriptionState`."""
     return SubscriptionState(
-        id=sub.id,
-        status=SubscriptionStatus(sub.status),
-        cancel_at_period_end=sub.cancel_at_period_end,
-        plan_code=sub.plan_code,
-        version=sub.version,
-        canceled_at=sub.canceled_at,
+        id=int(row["id"]),
+        status=SubscriptionStatus(row["status"]),
+        cancel_at_period_end=bool(row["cancel_at_period_end"]),
+        plan_code=str(row["plan_code"]),
+        version=int(row["version"]),
+        canceled_at=row.get("canceled_at"),
     )
+
+
+def domain_state(sub: Subscription) -> SubscriptionState:
+    return subscription_state(vars(sub))
 
 
 _s = t.subscription
@@ -174,7 +181,7 @@ async def update_versioned(
 
 
 async def add_credit_entry(
-    session: AsyncSession,
+    session: AsyncSession | AsyncConnection,
     *,
     subscription_id: int,
     amount: int,
@@ -195,7 +202,12 @@ async def add_credit_entry(
 
 
 async def return_credit(
-    session: AsyncSession, *, subscription_id: int, amount: int, invoice_id: int, now: datetime
+    session: AsyncSession | AsyncConnection,
+    *,
+    subscription_id: int,
+    amount: int,
+    invoice_id: int,
+    now: datetime,
 ) -> None:
     """Give back credit a voided invoice had consumed (ledger line + balance).
 

@@ -6,11 +6,10 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from billing_core.domain import events as ev
 from billing_core.domain import subscription as sub_domain
-from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases.voiding import void_open_invoices
 
 
 async def cancel(
@@ -24,7 +23,7 @@ async def cancel(
     """Cancel; return False when there was nothing to do (already canceled or scheduled).
 
     Immediately: the subscription becomes CANCELED and its OPEN invoices VOID (dunning stops;
-    credit they had consumed goes back to the balance). At period end: only the flag is set,
+    ``usecases.voiding`` gives their credit back). At period end: only the flag is set,
     and the renewer cancels instead of renewing. Raises ``VersionConflict`` when the
     subscription is not at ``expected_version`` or changes before the write.
     """
@@ -52,18 +51,6 @@ async def cancel(
             "cancel_at_period_end": new_state.cancel_at_period_end,
         },
     )
-    voided: list[invoices_repo.VoidedInvoice] = []
-    if not at_period_end:
-        voided = await invoices_repo.void_open_invoices(session, subscription_id, now=now)
-        for v in voided:
-            if v.credit_applied:
-                await subscriptions_repo.return_credit(
-                    session,
-                    subscription_id=subscription_id,
-                    amount=v.credit_applied,
-                    invoice_id=v.id,
-                    now=now,
-                )
-    all_events = [ev.invoice_voided(subscription_id, v.id, now) for v in voided] + events
-    await outbox.append_events(session, all_events, now)
+    voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
+    await outbox.append_events(session, voided + events, now)
     return True

@@ -141,6 +141,40 @@ async def test_full_dunning_schedule_ends_in_failure_and_cancellation(
     ]
 
 
+async def test_cancel_for_nonpayment_voids_the_rest_as_a_customer_cancel_does(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """One void rule: the other OPEN invoice's consumed credit goes back, its lease is cleared."""
+    sub, (inv, other) = await setup(engine, invoices=2)
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE invoice SET subtotal = 990, credit_applied = 300, amount = 690,"
+                " leased_at = :now WHERE id = :i"
+            ),
+            {"i": other, "now": NOW},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)"
+                " VALUES (:s, 300, 'DOWNGRADE', NULL, :now), (:s, -300, 'INVOICE', :i, :now)"
+            ),
+            {"s": sub, "i": other, "now": NOW},
+        )
+        await conn.execute(text("UPDATE invoice SET attempt_count = 3 WHERE id = :i"), {"i": inv})
+    assert await record(sessions, inv, ChargeOutcome.DECLINED, attempt=3) == RecordOutcome.APPLIED
+    voided = await row(engine, "SELECT status, leased_at FROM invoice WHERE id = :i", i=other)
+    assert (voided["status"], voided["leased_at"]) == ("VOID", None)
+    s = await row(engine, "SELECT status, credit_balance FROM subscription WHERE id = :s", s=sub)
+    assert (s["status"], s["credit_balance"]) == ("CANCELED", 300)
+    entry = await row(
+        engine,
+        "SELECT amount, reason FROM credit_entry WHERE invoice_id = :i AND amount > 0",
+        i=other,
+    )
+    assert (entry["amount"], entry["reason"]) == (300, "VOID_REFUND")
+
+
 async def test_unknown_keeps_the_attempt_count_and_retries_in_15_minutes(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
