@@ -52,7 +52,7 @@ from billing_core.db.engine import create_engine
 from billing_core.repo import renewal as renewal_repo
 from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_filler_sql, seed_subscriptions
 from billing_core.settings import CoreSettings
-from services.renewer.batch import renew_due_batch
+from billing_core.usecases.renew import renew_due_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "billing_bench_renewer"
@@ -164,15 +164,18 @@ class Variant:
 
 
 async def renewer_tasks(engine: AsyncEngine, slice_size: int, tasks: int, batch: int) -> int:
+    """Renew ``slice_size`` due subscriptions with ``tasks`` concurrent batches; each task
+    reserves its rows before claiming them, so the tasks together never ask for more than the
+    slice (a catch-up row creates several invoices: invoices are counted, rows reserved)."""
+    reserved = 0
     done = 0
 
     async def worker() -> None:
-        nonlocal done
-        while done < slice_size:
+        nonlocal reserved, done
+        while (take := min(batch, slice_size - reserved)) > 0:
+            reserved += take
             async with engine.begin() as conn:
-                result = await renew_due_batch(
-                    conn, now=datetime.now(UTC), batch_size=min(batch, slice_size - done)
-                )
+                result = await renew_due_batch(conn, now=datetime.now(UTC), batch_size=take)
             if result.claimed == 0:
                 return
             done += result.invoices_created
@@ -187,9 +190,10 @@ async def pg_loop(
     batch: int,
     fn: Callable[..., Awaitable[int]],
 ) -> int:
-    done = 0
-    while done < slice_size:
-        n = await fn(conn, now=datetime.now(UTC), batch_size=min(batch, slice_size - done))
+    reserved = done = 0
+    while (take := min(batch, slice_size - reserved)) > 0:
+        reserved += take
+        n = await fn(conn, now=datetime.now(UTC), batch_size=take)
         if n == 0:
             break
         done += n

@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.clock import Clock
 from billing_core.logging import get_logger
 from billing_core.repo import renewal as renewal_repo
+from billing_core.usecases.renew import BatchResult, renew_due_batch
 from services.renewer import metrics
-from services.renewer.batch import BatchResult, renew_due_batch
 
 log = get_logger(__name__)
 

@@ -31,7 +31,18 @@ ALL = [
     ev.subscription_canceled(1, "customer_request", NOW),
     ev.subscription_past_due(1, 9),
     ev.subscription_reactivated(1, 9),
-    ev.invoice_created(1, 9, "RENEWAL", 1999, "EUR", NOW, LATER),
+    ev.invoice_created(
+        1,
+        9,
+        "RENEWAL",
+        period_index=1,
+        period_start=NOW,
+        period_end=LATER,
+        subtotal=2499,
+        credit_applied=500,
+        amount=1999,
+        currency="EUR",
+    ),
     ev.invoice_paid(1, 9, 1999, "EUR", NOW),
     ev.payment_failed(1, 9, 1, "card_declined", LATER),
     ev.invoice_voided(1, 9, NOW),
@@ -77,3 +88,37 @@ def test_times_are_iso_utc_with_z() -> None:
 def test_naive_times_are_refused() -> None:
     with pytest.raises(NaiveDatetime):
         ev.invoice_paid(1, 9, 1999, "EUR", datetime(2026, 12, 1))
+
+
+def test_every_invoice_has_one_created_shape_and_paid_at_opening_adds_invoice_paid() -> None:
+    common = {
+        "period_index": 0,
+        "period_start": NOW,
+        "period_end": LATER,
+        "subtotal": 990,
+        "currency": "EUR",
+    }
+    owed = ev.invoice_opened(
+        1, 9, "PRORATION", credit_applied=0, amount=990, paid_at=None, **common
+    )
+    covered = ev.invoice_opened(
+        1, 10, "RENEWAL", credit_applied=990, amount=0, paid_at=NOW, **common
+    )
+    assert [e.type for e in owed] == [EventType.INVOICE_CREATED]
+    assert [e.type for e in covered] == [EventType.INVOICE_CREATED, EventType.INVOICE_PAID]
+    assert (
+        set(owed[0].payload)
+        == set(covered[0].payload)
+        == {
+            "subscriptionId",
+            "invoiceId",
+            "kind",
+            "periodIndex",
+            "periodStart",
+            "periodEnd",
+            "subtotal",
+            "creditApplied",
+            "amount",
+            "currency",
+        }
+    )

@@ -111,24 +111,67 @@ def invoice_created(
     subscription_id: int,
     invoice_id: int,
     kind: str,
-    amount: int,
-    currency: str,
+    *,
+    period_index: int,
     period_start: datetime,
     period_end: datetime,
+    subtotal: int,
+    credit_applied: int,
+    amount: int,
+    currency: str,
 ) -> DomainEvent:
+    """One shape for every invoice, whoever opens it (subscribe, plan change, renewal)."""
     return DomainEvent(
         EventType.INVOICE_CREATED,
         subscription_id,
         {
             "subscriptionId": subscription_id,
             "invoiceId": invoice_id,
-            "kind": kind,
-            "amount": amount,
-            "currency": currency,
+            "kind": str(kind),
+            "periodIndex": period_index,
             "periodStart": iso(period_start),
             "periodEnd": iso(period_end),
+            "subtotal": subtotal,
+            "creditApplied": credit_applied,
+            "amount": amount,
+            "currency": currency,
         },
     )
+
+
+def invoice_opened(
+    subscription_id: int,
+    invoice_id: int,
+    kind: str,
+    *,
+    period_index: int,
+    period_start: datetime,
+    period_end: datetime,
+    subtotal: int,
+    credit_applied: int,
+    amount: int,
+    currency: str,
+    paid_at: datetime | None,
+) -> list[DomainEvent]:
+    """A new invoice's events: InvoiceCreated, and InvoicePaid when credit covered all of it
+    (``paid_at`` set at opening)."""
+    events = [
+        invoice_created(
+            subscription_id,
+            invoice_id,
+            kind,
+            period_index=period_index,
+            period_start=period_start,
+            period_end=period_end,
+            subtotal=subtotal,
+            credit_applied=credit_applied,
+            amount=amount,
+            currency=currency,
+        )
+    ]
+    if paid_at is not None:
+        events.append(invoice_paid(subscription_id, invoice_id, amount, currency, paid_at))
+    return events
 
 
 def invoice_paid(

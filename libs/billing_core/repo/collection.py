@@ -15,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.domain.charge_result import idempotency_key
+from billing_core.repo.limits import require_positive_limit
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ _BACKLOG = text(
 async def claim_due_invoices(
     db: AsyncSession | AsyncConnection, *, now: datetime, limit: int, lease: timedelta
 ) -> list[LeasedInvoice]:
+    require_positive_limit(limit)
     lease_until = now + lease
     rows = (
         await db.execute(_CLAIM, {"now": now, "limit": limit, "lease_until": lease_until})

@@ -12,6 +12,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from billing_core.repo.limits import require_positive_limit
+
 # Unpublished, unparked rows of the given shards, oldest id first, locked (SKIP LOCKED: a row a
 # stale owner still holds is left to it). A row is a candidate only when its predecessor in the
 # subscription (sequence - 1) exists and is not parked, or when it is the first event: so a gap
@@ -107,6 +109,7 @@ class OutboxStats:
 async def claim(
     conn: AsyncConnection, *, shards: int, owned: Sequence[int], limit: int
 ) -> list[OutboxRow]:
+    require_positive_limit(limit)
     result = await conn.execute(_CLAIM, {"shards": shards, "owned": list(owned), "limit": limit})
     return [OutboxRow(**row._mapping) for row in result.all()]
 
@@ -127,6 +130,7 @@ async def park(conn: AsyncConnection, parked: Sequence[tuple[int, str]], now: da
 async def prune(
     conn: AsyncConnection, *, cutoff: datetime, shards: int, owned: Sequence[int], limit: int
 ) -> int:
+    require_positive_limit(limit)
     result = await conn.execute(
         _PRUNE, {"cutoff": cutoff, "shards": shards, "owned": list(owned), "limit": limit}
     )

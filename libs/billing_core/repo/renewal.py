@@ -18,44 +18,11 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
+from billing_core.repo.limits import require_positive_limit
+from billing_core.repo.subscriptions import subscription_state
+
 Db = AsyncSession | AsyncConnection
-
-
-@dataclass(frozen=True, slots=True)
-class DueSubscription:
-    """A claimed (row-locked) subscription whose current period has ended, with its plan."""
-
-    id: int
-    customer_id: int
-    status: str
-    time_zone: str
-    billing_anchor: datetime
-    period_index: int
-    current_period_start: datetime
-    current_period_end: datetime
-    cancel_at_period_end: bool
-    credit_balance: int
-    version: int
-    plan_code: str
-    price_amount: int
-    currency: str
-    billing_interval: str
-
-
-@dataclass(frozen=True, slots=True)
-class NewRenewalInvoice:
-    subscription_id: int
-    customer_id: int
-    period_index: int
-    period_start: datetime
-    period_end: datetime
-    subtotal: int
-    credit_applied: int
-    amount: int
-    currency: str
-    status: str  # OPEN, or PAID when nothing is left to charge
-    next_attempt_at: datetime | None
-    paid_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +30,6 @@ class InsertedInvoice:
     id: int
     subscription_id: int
     period_index: int
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionWrite:
-    """The new state of one claimed subscription; ``expected_version`` is the one claimed."""
-
-    id: int
-    expected_version: int
-    version: int
-    status: str
-    period_index: int
-    current_period_start: datetime
-    current_period_end: datetime
-    credit_balance: int
-    canceled_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +42,8 @@ class CreditUse:
 _CLAIM = """
     SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
            s.current_period_start, s.current_period_end, s.cancel_at_period_end,
-           s.credit_balance, s.version,
-           p.code, p.price_amount, p.currency, p.billing_interval
+           s.canceled_at, s.credit_balance, s.version,
+           p.code AS plan_code, p.price_amount, p.currency, p.billing_interval
     FROM subscription s
     JOIN plan p ON p.id = s.plan_id
     WHERE s.status = 'ACTIVE' AND s.current_period_end <= :now
@@ -173,10 +125,26 @@ async def claim_due(
 ) -> list[DueSubscription]:
     """Lock up to ``limit`` due ACTIVE subscriptions, oldest first, skipping rows other
     transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches."""
+    require_positive_limit(limit)
     result = await db.execute(
         text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
     )
-    return [DueSubscription(*row) for row in result.all()]
+    return [
+        DueSubscription(
+            state=subscription_state(row),
+            customer_id=row["customer_id"],
+            time_zone=row["time_zone"],
+            billing_anchor=row["billing_anchor"],
+            period_index=row["period_index"],
+            current_period_start=row["current_period_start"],
+            current_period_end=row["current_period_end"],
+            credit_balance=row["credit_balance"],
+            price_amount=row["price_amount"],
+            currency=row["currency"],
+            billing_interval=row["billing_interval"],
+        )
+        for row in result.mappings()
+    ]
 
 
 async def explain_claim(db: Db, *, now: datetime, limit: int) -> str:
@@ -188,7 +156,7 @@ async def explain_claim(db: Db, *, now: datetime, limit: int) -> str:
 
 
 async def insert_renewal_invoices(
-    db: Db, invoices: Sequence[NewRenewalInvoice], *, now: datetime
+    db: Db, invoices: Sequence[RenewalInvoice], *, now: datetime
 ) -> list[InsertedInvoice]:
     """Insert the invoices in one statement, in the given order. A renewal that already exists
     for its (subscription, period_start) is not inserted again (the UNIQUE safety net) and is
@@ -207,13 +175,13 @@ async def insert_renewal_invoices(
             "credits": [i.credit_applied for i in invoices],
             "amounts": [i.amount for i in invoices],
             "currencies": [i.currency for i in invoices],
-            "statuses": [i.status for i in invoices],
+            "statuses": [str(i.status) for i in invoices],
             "next_attempts": [i.next_attempt_at for i in invoices],
             "paid_ats": [i.paid_at for i in invoices],
             "now": now,
         },
     )
-    return [InsertedInvoice(*row) for row in result.all()]
+    return [InsertedInvoice(**row) for row in result.mappings()]
 
 
 async def existing_renewals(
@@ -229,11 +197,11 @@ async def existing_renewals(
             "period_starts": [k[1] for k in keys],
         },
     )
-    return {(int(row[0]), row[1]) for row in result.all()}
+    return {(int(row.subscription_id), row.period_start) for row in result}
 
 
 async def write_subscriptions(
-    db: Db, writes: Sequence[SubscriptionWrite], *, now: datetime
+    db: Db, writes: Sequence[RenewedSubscription], *, now: datetime
 ) -> set[int]:
     """Apply the new states in one statement; return the ids actually updated (a row whose
     version is not ``expected_version`` is left alone and missing from the result)."""
@@ -245,7 +213,7 @@ async def write_subscriptions(
             "ids": [w.id for w in writes],
             "expected_versions": [w.expected_version for w in writes],
             "versions": [w.version for w in writes],
-            "statuses": [w.status for w in writes],
+            "statuses": [str(w.status) for w in writes],
             "period_indexes": [w.period_index for w in writes],
             "period_starts": [w.current_period_start for w in writes],
             "period_ends": [w.current_period_end for w in writes],
@@ -254,7 +222,7 @@ async def write_subscriptions(
             "now": now,
         },
     )
-    return {int(row[0]) for row in result.all()}
+    return {int(row.id) for row in result}
 
 
 async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:

@@ -7,7 +7,6 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from billing_core.domain import events as ev
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
@@ -17,7 +16,7 @@ from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
-from billing_core.usecases.subscribe import invoice_created_event
+from billing_core.usecases.subscribe import opened_invoice_events
 
 
 class IncompatiblePlanChange(DomainError):
@@ -129,11 +128,7 @@ async def change_plan(
         )
 
     if invoice is not None:
-        events.append(invoice_created_event(invoice))
-        if invoice.status == "PAID":  # credit covered all of it
-            events.append(
-                ev.invoice_paid(subscription_id, invoice.id, invoice.amount, invoice.currency, now)
-            )
+        events += opened_invoice_events(invoice)
     await outbox.append_events(session, events, now)
     return PlanChange(
         changed=True,

@@ -80,19 +80,23 @@ async def subscribe(
         ev.subscription_created(
             subscription_id, customer_id, plan.code, period.start, period.end, time_zone
         ),
-        invoice_created_event(invoice),
+        *opened_invoice_events(invoice),
     ]
     await outbox.append_events(session, events, now)
     return Subscribed(subscription_id, invoice.id)
 
 
-def invoice_created_event(invoice: invoices_repo.Invoice) -> ev.DomainEvent:
-    return ev.invoice_created(
+def opened_invoice_events(invoice: invoices_repo.Invoice) -> list[ev.DomainEvent]:
+    return ev.invoice_opened(
         invoice.subscription_id,
         invoice.id,
         invoice.kind,
-        invoice.amount,
-        invoice.currency,
-        invoice.period_start,
-        invoice.period_end,
+        period_index=invoice.period_index,
+        period_start=invoice.period_start,
+        period_end=invoice.period_end,
+        subtotal=invoice.subtotal,
+        credit_applied=invoice.credit_applied,
+        amount=invoice.amount,
+        currency=invoice.currency,
+        paid_at=invoice.paid_at,
     )

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core.domain import period as period_rules
-from services.renewer.batch import BatchResult, renew_due_batch
+from billing_core.usecases.renew import BatchResult, renew_due_batch
 
 
 async def plan_row(conn: AsyncConnection, code: str) -> dict[str, Any]:

@@ -7,13 +7,16 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import asyncpg
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.domain.invoice import InvoiceStatus
+from billing_core.domain.renewal import RenewalInvoice
 from billing_core.repo import renewal as renewal_repo
 from billing_core.seeding import SeedSpec, seed_subscriptions
-from services.renewer.batch import renew_due_batch
+from billing_core.usecases.renew import renew_due_batch
 from services.renewer.loop import Renewer
 from tests.integration.renewer.support import (
     assert_exactly_once,
@@ -261,7 +264,7 @@ async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
 async def test_insert_of_an_existing_renewal_is_a_no_op(engine: AsyncEngine) -> None:
     sub_id = await create_subscription(engine, anchor=JAN_15)
     now = datetime(2025, 2, 16, tzinfo=UTC)
-    row = renewal_repo.NewRenewalInvoice(
+    row = RenewalInvoice(
         subscription_id=sub_id,
         customer_id=42,
         period_index=1,
@@ -271,7 +274,7 @@ async def test_insert_of_an_existing_renewal_is_a_no_op(engine: AsyncEngine) -> 
         credit_applied=0,
         amount=100,
         currency="EUR",
-        status="OPEN",
+        status=InvoiceStatus.OPEN,
         next_attempt_at=now,
         paid_at=None,
     )
@@ -418,3 +421,16 @@ async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
 
     assert ticks == 6  # 600 rows, 2 x 50 per tick; the 7th tick finds nothing
     assert await assert_exactly_once(engine, before) == 600
+
+
+async def test_a_non_positive_batch_size_is_refused_before_any_sql(engine: AsyncEngine) -> None:
+    """The benchmark once sent LIMIT -2000 to PostgreSQL; every claim now says why it refuses."""
+    now = datetime(2025, 2, 16, tzinfo=UTC)
+    async with engine.begin() as conn:
+        for size in (0, -2000):
+            with pytest.raises(ValueError, match="at least one row"):
+                await renew_due_batch(conn, now=now, batch_size=size)
+            with pytest.raises(ValueError, match="at least one row"):
+                await renewal_repo.claim_due(conn, now=now, limit=size)
+        with pytest.raises(ValueError, match="max_periods"):
+            await renew_due_batch(conn, now=now, batch_size=10, max_periods=0)

@@ -1,8 +1,9 @@
 """One renewal batch, inside the caller's transaction (the caller commits; nothing here does).
 
 1. Claim up to ``batch_size`` due ACTIVE subscriptions, oldest first, ``FOR UPDATE SKIP LOCKED``.
-2. Plan each row with the pure domain rules (:mod:`services.renewer.planning`); a row that cannot
-   be planned is logged and parked (left untouched, reported to the caller), the rest go on.
+2. Plan each row with the pure domain rules (:mod:`billing_core.domain.renewal`); a row that
+   cannot be planned is logged and parked (left untouched, reported to the caller), the rest go
+   on.
 3. Insert every renewal invoice in one statement, ``ON CONFLICT DO NOTHING`` on the renewal
    index. If some invoice already existed (a replayed batch), that insert is rolled back to its
    savepoint, the existing periods are looked up and the batch is planned again with them: an
@@ -21,11 +22,14 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from billing_core.domain import renewal as renewal_rules
 from billing_core.domain.events import DomainEvent
+from billing_core.domain.invoice import InvoiceStatus
+from billing_core.domain.renewal import DueSubscription, RenewalPlan
 from billing_core.logging import get_logger
 from billing_core.repo import outbox as outbox_repo
 from billing_core.repo import renewal as renewal_repo
-from services.renewer import planning
+from billing_core.repo.limits import require_positive_limit
 
 log = get_logger(__name__)
 
@@ -50,18 +54,18 @@ class BatchResult:
 
 
 def _plan_all(
-    rows: Sequence[renewal_repo.DueSubscription],
+    rows: Sequence[DueSubscription],
     *,
     now: datetime,
     max_periods: int,
     existing: Collection[tuple[int, datetime]],
     parked: list[int],
-) -> list[planning.RowPlan]:
-    plans: list[planning.RowPlan] = []
+) -> list[RenewalPlan]:
+    plans: list[RenewalPlan] = []
     for due in rows:
         try:
             plans.append(
-                planning.plan_row(due, now=now, max_periods=max_periods, existing=existing)
+                renewal_rules.plan_renewal(due, now=now, max_periods=max_periods, existing=existing)
             )
         except Exception as exc:  # bad data: park the row visibly, keep the batch going
             parked.append(due.id)
@@ -70,10 +74,10 @@ def _plan_all(
 
 
 async def _insert_invoices(
-    db: renewal_repo.Db, plans: Sequence[planning.RowPlan], *, now: datetime
+    db: renewal_repo.Db, plans: Sequence[RenewalPlan], *, now: datetime
 ) -> list[renewal_repo.InsertedInvoice] | None:
     """Insert all planned invoices under a savepoint; None (rolled back) if any already existed."""
-    wanted = [p.invoice for plan in plans for p in plan.invoices]
+    wanted = [invoice for plan in plans for invoice in plan.invoices]
     if not wanted:
         return []
     savepoint = await db.begin_nested()
@@ -94,6 +98,9 @@ async def renew_due_batch(
     exclude_ids: Sequence[int] = (),
 ) -> BatchResult:
     """Renew (or cancel at period end) one batch of due subscriptions at ``now``."""
+    require_positive_limit(batch_size)
+    if max_periods < 1:
+        raise ValueError(f"max_periods must be at least 1, not {max_periods}")
     result = BatchResult()
     rows = await renewal_repo.claim_due(db, now=now, limit=batch_size, exclude_ids=exclude_ids)
     result.claimed = len(rows)
@@ -107,9 +114,7 @@ async def renew_due_batch(
     inserted = await _insert_invoices(db, plans, now=now)
     if inserted is None:
         # Some renewal already exists (a replayed batch): plan again knowing which.
-        keys = [
-            (p.invoice.subscription_id, p.invoice.period_start) for pl in plans for p in pl.invoices
-        ]
+        keys = [(i.subscription_id, i.period_start) for plan in plans for i in plan.invoices]
         existing = await renewal_repo.existing_renewals(db, keys)
         log.warning("renewal_invoices_already_exist", count=len(existing))
         # Planning is deterministic: the rows parked above fail the same way again.
@@ -128,18 +133,16 @@ async def renew_due_batch(
     credit_uses: list[renewal_repo.CreditUse] = []
     events: list[DomainEvent] = []
     for plan in plans:
-        invoice_ids = [
-            ids[(p.invoice.subscription_id, p.invoice.period_index)] for p in plan.invoices
-        ]
-        for planned, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
-            if planned.credit_used:
+        invoice_ids = [ids[(i.subscription_id, i.period_index)] for i in plan.invoices]
+        for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
+            if invoice.credit_applied:
                 credit_uses.append(
-                    renewal_repo.CreditUse(plan.due.id, invoice_id, planned.credit_used)
+                    renewal_repo.CreditUse(plan.due.id, invoice_id, invoice.credit_applied)
                 )
-                result.credit_used += planned.credit_used
-            if planned.invoice.status == "PAID":
+                result.credit_used += invoice.credit_applied
+            if invoice.status == InvoiceStatus.PAID:
                 result.zero_amount_invoices += 1
-        events.extend(planning.invoice_events(plan, invoice_ids))
+        events.extend(renewal_rules.renewal_events(plan, invoice_ids))
         result.invoice_ids.extend(invoice_ids)
         result.invoices_created += len(invoice_ids)
         result.already_invoiced += len(plan.already_invoiced)

@@ -1,0 +1,217 @@
+"""Renewal at period end, for one due subscription: pure, no I/O, decided by the domain rules.
+
+The planner walks the subscription's missed periods in order (catch-up): at each period end
+``subscription.renew_or_cancel_at_period_end`` either cancels it (its ``cancel_at_period_end``
+flag) or renews it, in which case the next period comes from the drift-free ``period_end`` of the
+anchor and the invoice takes what credit the subscription has (``credit.apply_credit``) and
+starts as ``invoice.opening`` says. A period whose renewal invoice already exists (a replayed
+batch) is advanced over without a second invoice and without consuming credit: that period is
+already billed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from billing_core.domain import credit as credit_rules
+from billing_core.domain import events as ev
+from billing_core.domain import invoice as invoice_rules
+from billing_core.domain import period as period_rules
+from billing_core.domain import subscription as subscription_rules
+from billing_core.domain.events import DomainEvent
+from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+
+
+class BadSubscriptionData(Exception):
+    """A due subscription that cannot be renewed without guessing (parked, never guessed at)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DueSubscription:
+    """A subscription whose current period has ended, with its plan's price and interval."""
+
+    state: SubscriptionState
+    customer_id: int
+    time_zone: str
+    billing_anchor: datetime
+    period_index: int
+    current_period_start: datetime
+    current_period_end: datetime
+    credit_balance: int
+    price_amount: int
+    currency: str
+    billing_interval: str
+
+    @property
+    def id(self) -> int:
+        return self.state.id
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalInvoice:
+    """A renewal invoice to insert: one period of the plan, less the credit it consumes."""
+
+    subscription_id: int
+    customer_id: int
+    period_index: int
+    period_start: datetime
+    period_end: datetime
+    subtotal: int
+    credit_applied: int
+    amount: int
+    currency: str
+    status: InvoiceStatus  # OPEN, or PAID when nothing is left to charge
+    next_attempt_at: datetime | None
+    paid_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RenewedSubscription:
+    """The new state of one due subscription; ``expected_version`` is the one it was read at."""
+
+    id: int
+    expected_version: int
+    version: int
+    status: SubscriptionStatus
+    period_index: int
+    current_period_start: datetime
+    current_period_end: datetime
+    credit_balance: int
+    canceled_at: datetime | None
+
+
+@dataclass(slots=True)
+class RenewalPlan:
+    """The outcome for one due subscription."""
+
+    due: DueSubscription
+    write: RenewedSubscription
+    invoices: list[RenewalInvoice] = field(default_factory=list)
+    canceled: bool = False
+    # Periods advanced over because their renewal invoice already existed.
+    already_invoiced: list[int] = field(default_factory=list)
+    # Events that do not depend on an invoice id (SubscriptionCanceled), emitted after the
+    # invoice events of this subscription.
+    trailing_events: list[DomainEvent] = field(default_factory=list)
+
+
+# ZoneInfo keeps only a few zones strongly cached; holding every zone seen keeps the period
+# computations' ZoneInfo(tz) lookups in memory instead of re-reading the tz database.
+_ZONES: dict[str, ZoneInfo] = {}
+
+
+def _hold_zone(tz: str) -> None:
+    if tz not in _ZONES and len(_ZONES) < 2000:
+        _ZONES[tz] = period_rules.zone(tz)
+
+
+def plan_renewal(
+    due: DueSubscription,
+    *,
+    now: datetime,
+    max_periods: int,
+    existing: Collection[tuple[int, datetime]] = (),
+) -> RenewalPlan:
+    """Decide the renewals (or the cancellation) of one due subscription at ``now``.
+
+    Renews at most ``max_periods`` periods; a subscription still due afterwards stays due and is
+    taken again later. ``existing``: the (subscription id, period start) renewals already
+    invoiced. Raises :class:`BadSubscriptionData` for rows that cannot be renewed without
+    guessing (unknown time zone or interval, periods that do not follow from the anchor).
+    """
+    try:
+        _hold_zone(due.time_zone)
+        interval = period_rules.Interval(due.billing_interval)
+        current_end = period_rules.period_end(
+            due.billing_anchor, interval, due.period_index, due.time_zone
+        )
+    except Exception as exc:
+        raise BadSubscriptionData(f"cannot compute periods: {exc!r}") from exc
+    # The stored period must be the anchor's period n: then each next period starts exactly where
+    # the previous one ended (no gap, no overlap) and only its end needs computing.
+    if current_end != due.current_period_end:
+        raise BadSubscriptionData(
+            f"current_period_end {due.current_period_end.isoformat()} is not the end of period "
+            f"{due.period_index} of anchor {due.billing_anchor.isoformat()} "
+            f"({current_end.isoformat()})"
+        )
+
+    state = due.state
+    index, start, end = due.period_index, due.current_period_start, due.current_period_end
+    balance = due.credit_balance
+    invoices: list[RenewalInvoice] = []
+    already_invoiced: list[int] = []
+    trailing: list[DomainEvent] = []
+    canceled = False
+    while end <= now and len(invoices) + len(already_invoiced) < max_periods:
+        state, events = subscription_rules.renew_or_cancel_at_period_end(state, now)
+        trailing.extend(events)
+        if state.status == SubscriptionStatus.CANCELED:
+            canceled = True
+            break
+        index += 1
+        start, end = (
+            end,
+            period_rules.period_end(due.billing_anchor, interval, index, due.time_zone),
+        )
+        if (due.id, start) in existing:
+            already_invoiced.append(index)
+            continue
+        split = credit_rules.apply_credit(due.price_amount, balance)
+        balance = split.credit_remaining
+        opening = invoice_rules.opening(split.amount_due, now)
+        invoices.append(
+            RenewalInvoice(
+                subscription_id=due.id,
+                customer_id=due.customer_id,
+                period_index=index,
+                period_start=start,
+                period_end=end,
+                subtotal=due.price_amount,
+                credit_applied=split.credit_used,
+                amount=split.amount_due,
+                currency=due.currency,
+                status=opening.status,
+                next_attempt_at=opening.next_attempt_at,
+                paid_at=opening.paid_at,
+            )
+        )
+    # Every write bumps the version (at least once), so an API write that read the row before
+    # this renewal fails its optimistic check instead of overwriting the renewal.
+    write = RenewedSubscription(
+        id=due.id,
+        expected_version=due.state.version,
+        version=max(state.version, due.state.version + 1),
+        status=state.status,
+        period_index=index,
+        current_period_start=start,
+        current_period_end=end,
+        credit_balance=balance,
+        canceled_at=now if canceled else None,
+    )
+    return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing)
+
+
+def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[DomainEvent]:
+    """The subscription's events in order: each invoice's (``events.invoice_opened``), then the
+    subscription's own (SubscriptionCanceled)."""
+    events: list[DomainEvent] = []
+    for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
+        events += ev.invoice_opened(
+            invoice.subscription_id,
+            invoice_id,
+            InvoiceKind.RENEWAL,
+            period_index=invoice.period_index,
+            period_start=invoice.period_start,
+            period_end=invoice.period_end,
+            subtotal=invoice.subtotal,
+            credit_applied=invoice.credit_applied,
+            amount=invoice.amount,
+            currency=invoice.currency,
+            paid_at=invoice.paid_at,
+        )
+    return events + plan.trailing_events
