@@ -260,7 +260,7 @@ def api_server(database_url: str, **settings: str) -> Iterator[ApiServer]:
     env = {
         **os.environ,
         "BILLING_DATABASE_URL": database_url,
-        "BILLING_PORT": str(port),
+        "BILLING_API_PORT": str(port),
         "BILLING_LOG_LEVEL": "WARNING",
         **settings,
     }

@@ -159,7 +159,7 @@ def start_relays(n: int, url: str, topic: str) -> list[subprocess.Popen[bytes]]:
         "BILLING_DATABASE_URL": url,
         "BILLING_KAFKA_TOPIC": topic,
         "BILLING_RELAY_HEALTH_PORT": "0",
-        "BILLING_RELAY_REBALANCE_INTERVAL_S": "0.5",
+        "BILLING_RELAY_REBALANCE_INTERVAL_SECONDS": "0.5",
         "BILLING_LOG_LEVEL": "WARNING",
     }
     return [

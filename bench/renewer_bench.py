@@ -274,7 +274,7 @@ async def drain_with_processes(urls: Urls, args: argparse.Namespace) -> tuple[fl
         {
             "BILLING_DATABASE_URL": urls.sa(WORK),
             "BILLING_RENEWER_HEALTH_PORT": "0",
-            "BILLING_RENEWER_HEALTH_HOST": "127.0.0.1",
+            "BILLING_HEALTH_HOST": "127.0.0.1",
             "BILLING_RENEWER_BATCH_SIZE": str(args.batch_size),
             "BILLING_RENEWER_POLL_INTERVAL_SECONDS": "1",
             "BILLING_LOG_LEVEL": "WARNING",

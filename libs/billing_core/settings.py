@@ -7,22 +7,101 @@ configures the whole system and every field is documented in one place per proce
 
 from __future__ import annotations
 
+import os
+import warnings
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any, ClassVar
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from billing_core.domain.dunning import DunningPolicy
+
+
+class RenamedSetting(FutureWarning):
+    """An old environment name was used; it is still read for one release."""
+
+
+class _RenamedEnvSource(PydanticBaseSettingsSource):
+    """Reads the old names of renamed settings, below every current name in priority."""
+
+    def __init__(self, settings_cls: type[BaseSettings], renamed: Mapping[str, str]) -> None:
+        super().__init__(settings_cls)
+        self._renamed = renamed
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ does the work: old names are not per field
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for old, field_name in self._renamed.items():
+            current = current_name(self.settings_cls, field_name)
+            if old in os.environ and current not in os.environ and field_name not in values:
+                warnings.warn(
+                    f"{old} is a renamed setting; use {current} (the old name is read until the "
+                    "next release)",
+                    RenamedSetting,
+                    stacklevel=2,
+                )
+                alias = self.settings_cls.model_fields[field_name].validation_alias
+                values[alias if isinstance(alias, str) else field_name] = os.environ[old]
+        return values
+
+
+def current_name(settings_cls: type[BaseSettings], field_name: str) -> str:
+    """The environment variable a field is read from."""
+    alias = settings_cls.model_fields[field_name].validation_alias
+    if isinstance(alias, str):
+        return alias.upper()
+    return f"{settings_cls.model_config.get('env_prefix', '')}{field_name}".upper()
 
 
 class CoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="BILLING_", extra="ignore", frozen=True)
 
+    # Old environment name -> field, read (with a RenamedSetting warning) when the current name
+    # is not set. Each process class adds its own renames.
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        "BILLING_RENEWER_HEALTH_HOST": "health_host",
+        "BILLING_RELAY_HEALTH_HOST": "health_host",
+        "BILLING_NOTIFIER_HEALTH_HOST": "health_host",
+    }
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        renamed = {**CoreSettings.RENAMED, **cls.RENAMED}
+        return (
+            init_settings,
+            env_settings,
+            _RenamedEnvSource(settings_cls, renamed),
+            dotenv_settings,
+            file_secret_settings,
+        )
+
     database_url: str = Field(
         default="postgresql+asyncpg://billing@127.0.0.1:55432/billing",
         description="SQLAlchemy URL of the PostgreSQL database (asyncpg driver).",
     )
-    db_pool_size: int = Field(default=10, ge=1, le=200)
+    db_pool_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=200,
+        description="Connections each process keeps open; unset, each process sizes its own "
+        "pool from its work (API 10, renewer concurrency + 1, collector in-flight calls, ...).",
+    )
     db_max_overflow: int = Field(default=5, ge=0, le=200)
     db_statement_timeout_ms: int = Field(default=30_000, ge=0)
     redis_url: str = Field(default="redis://127.0.0.1:56379/0")
@@ -41,7 +120,9 @@ class CoreSettings(BaseSettings):
         description="A worker whose database does not answer within this at start exits (3).",
     )
     health_host: str = Field(
-        default="127.0.0.1", description="Interface of the workers' /healthz /readyz /metrics."
+        default="127.0.0.1",
+        description="Interface of every worker's /healthz /readyz /metrics server (each process "
+        "has its own BILLING_<PROCESS>_HEALTH_PORT).",
     )
     dunning_delays_seconds: tuple[int, ...] = Field(
         default=(86_400, 259_200, 432_000),

@@ -17,8 +17,8 @@ def main() -> None:
     app = create_app(settings, clock_from_offset(settings.clock_offset_seconds))
     uvicorn.run(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.api_host,
+        port=settings.api_port,
         workers=1,
         access_log=settings.access_log,
         log_level=settings.log_level.lower(),

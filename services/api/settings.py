@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import ClassVar
+
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
@@ -12,9 +15,12 @@ class ApiSettings(CoreSettings):
     model_config = SettingsConfigDict(env_prefix="BILLING_", extra="ignore", frozen=True)
 
     process_name: str = Field(default="billing.api")
-    host: str = Field(default="127.0.0.1", description="Interface uvicorn binds to.")
-    port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port.")
-    db_pool_size: int = Field(default=10, ge=1, le=200)
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        "BILLING_HOST": "api_host",
+        "BILLING_PORT": "api_port",
+    }
+    api_host: str = Field(default="127.0.0.1", description="Interface uvicorn binds to.")
+    api_port: int = Field(default=8000, ge=0, le=65535, description="0 picks a free port.")
     webhook_secrets: SecretStr = Field(
         default=SecretStr(""),
         description="Comma-separated HMAC secrets for gateway webhooks; any of them may match "

@@ -4,29 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from datetime import timedelta
 
 import redis.asyncio as aioredis
-from sqlalchemy import text
 
 from billing_core.clock import clock_from_offset
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.gateway import HttpPaymentGateway
-from billing_core.logging import configure_logging, get_logger
 from billing_core.ratelimit import GlobalRateLimiter
-from billing_core.runtime.http import HealthServer
-from billing_core.runtime.startup import load_settings, require_database
-from billing_core.runtime.worker import Worker, stop_on_signals
+from billing_core.runtime import process
+from billing_core.runtime.worker import Worker
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
 
-log = get_logger(__name__)
 
-
-async def run(settings: CollectorSettings) -> None:
+def build(settings: CollectorSettings) -> process.WorkerProcess:
+    # Each call in flight records its answer on a connection of its own, up to a point.
     engine = create_engine(settings, pool_size=max(5, min(settings.collector_max_in_flight, 40)))
-    sessions = session_factory(engine)
     redis = aioredis.from_url(
         settings.redis_url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=5
     )
@@ -46,7 +42,7 @@ async def run(settings: CollectorSettings) -> None:
     )
     stopping = asyncio.Event()
     collector = Collector(
-        sessions=sessions,
+        sessions=session_factory(engine),
         gateway=gateway,
         limiter=limiter,
         redis=redis,
@@ -68,56 +64,34 @@ async def run(settings: CollectorSettings) -> None:
         ),
         stopping=stopping,
     )
+    budget = settings.collector_shutdown_timeout_seconds
     worker = Worker(
         "collector",
         collector.tick,
         poll_interval=settings.collector_poll_interval_seconds,
-        shutdown_timeout=5.0,
+        shutdown_timeout=budget,
         stop_event=stopping,
     )
 
-    async def ready() -> bool:
-        async with engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        return True
+    async def drain() -> None:
+        """The calls in flight finish and are recorded within what is left of the budget."""
+        stopped = worker.stop_requested_at or time.monotonic()
+        await collector.drain(max(0.0, budget - (time.monotonic() - stopped)))
 
-    async def backlog_loop() -> None:
-        while not worker.stop_event.is_set():
-            try:
-                await collector.refresh_backlog()
-            except Exception as exc:
-                log.warning("backlog_refresh_failed", error=repr(exc))
-            await asyncio.sleep(5)
-
-    health = HealthServer(
-        settings.health_host,
-        settings.collector_health_port,
-        alive=lambda: worker.healthy,
-        ready=ready,
+    return process.WorkerProcess(
+        name="collector",
+        worker=worker,
+        engine=engine,
+        health_port=settings.collector_health_port,
+        periodic=[process.Periodic("collector-backlog", 5.0, collector.refresh_backlog)],
+        drain=drain,
+        close=[limiter.close, gateway.aclose, redis.aclose],
+        started={
+            "gateway": settings.collector_gateway_url,
+            "limit": settings.collector_rate_limit_per_second,
+        },
     )
-    await health.start()
-    side = asyncio.create_task(backlog_loop())
-    log.info(
-        "collector_started",
-        gateway=settings.collector_gateway_url,
-        limit=settings.collector_rate_limit_per_second,
-    )
-    try:
-        with stop_on_signals(worker.stop):
-            await worker.run()
-        await collector.drain(settings.collector_shutdown_timeout_seconds)
-    finally:
-        side.cancel()
-        await limiter.close()
-        await gateway.aclose()
-        await health.stop()
-        await redis.aclose()
-        await engine.dispose()
-    log.info("collector_stopped")
 
 
 def main() -> None:
-    settings = load_settings(CollectorSettings, "collector")
-    configure_logging(settings.process_name, settings.log_level, settings.log_json)
-    require_database("collector", settings)
-    asyncio.run(run(settings))
+    process.run("collector", CollectorSettings, build)

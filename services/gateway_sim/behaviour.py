@@ -37,7 +37,7 @@ class Behaviour(BaseModel):
     decline_rate: Rate = 0.0
     decline_codes: tuple[DeclineCode, ...] = Field(default=CONTRACT_DECLINE_CODES, min_length=1)
     timeout_rate: Rate = 0.0
-    timeout_delay_s: float = Field(default=30.0, ge=0.0, le=3600.0)
+    timeout_delay_seconds: float = Field(default=30.0, ge=0.0, le=3600.0)
     error_rate: Rate = 0.0
     rate_limit_per_second: int = Field(default=200, ge=0, le=1_000_000)
     clock_offset_seconds: int = 0

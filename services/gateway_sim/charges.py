@@ -5,7 +5,7 @@
 * A key already in flight makes later requests wait for the first one's result (one charge).
 * Otherwise: wait the drawn latency, draw the outcome, and either answer 5xx (nothing stored, the
   key stays free) or store the result, publish its webhook, and answer -- at once, or after
-  ``timeout_delay_s`` for a "timeout" (charged and stored, answered too late).
+  ``timeout_delay_seconds`` for a "timeout" (charged and stored, answered too late).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ class Gateway:
             ledger.timeouts += 1
             self.count("timeout")
             reply = self._answer(index, replayed=False)
-            return reply._replace(late_s=behaviour.timeout_delay_s)
+            return reply._replace(late_s=behaviour.timeout_delay_seconds)
         self.count("succeeded" if decision.decline_code is None else "declined")
         return self._answer(index, replayed=False)
 

@@ -38,7 +38,7 @@ def main() -> None:
             http="auto",
             access_log=False,
             log_level="warning",
-            timeout_graceful_shutdown=max(1, int(settings.late_answer_grace_s)),
+            timeout_graceful_shutdown=max(1, int(settings.late_answer_grace_seconds)),
             server_header=False,
             proxy_headers=False,
         )

@@ -9,7 +9,8 @@ bad value stops the process at start with the field's name in the message.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -30,12 +31,18 @@ def _sim(default: Any, name: str, description: str, **constraints: Any) -> Any:
 
 
 class GatewaySimSettings(CoreSettings):
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        f"{PREFIX}TIMEOUT_DELAY_S": "timeout_delay_seconds",
+        f"{PREFIX}LATE_ANSWER_GRACE_S": "late_answer_grace_seconds",
+    }
     process_name: str = "billing.gateway_sim"
     model_config = SettingsConfigDict(
         env_prefix="BILLING_",
         extra="ignore",
         frozen=True,
-        validate_by_name=True,
+        # Only the BILLING_GATEWAY_SIM_* names: by field name, the environment's BILLING_HOST or
+        # BILLING_PORT (another process's) would be read too.
+        validate_by_name=False,
         validate_by_alias=True,
     )
 
@@ -54,9 +61,9 @@ class GatewaySimSettings(CoreSettings):
     timeout_rate: Rate = _sim(
         0.0, "timeout_rate", "Share of charges made, stored, then answered too late."
     )
-    timeout_delay_s: float = _sim(
+    timeout_delay_seconds: float = _sim(
         30.0,
-        "timeout_delay_s",
+        "timeout_delay_seconds",
         "How late a 'timeout' answers (beyond the client's timeout).",
         ge=0.0,
         le=3600.0,
@@ -110,8 +117,11 @@ class GatewaySimSettings(CoreSettings):
         " dropped (counted).",
         ge=1,
     )
-    late_answer_grace_s: float = _sim(
-        1.0, "late_answer_grace_s", "On shutdown, how long late answers may still finish.", ge=0.0
+    late_answer_grace_seconds: float = _sim(
+        1.0,
+        "late_answer_grace_seconds",
+        "On shutdown, how long late answers may still finish.",
+        ge=0.0,
     )
 
     @model_validator(mode="after")

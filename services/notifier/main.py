@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from billing_core.consumer import EventConsumer
 from billing_core.db.engine import create_engine, session_factory
-from billing_core.logging import configure_logging, get_logger
-from billing_core.runtime.http import HealthServer
-from billing_core.runtime.worker import Worker, stop_on_signals
+from billing_core.runtime import process
+from billing_core.runtime.worker import Worker
 from services.notifier import emails
 from services.notifier.settings import NotifierSettings
 
-log = get_logger(__name__)
 
-
-async def run(settings: NotifierSettings) -> None:
+def build(settings: NotifierSettings) -> process.WorkerProcess:
     engine = create_engine(settings, pool_size=2)
     consumer = EventConsumer(
         name=settings.notifier_consumer_name,
@@ -30,23 +25,16 @@ async def run(settings: NotifierSettings) -> None:
     async def tick() -> bool:
         return await consumer.poll(timeout_ms=500) > 0
 
-    worker = Worker("notifier", tick, poll_interval=0.01, max_error_backoff=5.0)
-    health = HealthServer(
-        settings.notifier_health_host, settings.notifier_health_port, alive=lambda: worker.healthy
+    return process.WorkerProcess(
+        name="notifier",
+        worker=Worker("notifier", tick, poll_interval=0.01, max_error_backoff=5.0),
+        engine=engine,
+        health_port=settings.notifier_health_port,
+        start=[consumer.start],
+        close=[consumer.stop],
+        started={"topic": settings.kafka_topic},
     )
-    await health.start()
-    await consumer.start()
-    log.info("notifier_started", topic=settings.kafka_topic, health_port=health.port)
-    try:
-        with stop_on_signals(worker.stop):
-            await worker.run()
-    finally:
-        await consumer.stop()
-        await health.stop()
-        await engine.dispose()
 
 
 def main() -> None:
-    settings = NotifierSettings()
-    configure_logging(settings.process_name, settings.log_level, settings.log_json)
-    asyncio.run(run(settings))
+    process.run("notifier", NotifierSettings, build)

@@ -13,6 +13,5 @@ class NotifierSettings(CoreSettings):
         default="notifier", description="Key of this consumer in processed_event."
     )
     notifier_group_id: str = Field(default="billing-notifier", description="Kafka group id.")
-    notifier_health_host: str = Field(default="127.0.0.1")
     notifier_health_port: int = Field(default=9104, ge=0, le=65535, description="0 = ephemeral.")
     notifier_max_records: int = Field(default=500, ge=1)

@@ -58,7 +58,7 @@ def new_producer(settings: RelaySettings) -> AIOKafkaProducer:
         linger_ms=settings.relay_linger_ms,
         max_batch_size=settings.relay_max_batch_bytes,
         max_request_size=settings.relay_max_message_bytes,
-        request_timeout_ms=int(min(settings.relay_publish_timeout_s, 30.0) * 1000),
+        request_timeout_ms=int(min(settings.relay_publish_timeout_seconds, 30.0) * 1000),
     )
 
 
@@ -83,7 +83,7 @@ class ProducerHolder:
                 self._topic_checked = True
             producer = new_producer(s)
             try:
-                await asyncio.wait_for(producer.start(), timeout=s.relay_publish_timeout_s)
+                await asyncio.wait_for(producer.start(), timeout=s.relay_publish_timeout_seconds)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(producer.stop(), timeout=5)

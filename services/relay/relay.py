@@ -32,7 +32,6 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core import cloudevents
@@ -109,7 +108,7 @@ class Relay:
         self._producers = producers
         self._clock = clock
         self._next_rebalance = 0.0
-        self._next_prune = time.monotonic() + min(5.0, settings.relay_prune_interval_s)
+        self._next_prune = time.monotonic() + min(5.0, settings.relay_prune_interval_seconds)
         self._next_stats = 0.0
         self.batches_acknowledged = 0
         self._finishing: asyncio.Task[None] | None = None
@@ -120,16 +119,16 @@ class Relay:
         if mono >= self._next_rebalance:
             await self.finish_pending()  # a shard is released only with its batches committed
             await self._leaser.rebalance()
-            self._next_rebalance = mono + self._s.relay_rebalance_interval_s
+            self._next_rebalance = mono + self._s.relay_rebalance_interval_seconds
             metrics.OWNED_SHARDS.set(len(self._leaser.owned))
             metrics.MEMBERS.set(self._leaser.members)
         else:
             await self._leaser.heartbeat()
         if mono >= self._next_stats:
-            self._next_stats = mono + self._s.relay_stats_interval_s
+            self._next_stats = mono + self._s.relay_stats_interval_seconds
             await self.refresh_stats()
         if mono >= self._next_prune:
-            self._next_prune = mono + self._s.relay_prune_interval_s
+            self._next_prune = mono + self._s.relay_prune_interval_seconds
             await self.prune()
         owned = sorted(self._leaser.owned)
         if not owned:
@@ -215,10 +214,10 @@ class Relay:
         source = self._s.relay_source
         sent: list[tuple[OutboxRow, asyncio.Future[object]]] = []
         refused: set[int] = set()  # subscriptions with a row refused before sending
-        deadline = time.monotonic() + self._s.relay_publish_timeout_s
+        deadline = time.monotonic() + self._s.relay_publish_timeout_seconds
         handed_all = False
         try:
-            async with asyncio.timeout(self._s.relay_publish_timeout_s):
+            async with asyncio.timeout(self._s.relay_publish_timeout_seconds):
                 for row in rows:
                     if row.aggregate_id in refused:
                         continue
@@ -308,8 +307,3 @@ class Relay:
             log.warning("last_batch_commit_failed", error=repr(exc))
         await self._producers.close()
         await self._leaser.release_all()
-
-    async def ready(self) -> bool:
-        async with self._engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-        return True

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
@@ -112,8 +111,3 @@ class Renewer:
         self._backlog_counted_at = mono
         async with self._engine.connect() as conn:
             metrics.DUE_BACKLOG.set(await renewal_repo.count_due(conn, now=self._clock.now()))
-
-    async def database_ready(self) -> bool:
-        async with self._engine.connect() as conn:
-            value = (await conn.execute(text("SELECT 1"))).scalar_one()
-        return bool(value == 1)

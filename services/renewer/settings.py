@@ -34,7 +34,6 @@ class RenewerSettings(CoreSettings):
     renewer_backlog_refresh_seconds: float = Field(
         default=5.0, ge=0, description="How often the due-backlog gauge is recounted."
     )
-    renewer_health_host: str = Field(default="0.0.0.0")
     renewer_health_port: int = Field(
         default=9101, ge=0, le=65535, description="/healthz, /readyz, /metrics (0: ephemeral)."
     )

@@ -268,7 +268,7 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "BILLING_GATEWAY_SIM_LATENCY_MAX_MS": "120",
             "BILLING_GATEWAY_SIM_DECLINE_RATE": "0.10",
             "BILLING_GATEWAY_SIM_TIMEOUT_RATE": "0.05",
-            "BILLING_GATEWAY_SIM_TIMEOUT_DELAY_S": "7",
+            "BILLING_GATEWAY_SIM_TIMEOUT_DELAY_SECONDS": "7",
             "BILLING_GATEWAY_SIM_ERROR_RATE": "0.02",
             "BILLING_GATEWAY_SIM_WEBHOOK_URL": f"http://127.0.0.1:{api_port}/webhooks/payments",
             "BILLING_GATEWAY_SIM_WEBHOOK_SECRET": WEBHOOK_SECRET,
@@ -280,7 +280,7 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
         system.start(
             "api",
             "services.api",
-            {"BILLING_PORT": str(api_port)},
+            {"BILLING_API_PORT": str(api_port)},
             f"http://127.0.0.1:{api_port}/healthz",
         )
         for i in range(2):

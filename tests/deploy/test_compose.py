@@ -115,7 +115,7 @@ def test_processes_reach_each_other_by_service_name(services: dict[str, Any]) ->
     webhook = urlsplit(env["BILLING_GATEWAY_SIM_WEBHOOK_URL"])
     assert (webhook.hostname, webhook.port, webhook.path) == (
         "api",
-        int(env["BILLING_PORT"]),
+        int(env["BILLING_API_PORT"]),
         "/webhooks/payments",
     )
     assert env["BILLING_GATEWAY_SIM_WEBHOOK_SECRET"] in env["BILLING_WEBHOOK_SECRETS"].split(",")

@@ -52,8 +52,8 @@ PROCESSES = [
     # uvicorn drains for 10 s after the 5 s preStop pause.
     Process(
         "api",
-        port_setting="BILLING_PORT",
-        bind_setting="BILLING_HOST",
+        port_setting="BILLING_API_PORT",
+        bind_setting="BILLING_API_HOST",
         shutdown_s=15,
         shutdown_setting=None,
         shutdown_extra_s=0,
@@ -62,7 +62,7 @@ PROCESSES = [
     Process(
         "renewer",
         port_setting="BILLING_RENEWER_HEALTH_PORT",
-        bind_setting="BILLING_RENEWER_HEALTH_HOST",
+        bind_setting="BILLING_HEALTH_HOST",
         shutdown_s=10,
         shutdown_setting="BILLING_RENEWER_SHUTDOWN_TIMEOUT_SECONDS",
         shutdown_extra_s=0,
@@ -83,9 +83,9 @@ PROCESSES = [
     Process(
         "relay",
         port_setting="BILLING_RELAY_HEALTH_PORT",
-        bind_setting="BILLING_RELAY_HEALTH_HOST",
+        bind_setting="BILLING_HEALTH_HOST",
         shutdown_s=10,
-        shutdown_setting="BILLING_RELAY_SHUTDOWN_TIMEOUT_S",
+        shutdown_setting="BILLING_RELAY_SHUTDOWN_TIMEOUT_SECONDS",
         shutdown_extra_s=0,
         secrets={"BILLING_DATABASE_URL"},
     ),
@@ -301,7 +301,9 @@ def test_api_service_routes_to_the_api_port(
         service["spec"]["selector"], deployment["spec"]["template"]["metadata"]["labels"]
     )
     (port,) = service["spec"]["ports"]
-    assert _resolve_port(_container(deployment), port["targetPort"]) == int(config["BILLING_PORT"])
+    assert _resolve_port(_container(deployment), port["targetPort"]) == int(
+        config["BILLING_API_PORT"]
+    )
 
 
 # -- migrations --------------------------------------------------------------------------------

@@ -6,13 +6,14 @@ unknown variables), and the process would run on its default.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 from pydantic_settings import BaseSettings
 
-from billing_core.settings import CoreSettings
+from billing_core.settings import CoreSettings, RenamedSetting, current_name
 from services.api.settings import ApiSettings
 from services.collector.settings import CollectorSettings
 from services.gateway_sim.settings import GatewaySimSettings
@@ -115,10 +116,10 @@ def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch
     collector = CollectorSettings()
     relay = RelaySettings()
     listening = {
-        "api": (api.host, api.port),
-        "renewer": (renewer.renewer_health_host, renewer.renewer_health_port),
+        "api": (api.api_host, api.api_port),
+        "renewer": (renewer.health_host, renewer.renewer_health_port),
         "collector": (collector.health_host, collector.collector_health_port),
-        "relay": (relay.relay_health_host, relay.relay_health_port),
+        "relay": (relay.health_host, relay.relay_health_port),
     }
     for process, (host, port) in listening.items():
         assert host == "0.0.0.0", process
@@ -128,8 +129,9 @@ def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch
 def test_collector_drain_outlasts_a_gateway_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """On SIGTERM the collector waits BILLING_COLLECTOR_SHUTDOWN_TIMEOUT_SECONDS for its calls
     in flight: shorter than one call (connect + read timeouts), a call started just before the
-    signal would be cancelled with its answer unrecorded (a needless UNKNOWN). The pod's grace
-    period covers the loop's stop (5 s), that drain, and the cancellation of stragglers (2 s)."""
+    signal would be cancelled with its answer unrecorded (a needless UNKNOWN). The loop's stop
+    and the drain share that one budget; the pod's grace period covers the preStop pause (5 s),
+    the budget, and the cancellation of stragglers (2 s)."""
     for name, value in _configmap().items():
         monkeypatch.setenv(name, value)
     collector = CollectorSettings()
@@ -139,3 +141,44 @@ def test_collector_drain_outlasts_a_gateway_call(monkeypatch: pytest.MonkeyPatch
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= 5 + collector.collector_shutdown_timeout_seconds + 2
+
+
+def _renames() -> list[tuple[type[BaseSettings], str, str]]:
+    return [
+        (cls, old, field)
+        for cls in SETTINGS
+        for old, field in {**CoreSettings.RENAMED, **getattr(cls, "RENAMED", {})}.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("cls", "old", "field"),
+    _renames(),
+    ids=lambda v: v.__name__ if isinstance(v, type) else str(v),
+)
+def test_a_renamed_setting_is_still_read_under_its_old_name_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, cls: type[BaseSettings], old: str, field: str
+) -> None:
+    value = "0.0.0.0" if field.endswith("host") else "7"
+    monkeypatch.setenv(old, value)
+    with pytest.warns(RenamedSetting, match=f"{old} is a renamed setting; use BILLING_"):
+        settings = cls()
+    assert str(getattr(settings, field)) in (value, "7.0")
+    # The current name wins over the old one, silently.
+    monkeypatch.setenv(current_name(cls, field), "0.0.0.0" if field.endswith("host") else "9")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RenamedSetting)
+        assert str(getattr(cls(), field)) in ("0.0.0.0", "9", "9.0")
+
+
+def test_the_deployment_uses_no_old_name() -> None:
+    old_names = {old for _, old, _ in _renames()}
+    assert (_k8s_names() | _compose_names()) & old_names == set()
+
+
+def test_the_simulator_reads_only_its_own_host_and_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API's old BILLING_HOST/BILLING_PORT in a shared environment are not the simulator's."""
+    monkeypatch.setenv("BILLING_HOST", "0.0.0.0")
+    monkeypatch.setenv("BILLING_PORT", "8000")
+    sim = GatewaySimSettings()
+    assert (sim.host, sim.port) == ("127.0.0.1", 8100)

@@ -9,14 +9,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+import warnings
 from typing import TypeVar
 
 from pydantic import ValidationError
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from billing_core.db.engine import create_engine
-from billing_core.settings import CoreSettings
+from billing_core.db.engine import create_engine, database_answers
+from billing_core.settings import CoreSettings, RenamedSetting
 
 S = TypeVar("S", bound=CoreSettings)
 
@@ -25,10 +25,9 @@ EXIT_UNREACHABLE = 3
 
 
 async def _database_answers(settings: CoreSettings) -> None:
-    engine = create_engine(settings, pool_size=1)
+    engine = create_engine(settings, pooled=False)
     try:
-        async with engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
+        await database_answers(engine)
     finally:
         await engine.dispose()
 
@@ -54,9 +53,15 @@ def require_database(process: str, settings: CoreSettings) -> None:
 
 
 def load_settings(cls: type[S], process: str) -> S:
-    """Build the process's settings once; an invalid one exits 2 naming the setting."""
-    try:
-        return cls()
-    except ValidationError as exc:
-        print(f"{process}: invalid settings\n{exc}", file=sys.stderr)
-        raise SystemExit(EXIT_INVALID_SETTINGS) from None
+    """Build the process's settings once; an invalid one exits 2 naming the setting. A renamed
+    setting still set under its old name is read, and said on stderr."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", RenamedSetting)
+        try:
+            settings = cls()
+        except ValidationError as exc:
+            print(f"{process}: invalid settings\n{exc}", file=sys.stderr)
+            raise SystemExit(EXIT_INVALID_SETTINGS) from None
+    for warning in seen:
+        print(f"{process}: {warning.message}", file=sys.stderr)
+    return settings

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import time
 from collections.abc import Awaitable, Callable, Iterator
 
 from billing_core.logging import get_logger
@@ -43,6 +44,7 @@ class Worker:
         self.stop_event = stop_event or asyncio.Event()
         self.ticks = 0
         self.consecutive_errors = 0
+        self.stop_requested_at: float | None = None  # monotonic time the stop was seen
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -85,6 +87,7 @@ class Worker:
         """Run until stopped (signal or :meth:`stop`), then finish or cancel the current tick."""
         task = asyncio.create_task(self._loop(), name=f"{self.name}-loop")
         await self.stop_event.wait()
+        self.stop_requested_at = time.monotonic()
         try:
             await asyncio.wait_for(asyncio.shield(task), timeout=self._shutdown_timeout)
         except TimeoutError:

@@ -6,9 +6,9 @@ import asyncio
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-from sqlalchemy import text
 from starlette.responses import Response
 
+from billing_core.db.engine import database_answers
 from billing_core.logging import get_logger
 from services.api.context import get_context
 from services.api.problems import UNAVAILABLE, ApiProblem
@@ -34,8 +34,10 @@ async def healthz() -> Response:
 async def readyz(request: Request) -> Response:
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-            async with get_context(request).reads() as session:
-                await session.execute(text("SELECT 1"))
+            engine = get_context(request).engine
+            if engine is None:
+                raise RuntimeError("the process is starting or stopping")
+            await database_answers(engine)
     except Exception as exc:
         log.warning("not_ready", error=repr(exc))
         raise ApiProblem(UNAVAILABLE, "The database does not answer.") from exc

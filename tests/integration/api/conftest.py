@@ -95,8 +95,8 @@ def start_api_server(extra_env: dict[str, str] | None = None) -> ApiServer:
     port = free_port()
     env = {
         **os.environ,
-        "BILLING_HOST": "127.0.0.1",
-        "BILLING_PORT": str(port),
+        "BILLING_API_HOST": "127.0.0.1",
+        "BILLING_API_PORT": str(port),
         "BILLING_WEBHOOK_SECRETS": ",".join(SECRETS),
         "BILLING_LOG_LEVEL": "WARNING",
         "BILLING_AUTH_CACHE_SECONDS": "0",

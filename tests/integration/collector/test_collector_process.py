@@ -65,7 +65,7 @@ async def test_two_collectors_charge_every_invoice_exactly_once(
 async def test_timeout_then_retry_with_the_same_key_gets_the_stored_success(
     engine: AsyncEngine, simulator: Simulator, collectors: Collectors
 ) -> None:
-    simulator.config(timeout_rate=1.0, timeout_delay_s=4.0)
+    simulator.config(timeout_rate=1.0, timeout_delay_seconds=4.0)
     invoices = await seed(engine, 5)
     collectors.start(
         BILLING_COLLECTOR_READ_TIMEOUT_SECONDS="1",

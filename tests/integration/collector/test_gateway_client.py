@@ -67,7 +67,7 @@ async def test_rate_limited_is_unknown(simulator: Simulator) -> None:
 
 
 async def test_no_answer_in_time_is_unknown(simulator: Simulator) -> None:
-    simulator.config(timeout_rate=1.0, timeout_delay_s=2.0)
+    simulator.config(timeout_rate=1.0, timeout_delay_seconds=2.0)
     gateway = HttpPaymentGateway(simulator.url, max_connections=4, read_timeout=0.5)
     try:
         result = await charge(gateway, "inv-20-try-0")

@@ -92,7 +92,7 @@ async def test_concurrent_requests_with_one_key_charge_once(gw: httpx.AsyncClien
 async def test_timeout_charges_then_answers_too_late_and_the_retry_gets_the_charge(
     gw: httpx.AsyncClient,
 ) -> None:
-    await configure(gw, timeout_rate=1.0, timeout_delay_s=3.0)
+    await configure(gw, timeout_rate=1.0, timeout_delay_seconds=3.0)
     try:
         await charge(gw, invoice=16, timeout=0.5)
         raise AssertionError("the simulator answered before the client timeout")

@@ -160,7 +160,7 @@ class RelayProcess:
             "BILLING_RELAY_HEALTH_PORT": "0",
             "BILLING_RELAY_TOPIC_PARTITIONS": "6",
             "BILLING_RELAY_SHARDS": "16",
-            "BILLING_RELAY_REBALANCE_INTERVAL_S": "0.5",
+            "BILLING_RELAY_REBALANCE_INTERVAL_SECONDS": "0.5",
             "BILLING_PROCESS_NAME": f"relay-{name}",
             **env,
         }

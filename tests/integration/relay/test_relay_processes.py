@@ -141,7 +141,7 @@ async def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
             kafka_topic,
             2,
             BILLING_KAFKA_BOOTSTRAP=broker.bootstrap,
-            BILLING_RELAY_PUBLISH_TIMEOUT_S="5",
+            BILLING_RELAY_PUBLISH_TIMEOUT_SECONDS="5",
             BILLING_RELAY_BATCH_SIZE="200",
         ) as procs:
             await wait_for(lambda: _unpublished_is(engine, 0), timeout=90, what="first drain")

@@ -31,7 +31,7 @@ class RenewerProcess:
         environment.update(
             {
                 "BILLING_RENEWER_HEALTH_PORT": "0",
-                "BILLING_RENEWER_HEALTH_HOST": "127.0.0.1",
+                "BILLING_HEALTH_HOST": "127.0.0.1",
                 "BILLING_RENEWER_POLL_INTERVAL_SECONDS": "0.2",
                 "BILLING_LOG_JSON": "true",
                 "BILLING_LOG_LEVEL": "INFO",

@@ -1,0 +1,112 @@
+"""The one worker-process composition: health, start steps, periodic jobs, drain, teardown."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from billing_core.db.engine import create_engine, database_answers
+from billing_core.runtime import process
+from billing_core.runtime.worker import Worker
+from billing_core.settings import CoreSettings
+
+
+async def test_a_process_runs_its_parts_in_order_and_tears_down(settings: CoreSettings) -> None:
+    steps: list[str] = []
+    periodic_runs = 0
+    readiness: list[int] = []
+    engine = create_engine(settings, pool_size=2)
+
+    async def flaky_gauge() -> None:
+        nonlocal periodic_runs
+        periodic_runs += 1
+        if periodic_runs == 1:
+            raise RuntimeError("first refresh fails")  # logged; the job keeps running
+
+    async def tick() -> bool:
+        await asyncio.sleep(0.01)
+        if worker.ticks == 5:
+            assert parts.health is not None
+            async with httpx.AsyncClient() as client:
+                url = f"http://127.0.0.1:{parts.health.port}"
+                readiness.append((await client.get(f"{url}/readyz")).status_code)
+                readiness.append((await client.get(f"{url}/healthz")).status_code)
+        if worker.ticks >= 20:
+            worker.stop()
+        return True
+
+    async def step(name: str) -> None:
+        steps.append(name)
+
+    worker = Worker("probe", tick, poll_interval=0.01, shutdown_timeout=2)
+    parts = process.WorkerProcess(
+        name="probe",
+        worker=worker,
+        engine=engine,
+        health_port=0,
+        periodic=[process.Periodic("probe-gauge", 0.01, flaky_gauge)],
+        start=[lambda: step("start")],
+        drain=lambda: step("drain"),
+        close=[lambda: step("close-1"), lambda: step("close-2")],
+    )
+    await asyncio.wait_for(process.serve(parts, settings), timeout=20)
+
+    assert steps == ["start", "drain", "close-1", "close-2"]
+    assert readiness == [200, 200]  # ready: the database answers (the shared check)
+    assert periodic_runs >= 2  # a failing run did not stop the job
+    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # disposed last, nothing left checked out
+
+
+async def test_teardown_runs_even_when_a_start_step_fails(settings: CoreSettings) -> None:
+    closed: list[str] = []
+    engine = create_engine(settings, pool_size=1)
+
+    async def broken_start() -> None:
+        raise ConnectionError("broker unreachable")
+
+    async def close() -> None:
+        closed.append("closed")
+
+    parts = process.WorkerProcess(
+        name="probe",
+        worker=Worker("probe", lambda: asyncio.sleep(0, False), poll_interval=0.01),
+        engine=engine,
+        health_port=0,
+        start=[broken_start],
+        close=[close],
+    )
+    with pytest.raises(ConnectionError):
+        await process.serve(parts, settings)
+    assert closed == ["closed"]
+
+
+async def test_the_shared_readiness_check(settings: CoreSettings) -> None:
+    engine = create_engine(settings, pooled=False)
+    try:
+        assert await database_answers(engine) is True
+    finally:
+        await engine.dispose()
+    unreachable = create_engine(
+        settings.model_copy(
+            update={"database_url": "postgresql+asyncpg://billing@127.0.0.1:1/billing"}
+        ),
+        pooled=False,
+    )
+    with pytest.raises(OSError):
+        await database_answers(unreachable)
+    await unreachable.dispose()
+
+
+async def test_db_pool_size_overrides_each_process_own_sizing(settings: CoreSettings) -> None:
+    own = create_engine(settings.model_copy(update={"db_pool_size": None}), pool_size=3)
+    overridden = create_engine(settings.model_copy(update={"db_pool_size": 7}), pool_size=3)
+    unpooled = create_engine(settings.model_copy(update={"db_pool_size": 7}), pooled=False)
+    try:
+        assert own.pool.size() == 3  # type: ignore[attr-defined]
+        assert overridden.pool.size() == 7  # type: ignore[attr-defined]
+        assert type(unpooled.pool).__name__ == "NullPool"
+    finally:
+        for engine in (own, overridden, unpooled):
+            await engine.dispose()
