@@ -124,29 +124,39 @@ def encode(event: CloudEvent) -> tuple[bytes, bytes, Headers]:
     return encode_key(event.subscription_id), event.data, headers
 
 
-def decode(
-    key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]]
-) -> CloudEvent:
-    """Parse a Kafka record written by :func:`encode`; raise :class:`InvalidCloudEvent`."""
+def _envelope(headers: Iterable[tuple[str, bytes]]) -> dict[str, str]:
+    """The record's headers by lower-case name, once the envelope is one this code writes."""
     found: dict[str, str] = {}
     for name, raw in headers:
         try:
             found[name.lower()] = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidCloudEvent(f"header {name} is not UTF-8") from exc
+    for name in (H_SPECVERSION, H_CONTENT_TYPE, H_TYPE):
+        if name not in found:
+            raise InvalidCloudEvent(f"missing header {name}")
+    if found[H_SPECVERSION] != SPEC_VERSION:
+        raise InvalidCloudEvent(f"unsupported specversion {found[H_SPECVERSION]!r}")
+    if not found[H_CONTENT_TYPE].startswith(CONTENT_TYPE):
+        raise InvalidCloudEvent(f"unsupported content-type {found[H_CONTENT_TYPE]!r}")
+    full_type = found[H_TYPE]
+    if not full_type.startswith(TYPE_PREFIX) or len(full_type) == len(TYPE_PREFIX):
+        raise InvalidCloudEvent(f"ce_type {full_type!r} is not a billing event type")
+    return found
+
+
+def decode(
+    key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]]
+) -> CloudEvent:
+    """Parse a Kafka record written by :func:`encode`; raise :class:`InvalidCloudEvent`."""
+    found = _envelope(headers)
 
     def need(name: str) -> str:
         if name not in found:
             raise InvalidCloudEvent(f"missing header {name}")
         return found[name]
 
-    if need(H_SPECVERSION) != SPEC_VERSION:
-        raise InvalidCloudEvent(f"unsupported specversion {found[H_SPECVERSION]!r}")
-    if not need(H_CONTENT_TYPE).startswith(CONTENT_TYPE):
-        raise InvalidCloudEvent(f"unsupported content-type {found[H_CONTENT_TYPE]!r}")
     full_type = need(H_TYPE)
-    if not full_type.startswith(TYPE_PREFIX) or len(full_type) == len(TYPE_PREFIX):
-        raise InvalidCloudEvent(f"ce_type {full_type!r} is not a billing event type")
     if value is None:
         raise InvalidCloudEvent("record has no value")
     try:

@@ -108,15 +108,14 @@ def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
     )
 
 
-def create_app(settings: GatewaySimSettings) -> Starlette:
-    gateway = Gateway(
-        behaviour=settings.behaviour(),
-        seed=settings.seed,
-        webhook_concurrency=settings.webhook_concurrency,
-        max_pending_webhooks=settings.webhook_max_pending,
-    )
+class Handlers:
+    """The simulator's HTTP endpoints, over one :class:`Gateway`."""
 
-    async def create_charge(request: Request) -> Response:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    async def create_charge(self, request: Request) -> Response:
+        gateway = self.gateway
         await gateway.stall.hold_arrival()
         admitted, now_ns = gateway.admit()
         if not admitted:
@@ -130,20 +129,20 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
         try:
             charge = parse_charge(request.headers.get("idempotency-key"), await request.body())
         except InvalidCharge as exc:
-            gateway.ledger.invalid += 1
-            gateway.count("invalid")
+            self.gateway.ledger.invalid += 1
+            self.gateway.count("invalid")
             return _problem(400, "Invalid charge request", str(exc))
-        reply = await gateway.charge(charge)
+        reply = await self.gateway.charge(charge)
         if reply.late_s:
             await asyncio.sleep(reply.late_s)
         headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
         return _json(reply.status, reply.body, headers)
 
-    async def ledger_summary(_: Request) -> Response:
-        return _json(200, gateway.summary())
+    async def ledger_summary(self, _: Request) -> Response:
+        return _json(200, self.gateway.summary())
 
-    async def ledger_charges(request: Request) -> Response:
-        ledger = gateway.ledger
+    async def ledger_charges(self, request: Request) -> Response:
+        ledger = self.gateway.ledger
         invoice = request.query_params.get("invoiceId")
         key = request.query_params.get("idempotencyKey")
         if invoice is not None:
@@ -158,20 +157,20 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
             return _problem(400, "Invalid query", "give invoiceId or idempotencyKey")
         return _json(
             200,
-            [{**ledger.charge(i, gateway.salt), "late": ledger.late(i)} for i in indexes],
+            [{**ledger.charge(i, self.gateway.salt), "late": ledger.late(i)} for i in indexes],
         )
 
-    async def successes_by_invoice(_: Request) -> Response:
-        counts = gateway.ledger.successes_by_invoice()
+    async def successes_by_invoice(self, _: Request) -> Response:
+        counts = self.gateway.ledger.successes_by_invoice()
         return _json(200, [[invoice, n] for invoice, n in sorted(counts.items())])
 
-    async def calls_per_second(_: Request) -> Response:
-        return _json(200, gateway.ledger.calls_per_second())
+    async def calls_per_second(self, _: Request) -> Response:
+        return _json(200, self.gateway.ledger.calls_per_second())
 
-    async def get_config(_: Request) -> Response:
-        return _json(200, gateway.behaviour.public())
+    async def get_config(self, _: Request) -> Response:
+        return _json(200, self.gateway.behaviour.public())
 
-    async def set_config(request: Request) -> Response:
+    async def set_config(self, request: Request) -> Response:
         try:
             patch = json.loads(await request.body())
             if not isinstance(patch, dict):
@@ -179,14 +178,14 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
         except ValueError:
             return _problem(400, "Invalid configuration", "the body must be a JSON object")
         try:
-            updated = Behaviour.model_validate({**gateway.behaviour.model_dump(), **patch})
+            updated = Behaviour.model_validate({**self.gateway.behaviour.model_dump(), **patch})
         except ValidationError as exc:
             return _invalid("Invalid configuration", "the configuration was not changed", exc)
-        gateway.configure(updated)
+        self.gateway.configure(updated)
         log.info("config_changed", changed=sorted(patch))
         return _json(200, updated.public())
 
-    async def decline_until(request: Request) -> Response:
+    async def decline_until(self, request: Request) -> Response:
         customer_id = int(request.path_params["customer_id"])
         try:
             order = DeclineUntil.model_validate_json(await request.body())
@@ -196,37 +195,47 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
                 'expected {"until": ISO-8601 with offset | null, "code": "..."}',
                 exc,
             )
-        gateway.decline_customer(customer_id, order.until, order.code)
+        self.gateway.decline_customer(customer_id, order.until, order.code)
         return _json(
             200,
             {
                 "customerId": customer_id,
                 "until": None if order.until is None else order.until.isoformat(),
                 "code": order.code,
-                "active": order.until is not None and gateway.behaviour.now() < order.until,
+                "active": order.until is not None and self.gateway.behaviour.now() < order.until,
             },
         )
 
-    async def stall(request: Request) -> Response:
+    async def stall(self, request: Request) -> Response:
         try:
             order = StallOrder.model_validate_json(await request.body())
         except ValidationError as exc:
             return _invalid("Invalid stall order", 'expected {"seconds": in (0, 600]}', exc)
-        gateway.stall.begin(order.seconds)
+        self.gateway.stall.begin(order.seconds)
         log.info("stall_started", seconds=order.seconds)
         return _json(200, {"stalledForSeconds": order.seconds})
 
-    async def reset(_: Request) -> Response:
-        await gateway.webhooks.cancel_pending()
-        gateway.reset()
+    async def reset(self, _: Request) -> Response:
+        await self.gateway.webhooks.cancel_pending()
+        self.gateway.reset()
         log.info("reset")
         return _json(200, {"reset": True})
 
-    async def healthz(_: Request) -> Response:
+    async def healthz(self, _: Request) -> Response:
         return PlainTextResponse("ok\n")
 
-    async def metrics(_: Request) -> Response:
-        return Response(generate_latest(gateway.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics(self, _: Request) -> Response:
+        return Response(generate_latest(self.gateway.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(settings: GatewaySimSettings) -> Starlette:
+    gateway = Gateway(
+        behaviour=settings.behaviour(),
+        seed=settings.seed,
+        webhook_concurrency=settings.webhook_concurrency,
+        max_pending_webhooks=settings.webhook_max_pending,
+    )
+    h = Handlers(gateway)
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -245,22 +254,22 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route("/v1/charges", create_charge, methods=["POST"]),
-            Route("/v1/ledger/summary", ledger_summary, methods=["GET"]),
-            Route("/v1/ledger/charges", ledger_charges, methods=["GET"]),
-            Route("/v1/ledger/calls-per-second", calls_per_second, methods=["GET"]),
-            Route("/v1/ledger/successes-by-invoice", successes_by_invoice, methods=["GET"]),
-            Route("/v1/admin/config", get_config, methods=["GET"]),
-            Route("/v1/admin/config", set_config, methods=["POST"]),
+            Route("/v1/charges", h.create_charge, methods=["POST"]),
+            Route("/v1/ledger/summary", h.ledger_summary, methods=["GET"]),
+            Route("/v1/ledger/charges", h.ledger_charges, methods=["GET"]),
+            Route("/v1/ledger/calls-per-second", h.calls_per_second, methods=["GET"]),
+            Route("/v1/ledger/successes-by-invoice", h.successes_by_invoice, methods=["GET"]),
+            Route("/v1/admin/config", h.get_config, methods=["GET"]),
+            Route("/v1/admin/config", h.set_config, methods=["POST"]),
             Route(
                 "/v1/admin/customers/{customer_id:int}/decline-until",
-                decline_until,
+                h.decline_until,
                 methods=["POST"],
             ),
-            Route("/v1/admin/stall", stall, methods=["POST"]),
-            Route("/v1/admin/reset", reset, methods=["POST"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
+            Route("/v1/admin/stall", h.stall, methods=["POST"]),
+            Route("/v1/admin/reset", h.reset, methods=["POST"]),
+            Route("/healthz", h.healthz, methods=["GET"]),
+            Route("/metrics", h.metrics, methods=["GET"]),
         ],
         lifespan=lifespan,
     )

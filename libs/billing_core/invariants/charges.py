@@ -26,8 +26,9 @@ payment are checked whatever their time.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -99,6 +100,30 @@ _TWO_KEYS = text(
 )
 
 
+def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> tuple[int, int]:
+    """Each invoice the gateway charged (or PAID here) against what the database says; return
+    how many are in flight (charged, result being recorded) and tolerated (reconciled)."""
+    in_flight = tolerated = 0
+    for r in rows:
+        if r.charges > 1:
+            how = f"{r.n} successful charges at the gateway"
+            if r.imported:
+                how = f"imported as paid, and {r.n} successful charge(s) at the gateway"
+            check.add("double_charge", "invoice", r.id, how)
+        elif r.status is None:
+            check.add("charge_unknown_invoice", "invoice", r.id, "charged, unknown to the DB")
+        elif r.charges == 0:
+            check.add("paid_without_charge", "invoice", r.id, f"PAID ({r.amount}), never charged")
+        elif r.reconciled:
+            tolerated += 1
+        elif r.status == "OPEN" and r.next_attempt_at is not None and r.next_attempt_at > now:
+            in_flight += 1
+        else:
+            paid = "paid by an imported payment" if r.imported else "charged"
+            check.add("charged_not_paid", "invoice", r.id, f"{r.status} but {paid}")
+    return in_flight, tolerated
+
+
 async def check_charges(
     conn: AsyncConnection,
     ledger: LedgerEvidence | None,
@@ -134,24 +159,9 @@ async def check_charges(
         "reconciled": sorted(reconciled),
         "since": since,
     }
-    in_flight = tolerated = 0
-    for r in await conn.execute(_AGAINST_LEDGER, params):
-        if r.charges > 1:
-            how = f"{r.n} successful charges at the gateway"
-            if r.imported:
-                how = f"imported as paid, and {r.n} successful charge(s) at the gateway"
-            check.add("double_charge", "invoice", r.id, how)
-        elif r.status is None:
-            check.add("charge_unknown_invoice", "invoice", r.id, "charged, unknown to the DB")
-        elif r.charges == 0:
-            check.add("paid_without_charge", "invoice", r.id, f"PAID ({r.amount}), never charged")
-        elif r.reconciled:
-            tolerated += 1
-        elif r.status == "OPEN" and r.next_attempt_at is not None and r.next_attempt_at > now:
-            in_flight += 1
-        else:
-            paid = "paid by an imported payment" if r.imported else "charged"
-            check.add("charged_not_paid", "invoice", r.id, f"{r.status} but {paid}")
+    in_flight, tolerated = _judge_against_ledger(
+        check, await conn.execute(_AGAINST_LEDGER, params), now
+    )
     reported = set(check.ids("double_charge"))
     for invoice_id in ledger.duplicate_success_invoices:
         if invoice_id not in reported:

@@ -89,6 +89,44 @@ async def _insert_invoices(
     return None
 
 
+async def _plan_and_insert(
+    db: renewal_repo.Db,
+    rows: Sequence[DueSubscription],
+    now: datetime,
+    max_periods: int,
+    parked: list[int],
+) -> tuple[list[RenewalPlan], list[renewal_repo.InsertedInvoice]]:
+    plans = _plan_all(rows, now=now, max_periods=max_periods, existing=(), parked=parked)
+    inserted = await _insert_invoices(db, plans, now=now)
+    if inserted is not None:
+        return plans, inserted
+    # Some renewal already exists (a replayed batch): plan again knowing which.
+    keys = [(i.subscription_id, i.period_start) for plan in plans for i in plan.invoices]
+    existing = await renewal_repo.existing_renewals(db, keys)
+    log.warning("renewal_invoices_already_exist", count=len(existing))
+    # Planning is deterministic: the rows parked above fail the same way again.
+    plans = _plan_all(rows, now=now, max_periods=max_periods, existing=existing, parked=[])
+    inserted = await _insert_invoices(db, plans, now=now)
+    if inserted is None:
+        raise RenewalConflict("renewal invoices appeared while the rows were locked")
+    return plans, inserted
+
+
+def _count_invoices(
+    plan: RenewalPlan, invoice_ids: Sequence[int], result: BatchResult
+) -> list[renewal_repo.CreditUse]:
+    """Add the plan's invoices to the batch's counts; return the credit they consumed."""
+    uses: list[renewal_repo.CreditUse] = []
+    for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
+        if invoice.credit_applied:
+            uses.append(renewal_repo.CreditUse(plan.due.id, invoice_id, invoice.credit_applied))
+            result.credit_used += invoice.credit_applied
+        if invoice.status == InvoiceStatus.PAID:
+            result.zero_amount_invoices += 1
+    result.invoice_ids.extend(invoice_ids)
+    return uses
+
+
 async def renew_due_batch(
     db: renewal_repo.Db,
     *,
@@ -107,22 +145,7 @@ async def renew_due_batch(
     if not rows:
         return result
 
-    existing: set[tuple[int, datetime]] = set()
-    plans = _plan_all(
-        rows, now=now, max_periods=max_periods, existing=existing, parked=result.parked
-    )
-    inserted = await _insert_invoices(db, plans, now=now)
-    if inserted is None:
-        # Some renewal already exists (a replayed batch): plan again knowing which.
-        keys = [(i.subscription_id, i.period_start) for plan in plans for i in plan.invoices]
-        existing = await renewal_repo.existing_renewals(db, keys)
-        log.warning("renewal_invoices_already_exist", count=len(existing))
-        # Planning is deterministic: the rows parked above fail the same way again.
-        plans = _plan_all(rows, now=now, max_periods=max_periods, existing=existing, parked=[])
-        inserted = await _insert_invoices(db, plans, now=now)
-        if inserted is None:
-            raise RenewalConflict("renewal invoices appeared while the rows were locked")
-
+    plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked)
     ids = {(i.subscription_id, i.period_index): i.id for i in inserted}
     writes = [plan.write for plan in plans]
     updated = await renewal_repo.write_subscriptions(db, writes, now=now)
@@ -134,16 +157,8 @@ async def renew_due_batch(
     events: list[DomainEvent] = []
     for plan in plans:
         invoice_ids = [ids[(i.subscription_id, i.period_index)] for i in plan.invoices]
-        for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
-            if invoice.credit_applied:
-                credit_uses.append(
-                    renewal_repo.CreditUse(plan.due.id, invoice_id, invoice.credit_applied)
-                )
-                result.credit_used += invoice.credit_applied
-            if invoice.status == InvoiceStatus.PAID:
-                result.zero_amount_invoices += 1
+        credit_uses += _count_invoices(plan, invoice_ids, result)
         events.extend(renewal_rules.renewal_events(plan, invoice_ids))
-        result.invoice_ids.extend(invoice_ids)
         result.invoices_created += len(invoice_ids)
         result.already_invoiced += len(plan.already_invoiced)
         if plan.canceled:
