@@ -54,7 +54,11 @@ lint: venv ## ruff + mypy (strict)
 test: venv infra-up lint ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
-.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint test
+test-fast: venv infra-up ## Developer loop: unit + integration without the slow process/chaos/e2e tests
+	$(BIN)/pytest -q -n 2 -m "not slow and not timing" tests/unit tests/deploy tests/integration
+	$(BIN)/pytest -q -m "timing and not slow" tests/integration
+
+.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint test test-fast
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py

@@ -28,6 +28,7 @@ def run(module: str, env: dict[str, str]) -> tuple[int, str, float]:
     return done.returncode, done.stderr, time.monotonic() - started
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", WORKERS)
 def test_an_unreachable_database_stops_the_worker_at_start(module: str) -> None:
     closed = free_port()

@@ -98,6 +98,9 @@ def start_services() -> Services:
 
 
 def checkout_database_name() -> str:
-    """One test database per checkout, so two clones on one machine never collide."""
+    """One test database per checkout (two clones on one machine never collide) and per
+    pytest-xdist worker (``make test-fast`` runs tests side by side, each on its own)."""
     digest = hashlib.sha1(str(ROOT).encode()).hexdigest()[:8]
-    return os.environ.get("BILLING_TEST_DB", f"billing_test_{digest}")
+    name = os.environ.get("BILLING_TEST_DB", f"billing_test_{digest}")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"{name}_{worker}" if worker else name

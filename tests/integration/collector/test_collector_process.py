@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +20,8 @@ from tests.support.factories import (
     due_subscriptions_with_invoices,
 )
 from tests.support.processes import private_redis
+
+pytestmark = pytest.mark.slow  # real-time whole-process scenarios: `make test`, not test-fast
 
 
 async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:

@@ -8,11 +8,14 @@ import itertools
 import time
 from pathlib import Path
 
+import pytest
 import redis.asyncio as aioredis
 
 from billing_core.ratelimit import GlobalRateLimiter
 from tests.support.infra import Services
 from tests.support.processes import private_redis
+
+pytestmark = pytest.mark.timing  # measures real time: run alone, never beside other tests
 
 
 def max_in_any_window(times: list[float], window: float) -> int:

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 from tests.integration.gateway_sim.conftest import (
     SimProcess,
@@ -14,6 +15,8 @@ from tests.integration.gateway_sim.conftest import (
     configure,
     summary,
 )
+
+pytestmark = pytest.mark.timing  # measures real time: run alone, never beside other tests
 
 
 async def _burst(url: str, requests: list[bytes]) -> list[tuple[int, dict[str, str]]]:

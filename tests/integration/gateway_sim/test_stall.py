@@ -6,8 +6,11 @@ import asyncio
 import time
 
 import httpx
+import pytest
 
 from tests.integration.gateway_sim.conftest import charge, configure, summary
+
+pytestmark = pytest.mark.timing  # measures real time: run alone, never beside other tests
 
 
 async def stall(client: httpx.AsyncClient, seconds: float) -> None:

@@ -25,6 +25,8 @@ from tests.integration.gateway_sim.conftest import (
 )
 from tests.support.processes import free_port
 
+pytestmark = pytest.mark.timing  # measures real time: run alone, never beside other tests
+
 PROC_STAT = Path("/proc/self/stat")
 
 
@@ -283,6 +285,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not PROC_STAT.exists(), reason="reads CPU time from /proc")
 async def test_an_idle_simulator_uses_no_cpu(
     simulator: SimProcess, gw: httpx.AsyncClient, receiver: Receiver

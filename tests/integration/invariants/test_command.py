@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from sqlalchemy import text
 
 from tests.integration.invariants.conftest import Scene
@@ -32,6 +33,7 @@ async def billing_check(scene: Scene) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 async def test_billing_check_exits_1_on_a_violation(scene: Scene) -> None:
     await scene.world.publish(scene.bootstrap, scene.topic)
     clean = await billing_check(scene)

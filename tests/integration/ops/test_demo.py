@@ -24,6 +24,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.ops.demo_gateway import webhook_deliveries
 from tests.support.processes import ROOT, Proc, free_port, start
 
+pytestmark = pytest.mark.slow  # real-time whole-process scenarios: `make test`, not test-fast
+
 PROGRESS = re.compile(r"^\[\s*\d+ s\] due subscriptions \d+, renewal invoices \d+, open \d+")
 
 

@@ -39,6 +39,7 @@ async def _all_ids(engine: AsyncEngine) -> set[uuid.UUID]:
         return {r[0] for r in await conn.execute(text("SELECT event_id FROM outbox_event"))}
 
 
+@pytest.mark.slow
 async def test_relay_killed_between_send_and_mark_redelivers_and_the_consumer_applies_once(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
@@ -165,6 +166,7 @@ async def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
     assert first_seen_in_order(events) == {s: list(range(1, 61)) for s in subs}
 
 
+@pytest.mark.slow
 async def test_notifier_process_logs_one_email_per_event(
     engine: AsyncEngine, make_relay: RelayFactory, kafka_topic: str
 ) -> None:
