@@ -70,7 +70,7 @@ async def record_new(
     if not ids:
         return set()
     result = await session.execute(_RECORD, {"consumer": consumer, "ids": list(ids)})
-    return {row[0] for row in result.all()}
+    return set(result.scalars())
 
 
 class EventConsumer:

@@ -30,6 +30,7 @@ from zoneinfo import ZoneInfo
 import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.domain import period as period_rules
+from billing_core.domain.subscription import SubscriptionStatus
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -192,7 +193,7 @@ async def seed_subscriptions(
                 (
                     spec.first_customer_id + i,
                     plan.id,
-                    "ACTIVE",
+                    str(SubscriptionStatus.ACTIVE),
                     tz,
                     anchor,
                     index,

@@ -25,11 +25,11 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
+from billing_core.repo import backlogs
 from services.ops.demo_gateway import WEBHOOK_RESULTS, Gateway, GatewayFigures, since
 from services.ops.demo_plot import plot
 from services.ops.seed import seed
@@ -38,30 +38,6 @@ PROGRESS_EVERY_S = 5.0  # plain progress lines (no terminal): one every this man
 SAMPLE_TIMEOUT_S = 30.0
 DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 UNAVAILABLE = "unavailable"
-
-_PROGRESS = text(
-    """
-    SELECT
-      (SELECT count(*) FROM subscription s WHERE s.customer_id >= :first
-         AND s.status = 'ACTIVE' AND s.current_period_end <= :now) AS due_subscriptions,
-      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first
-         AND (i.period_index > 0 OR i.kind = 'PRORATION')) AS invoices,
-      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'OPEN'
-         AND i.next_attempt_at <= :now) AS due_invoices,
-      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'OPEN')
-         AS open_invoices,
-      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'PAID'
-         AND i.period_index > 0) AS paid,
-      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'FAILED')
-         AS failed,
-      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.attempt_count > 0)
-         AS dunned,
-      (SELECT count(*) FROM subscription s WHERE s.customer_id >= :first
-         AND s.status = 'CANCELED') AS canceled,
-      (SELECT count(*) FROM outbox_event WHERE published_at IS NULL) AS unpublished,
-      (SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL) AS published
-    """
-)
 
 
 @dataclass
@@ -213,11 +189,12 @@ async def _watch(
         while time.monotonic() - started < timeout.total_seconds():
             try:
                 async with asyncio.timeout(SAMPLE_TIMEOUT_S), engine.connect() as conn:
-                    params = {"first": first, "now": clock.now()}
-                    row = (await conn.execute(_PROGRESS, params)).mappings().one()
+                    values = await backlogs.demo_progress(
+                        conn, first_customer_id=first, now=clock.now()
+                    )
             except (*DATABASE_ERRORS, TimeoutError) as exc:
                 return samples, f"the database stopped answering ({_why(exc)})"
-            sample = Sample(time.monotonic() - started, {k: int(v) for k, v in row.items()})
+            sample = Sample(time.monotonic() - started, values)
             samples.append(sample)
             if live is not None:
                 live.update(_table(sample))

@@ -9,39 +9,10 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.ratelimit import GlobalRateLimiter
-
-_SUBSCRIPTIONS = text(
-    """
-    SELECT status, count(*) AS n,
-           count(*) FILTER (WHERE status = 'ACTIVE' AND current_period_end <= :now) AS due,
-           min(current_period_end) FILTER (WHERE status = 'ACTIVE') AS next_end
-    FROM subscription GROUP BY status ORDER BY status
-    """
-)
-_INVOICES = text(
-    """
-    SELECT status, attempt_count,
-           count(*) AS n,
-           count(*) FILTER (WHERE status = 'OPEN' AND next_attempt_at <= :now) AS due,
-           count(*) FILTER (WHERE status = 'OPEN' AND next_attempt_at > :now
-                            AND leased_at IS NOT NULL) AS leased,
-           min(next_attempt_at) FILTER (WHERE status = 'OPEN') AS next_attempt
-    FROM invoice GROUP BY status, attempt_count ORDER BY status, attempt_count
-    """
-)
-_OUTBOX = text(
-    """
-    SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS unpublished,
-           count(*) FILTER (WHERE parked_at IS NOT NULL) AS parked,
-           min(occurred_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS oldest,
-           count(*) AS total
-    FROM outbox_event
-    """
-)
+from billing_core.repo import backlogs
 
 
 @dataclass
@@ -62,9 +33,9 @@ async def gather(
     guard_ms: int,
 ) -> Status:
     async with engine.connect() as conn:
-        subs = [dict(r) for r in (await conn.execute(_SUBSCRIPTIONS, {"now": now})).mappings()]
-        invs = [dict(r) for r in (await conn.execute(_INVOICES, {"now": now})).mappings()]
-        outbox = dict((await conn.execute(_OUTBOX)).mappings().one())
+        subs = await backlogs.subscriptions_by_status(conn, now)
+        invs = await backlogs.invoices_by_status(conn, now)
+        outbox = await backlogs.outbox_backlog(conn)
     booked: int | None
     client = aioredis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
     limiter = GlobalRateLimiter(client, key=limiter_key, limit=rate_limit, guard_ms=guard_ms)

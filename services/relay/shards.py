@@ -16,25 +16,12 @@ from __future__ import annotations
 import math
 import random
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core.logging import get_logger
+from billing_core.repo import shard_leases as leases
 
 log = get_logger(__name__)
-
-SHARD_LOCK_CLASS = 0x52454C41  # "RELA"
-MEMBER_LOCK_CLASS = 0x52454C42
-
-_HELD = text(
-    """
-    SELECT l.objid::int AS key, l.pid AS pid FROM pg_locks l
-    JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
-    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.classid = :cls
-    """
-)
-_TRY = text("SELECT pg_try_advisory_lock(:cls, :key)")
-_UNLOCK = text("SELECT pg_advisory_unlock(:cls, :key)")
 
 
 class ShardLeaser:
@@ -53,7 +40,7 @@ class ShardLeaser:
         conn = await raw.execution_options(isolation_level="AUTOCOMMIT")
         for _ in range(100):
             candidate = self._rng.randrange(1, 2**31 - 1)
-            if (await conn.execute(_TRY, {"cls": MEMBER_LOCK_CLASS, "key": candidate})).scalar():
+            if await leases.try_lock(conn, leases.MEMBER_LOCK_CLASS, candidate):
                 self.member_id = candidate
                 break
         else:  # pragma: no cover - 100 collisions in 2**31 ids
@@ -79,7 +66,7 @@ class ShardLeaser:
         if self._conn is None:
             return
         try:
-            await self._conn.execute(text("SELECT 1"))
+            await leases.still_connected(self._conn)
         except Exception:
             log.warning("lease_connection_lost", shards=sorted(self.owned))
             await self._drop_connection()
@@ -91,29 +78,23 @@ class ShardLeaser:
             self._conn = await self._connect()
         conn = self._conn
         try:
-            members = len((await conn.execute(_HELD, {"cls": MEMBER_LOCK_CLASS})).all())
-            self.members = max(1, members)
+            self.members = max(1, await leases.members(conn))
             target = math.ceil(self.shards / self.members)
             if len(self.owned) > target:
                 extra = sorted(self.owned)[target:]
                 for shard in extra:
-                    await conn.execute(_UNLOCK, {"cls": SHARD_LOCK_CLASS, "key": shard})
+                    await leases.unlock(conn, leases.SHARD_LOCK_CLASS, shard)
                     self.owned.discard(shard)
                 log.info("shards_released", shards=extra, owned=len(self.owned), target=target)
             elif len(self.owned) < target:
-                held = {
-                    row.key for row in (await conn.execute(_HELD, {"cls": SHARD_LOCK_CLASS})).all()
-                }
+                held = await leases.held(conn, leases.SHARD_LOCK_CLASS)
                 free = [s for s in range(self.shards) if s not in held]
                 self._rng.shuffle(free)
                 taken: list[int] = []
                 for shard in free:
                     if len(self.owned) >= target:
                         break
-                    ok = (
-                        await conn.execute(_TRY, {"cls": SHARD_LOCK_CLASS, "key": shard})
-                    ).scalar()
-                    if ok:
+                    if await leases.try_lock(conn, leases.SHARD_LOCK_CLASS, shard):
                         self.owned.add(shard)
                         taken.append(shard)
                 if taken:

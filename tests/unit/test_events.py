@@ -8,6 +8,8 @@ import pytest
 from billing_core.domain import events as ev
 from billing_core.domain.errors import NaiveDatetime
 from billing_core.domain.events import SCHEMA_VERSION, DomainEvent, EventType
+from billing_core.domain.invoice import InvoiceStatus
+from billing_core.domain.renewal import RenewalInvoice
 
 NOW = datetime(2026, 12, 1, 8, 30, tzinfo=UTC)
 LATER = NOW + timedelta(days=31)
@@ -32,16 +34,9 @@ ALL = [
     ev.subscription_past_due(1, 9),
     ev.subscription_reactivated(1, 9),
     ev.invoice_created(
-        1,
+        RenewalInvoice(1, 2, 1, NOW, LATER, 2499, 500, 1999, "EUR", InvoiceStatus.OPEN, NOW, None),
         9,
         "RENEWAL",
-        period_index=1,
-        period_start=NOW,
-        period_end=LATER,
-        subtotal=2499,
-        credit_applied=500,
-        amount=1999,
-        currency="EUR",
     ),
     ev.invoice_paid(1, 9, 1999, "EUR", NOW),
     ev.payment_failed(1, 9, 1, "card_declined", LATER),
@@ -91,21 +86,17 @@ def test_naive_times_are_refused() -> None:
 
 
 def test_every_invoice_has_one_created_shape_and_paid_at_opening_adds_invoice_paid() -> None:
-    common = {
-        "period_index": 0,
-        "period_start": NOW,
-        "period_end": LATER,
-        "subtotal": 990,
-        "currency": "EUR",
-    }
-    owed = ev.invoice_opened(
-        1, 9, "PRORATION", credit_applied=0, amount=990, paid_at=None, **common
-    )
-    covered = ev.invoice_opened(
-        1, 10, "RENEWAL", credit_applied=990, amount=0, paid_at=NOW, **common
-    )
+    def issued(credit: int, paid_at: datetime | None) -> RenewalInvoice:
+        status = InvoiceStatus.PAID if paid_at else InvoiceStatus.OPEN
+        return RenewalInvoice(
+            1, 2, 0, NOW, LATER, 990, credit, 990 - credit, "EUR", status, None, paid_at
+        )
+
+    owed = ev.invoice_opened(issued(0, None), 9, "PRORATION")
+    covered = ev.invoice_opened(issued(990, NOW), 10, "RENEWAL")
     assert [e.type for e in owed] == [EventType.INVOICE_CREATED]
     assert [e.type for e in covered] == [EventType.INVOICE_CREATED, EventType.INVOICE_PAID]
+    assert covered[1].payload["amount"] == 0
     assert (
         set(owed[0].payload)
         == set(covered[0].payload)

@@ -24,6 +24,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
 
+from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+from billing_core.domain.period import Interval
+from billing_core.domain.subscription import SubscriptionStatus
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -37,11 +42,12 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 TZ = TIMESTAMP(timezone=True)
 NOW = text("now()")
 
-SUBSCRIPTION_STATUSES = ("ACTIVE", "PAST_DUE", "CANCELED")
-INVOICE_STATUSES = ("OPEN", "PAID", "FAILED", "VOID")
-INVOICE_KINDS = ("RENEWAL", "PRORATION")
-INTERVALS = ("MONTH", "YEAR")
-ATTEMPT_OUTCOMES = ("SUCCESS", "DECLINED", "UNKNOWN")
+# The domain's enums are the allowed values (CHECK constraints below).
+SUBSCRIPTION_STATUSES = tuple(str(s) for s in SubscriptionStatus)
+INVOICE_STATUSES = tuple(str(s) for s in InvoiceStatus)
+INVOICE_KINDS = tuple(str(k) for k in InvoiceKind)
+INTERVALS = tuple(str(i) for i in Interval)
+ATTEMPT_OUTCOMES = tuple(str(o) for o in ChargeOutcome)
 # IMPORT: a payment made before (outside) this system, imported with the history.
 ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK", "IMPORT")
 CREDIT_REASONS = ("DOWNGRADE", "INVOICE", "VOID_REFUND", "ADJUSTMENT")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+from typing import Protocol
 
 from billing_core.domain.instant import iso_utc
 
@@ -107,70 +108,63 @@ def subscription_reactivated(subscription_id: int, invoice_id: int | None) -> Do
     )
 
 
-def invoice_created(
-    subscription_id: int,
-    invoice_id: int,
-    kind: str,
-    *,
-    period_index: int,
-    period_start: datetime,
-    period_end: datetime,
-    subtotal: int,
-    credit_applied: int,
-    amount: int,
-    currency: str,
-) -> DomainEvent:
-    """One shape for every invoice, whoever opens it (subscribe, plan change, renewal)."""
+class IssuedInvoice(Protocol):
+    """What the invoice events say of a new invoice (a renewal plan's or a stored row)."""
+
+    @property
+    def subscription_id(self) -> int: ...
+    @property
+    def period_index(self) -> int: ...
+    @property
+    def period_start(self) -> datetime: ...
+    @property
+    def period_end(self) -> datetime: ...
+    @property
+    def subtotal(self) -> int: ...
+    @property
+    def credit_applied(self) -> int: ...
+    @property
+    def amount(self) -> int: ...
+    @property
+    def currency(self) -> str: ...
+    @property
+    def paid_at(self) -> datetime | None: ...
+
+
+def invoice_created(invoice: IssuedInvoice, invoice_id: int, kind: str) -> DomainEvent:
+    """One shape for every invoice, whoever issues it (subscribe, plan change, renewal)."""
     return DomainEvent(
         EventType.INVOICE_CREATED,
-        subscription_id,
+        invoice.subscription_id,
         {
-            "subscriptionId": subscription_id,
+            "subscriptionId": invoice.subscription_id,
             "invoiceId": invoice_id,
             "kind": str(kind),
-            "periodIndex": period_index,
-            "periodStart": iso(period_start),
-            "periodEnd": iso(period_end),
-            "subtotal": subtotal,
-            "creditApplied": credit_applied,
-            "amount": amount,
-            "currency": currency,
+            "periodIndex": invoice.period_index,
+            "periodStart": iso(invoice.period_start),
+            "periodEnd": iso(invoice.period_end),
+            "subtotal": invoice.subtotal,
+            "creditApplied": invoice.credit_applied,
+            "amount": invoice.amount,
+            "currency": invoice.currency,
         },
     )
 
 
-def invoice_opened(
-    subscription_id: int,
-    invoice_id: int,
-    kind: str,
-    *,
-    period_index: int,
-    period_start: datetime,
-    period_end: datetime,
-    subtotal: int,
-    credit_applied: int,
-    amount: int,
-    currency: str,
-    paid_at: datetime | None,
-) -> list[DomainEvent]:
+def invoice_opened(invoice: IssuedInvoice, invoice_id: int, kind: str) -> list[DomainEvent]:
     """A new invoice's events: InvoiceCreated, and InvoicePaid when credit covered all of it
-    (``paid_at`` set at opening)."""
-    events = [
-        invoice_created(
-            subscription_id,
-            invoice_id,
-            kind,
-            period_index=period_index,
-            period_start=period_start,
-            period_end=period_end,
-            subtotal=subtotal,
-            credit_applied=credit_applied,
-            amount=amount,
-            currency=currency,
+    (``paid_at`` set when it was issued)."""
+    events = [invoice_created(invoice, invoice_id, kind)]
+    if invoice.paid_at is not None:
+        events.append(
+            invoice_paid(
+                invoice.subscription_id,
+                invoice_id,
+                invoice.amount,
+                invoice.currency,
+                invoice.paid_at,
+            )
         )
-    ]
-    if paid_at is not None:
-        events.append(invoice_paid(subscription_id, invoice_id, amount, currency, paid_at))
     return events
 
 

@@ -201,17 +201,5 @@ def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[Domain
     subscription's own (SubscriptionCanceled)."""
     events: list[DomainEvent] = []
     for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
-        events += ev.invoice_opened(
-            invoice.subscription_id,
-            invoice_id,
-            InvoiceKind.RENEWAL,
-            period_index=invoice.period_index,
-            period_start=invoice.period_start,
-            period_end=invoice.period_end,
-            subtotal=invoice.subtotal,
-            credit_applied=invoice.credit_applied,
-            amount=invoice.amount,
-            currency=invoice.currency,
-            paid_at=invoice.paid_at,
-        )
+        events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL)
     return events + plan.trailing_events

@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from billing_core.domain.invoice import InvoiceStatus
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.report import Check
 
@@ -116,7 +117,11 @@ def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> t
             check.add("paid_without_charge", "invoice", r.id, f"PAID ({r.amount}), never charged")
         elif r.reconciled:
             tolerated += 1
-        elif r.status == "OPEN" and r.next_attempt_at is not None and r.next_attempt_at > now:
+        elif (
+            r.status == InvoiceStatus.OPEN
+            and r.next_attempt_at is not None
+            and r.next_attempt_at > now
+        ):
             in_flight += 1
         else:
             paid = "paid by an imported payment" if r.imported else "charged"

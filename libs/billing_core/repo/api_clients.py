@@ -53,13 +53,17 @@ async def create(session: AsyncSession, *, name: str, now: datetime) -> tuple[Ap
 
 async def find_active_by_key(session: AsyncSession, key: str) -> ApiClient | None:
     row = (
-        await session.execute(
-            select(_c.c.id, _c.c.name, _c.c.key_prefix).where(
-                _c.c.key_hash == hash_key(key), _c.c.revoked_at.is_(None)
+        (
+            await session.execute(
+                select(_c.c.id, _c.c.name, _c.c.key_prefix).where(
+                    _c.c.key_hash == hash_key(key), _c.c.revoked_at.is_(None)
+                )
             )
         )
-    ).first()
-    return None if row is None else ApiClient(int(row[0]), row[1], row[2])
+        .mappings()
+        .first()
+    )
+    return None if row is None else ApiClient(**row)
 
 
 async def revoke(session: AsyncSession, client_id: int, *, now: datetime) -> bool:

@@ -106,7 +106,7 @@ async def insert_invoice(
         )
         .returning(*_COLUMNS)
     )
-    return Invoice(*tuple(result.one()))
+    return Invoice(**result.mappings().one())
 
 
 async def void_open_invoices(
@@ -144,4 +144,4 @@ async def list_for_subscription(
     if before_id is not None:
         query = query.where(_i.c.id < before_id)
     query = query.order_by(_i.c.id.desc()).limit(limit).offset(offset)
-    return [Invoice(*tuple(row)) for row in await session.execute(query)]
+    return [Invoice(**row) for row in (await session.execute(query)).mappings()]

@@ -43,14 +43,14 @@ async def list_active(session: AsyncSession) -> list[Plan]:
     rows = await session.execute(
         select(*_COLUMNS).where(t.plan.c.active.is_(True)).order_by(t.plan.c.id)
     )
-    return [Plan(*row) for row in rows]
+    return [Plan(**row) for row in rows.mappings()]
 
 
 async def get_by_code(session: AsyncSession, code: str, *, active_only: bool = True) -> Plan:
     query = select(*_COLUMNS).where(t.plan.c.code == code)
     if active_only:
         query = query.where(t.plan.c.active.is_(True))
-    row = (await session.execute(query)).first()
+    row = (await session.execute(query)).mappings().first()
     if row is None:
         raise PlanNotFound(code)
-    return Plan(*row)
+    return Plan(**row)

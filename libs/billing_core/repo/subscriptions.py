@@ -96,12 +96,12 @@ _SELECT = select(
     _s.c.version,
     _s.c.created_at,
     _s.c.updated_at,
-    _p.c.id,
-    _p.c.code,
-    _p.c.name,
-    _p.c.price_amount,
-    _p.c.currency,
-    _p.c.billing_interval,
+    _p.c.id.label("plan_id"),
+    _p.c.code.label("plan_code"),
+    _p.c.name.label("plan_name"),
+    _p.c.price_amount.label("plan_price_amount"),
+    _p.c.currency.label("plan_currency"),
+    _p.c.billing_interval.label("plan_interval"),
 ).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
 
 
@@ -121,7 +121,7 @@ async def insert_subscription(
         .values(
             customer_id=customer_id,
             plan_id=plan_id,
-            status="ACTIVE",
+            status=str(SubscriptionStatus.ACTIVE),
             time_zone=time_zone,
             billing_anchor=billing_anchor,
             period_index=0,
@@ -139,10 +139,10 @@ async def insert_subscription(
 
 
 async def get(session: AsyncSession, subscription_id: int) -> Subscription:
-    row = (await session.execute(_SELECT.where(_s.c.id == subscription_id))).first()
+    row = (await session.execute(_SELECT.where(_s.c.id == subscription_id))).mappings().first()
     if row is None:
         raise SubscriptionNotFound(subscription_id)
-    return Subscription(*tuple(row))
+    return Subscription(**row)
 
 
 async def exists(session: AsyncSession, subscription_id: int) -> bool:

@@ -12,6 +12,7 @@ from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
 from billing_core.domain.proration import prorate
+from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
 from billing_core.repo import plans as plans_repo
@@ -53,7 +54,7 @@ async def change_plan(
     if new_plan.code == sub.plan_code:
         sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
         return PlanChange(changed=False)
-    if sub.status == "CANCELED":
+    if sub.status == SubscriptionStatus.CANCELED:
         sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
     if new_plan.currency != sub.plan_currency:
         raise IncompatiblePlanChange(

@@ -87,16 +87,4 @@ async def subscribe(
 
 
 def opened_invoice_events(invoice: invoices_repo.Invoice) -> list[ev.DomainEvent]:
-    return ev.invoice_opened(
-        invoice.subscription_id,
-        invoice.id,
-        invoice.kind,
-        period_index=invoice.period_index,
-        period_start=invoice.period_start,
-        period_end=invoice.period_end,
-        subtotal=invoice.subtotal,
-        credit_applied=invoice.credit_applied,
-        amount=invoice.amount,
-        currency=invoice.currency,
-        paid_at=invoice.paid_at,
-    )
+    return ev.invoice_opened(invoice, invoice.id, invoice.kind)

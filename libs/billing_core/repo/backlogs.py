@@ -1,0 +1,86 @@
+"""Backlog counts the operator tools show (``billing status``, ``billing demo``): read-only."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_SUBSCRIPTIONS = text(
+    """
+    SELECT status, count(*) AS n,
+           count(*) FILTER (WHERE status = 'ACTIVE' AND current_period_end <= :now) AS due,
+           min(current_period_end) FILTER (WHERE status = 'ACTIVE') AS next_end
+    FROM subscription GROUP BY status ORDER BY status
+    """
+)
+_INVOICES = text(
+    """
+    SELECT status, attempt_count,
+           count(*) AS n,
+           count(*) FILTER (WHERE status = 'OPEN' AND next_attempt_at <= :now) AS due,
+           count(*) FILTER (WHERE status = 'OPEN' AND next_attempt_at > :now
+                            AND leased_at IS NOT NULL) AS leased,
+           min(next_attempt_at) FILTER (WHERE status = 'OPEN') AS next_attempt
+    FROM invoice GROUP BY status, attempt_count ORDER BY status, attempt_count
+    """
+)
+_OUTBOX = text(
+    """
+    SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS unpublished,
+           count(*) FILTER (WHERE parked_at IS NOT NULL) AS parked,
+           min(occurred_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS oldest,
+           count(*) AS total
+    FROM outbox_event
+    """
+)
+
+
+_PROGRESS = text(
+    """
+    SELECT
+      (SELECT count(*) FROM subscription s WHERE s.customer_id >= :first
+         AND s.status = 'ACTIVE' AND s.current_period_end <= :now) AS due_subscriptions,
+      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first
+         AND (i.period_index > 0 OR i.kind = 'PRORATION')) AS invoices,
+      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'OPEN'
+         AND i.next_attempt_at <= :now) AS due_invoices,
+      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'OPEN')
+         AS open_invoices,
+      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'PAID'
+         AND i.period_index > 0) AS paid,
+      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.status = 'FAILED')
+         AS failed,
+      (SELECT count(*) FROM invoice i WHERE i.customer_id >= :first AND i.attempt_count > 0)
+         AS dunned,
+      (SELECT count(*) FROM subscription s WHERE s.customer_id >= :first
+         AND s.status = 'CANCELED') AS canceled,
+      (SELECT count(*) FROM outbox_event WHERE published_at IS NULL) AS unpublished,
+      (SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL) AS published
+    """
+)
+
+
+async def subscriptions_by_status(conn: AsyncConnection, now: datetime) -> list[dict[str, Any]]:
+    """Per status: how many, how many due now (ACTIVE), the next period end."""
+    return [dict(r) for r in (await conn.execute(_SUBSCRIPTIONS, {"now": now})).mappings()]
+
+
+async def invoices_by_status(conn: AsyncConnection, now: datetime) -> list[dict[str, Any]]:
+    """Per status and attempt count (the dunning pipeline): due now, leased, next attempt."""
+    return [dict(r) for r in (await conn.execute(_INVOICES, {"now": now})).mappings()]
+
+
+async def outbox_backlog(conn: AsyncConnection) -> dict[str, Any]:
+    """Unpublished, parked and total outbox rows, and the oldest unpublished one's time."""
+    return dict((await conn.execute(_OUTBOX)).mappings().one())
+
+
+async def demo_progress(
+    conn: AsyncConnection, *, first_customer_id: int, now: datetime
+) -> dict[str, int]:
+    """The demo's counts, over the customers it seeded (ids from ``first_customer_id``)."""
+    row = (await conn.execute(_PROGRESS, {"first": first_customer_id, "now": now})).mappings().one()
+    return {k: int(v) for k, v in row.items()}

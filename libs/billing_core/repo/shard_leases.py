@@ -1,0 +1,48 @@
+"""SQL of the relay's shard leases: session advisory locks on one unpooled connection.
+
+A lock is held by the connection that took it and dies with it, so a relay that crashes gives
+its shards back without anyone's help. Two lock classes: one per member (counting the relays
+alive) and one per shard.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+SHARD_LOCK_CLASS = 0x52454C41  # "RELA"
+MEMBER_LOCK_CLASS = 0x52454C42
+
+_HELD = text(
+    """
+    SELECT l.objid::int AS key FROM pg_locks l
+    JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
+    WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.classid = :cls
+    """
+)
+_TRY = text("SELECT pg_try_advisory_lock(:cls, :key)")
+_UNLOCK = text("SELECT pg_advisory_unlock(:cls, :key)")
+_ALIVE = text("SELECT 1")
+
+
+async def try_lock(conn: AsyncConnection, lock_class: int, key: int) -> bool:
+    return bool((await conn.execute(_TRY, {"cls": lock_class, "key": key})).scalar())
+
+
+async def unlock(conn: AsyncConnection, lock_class: int, key: int) -> None:
+    await conn.execute(_UNLOCK, {"cls": lock_class, "key": key})
+
+
+async def held(conn: AsyncConnection, lock_class: int) -> set[int]:
+    """The keys of ``lock_class`` any session of this database holds."""
+    return {int(k) for k in (await conn.execute(_HELD, {"cls": lock_class})).scalars()}
+
+
+async def members(conn: AsyncConnection) -> int:
+    """How many relays hold a member lock (are alive), counting this one."""
+    return len(await held(conn, MEMBER_LOCK_CLASS))
+
+
+async def still_connected(conn: AsyncConnection) -> None:
+    """Raise when the lease connection (and so every lock on it) is gone."""
+    await conn.execute(_ALIVE)
