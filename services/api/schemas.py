@@ -216,8 +216,9 @@ class WebhookEvent(_Camel):
 class WebhookAck(_Camel):
     event_id: str
     result: str = Field(
-        description="APPLIED, ALREADY_SETTLED, STALE_ATTEMPT, RECONCILIATION, NOT_FOUND, "
-        "DUPLICATE (event seen before) or IGNORED (type not handled)."
+        description="APPLIED, ALREADY_SETTLED, STALE_ATTEMPT, RECONCILIATION, MISMATCH (the "
+        "event's attempt, amount, currency or customer is not the invoice's: recorded, never "
+        "applied), NOT_FOUND, DUPLICATE (event seen before) or IGNORED (type not handled)."
     )
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -322,3 +323,40 @@ def test_the_dunning_sequence_reuses_no_key_and_ends_in_cancel() -> None:
 def test_apply_refuses_naive_now() -> None:
     with pytest.raises(NaiveDatetime):
         apply(U, 0, now=datetime(2026, 12, 1))
+
+
+@pytest.mark.parametrize(
+    ("changes", "why"),
+    [
+        ({"attempt_number": 99}, "attempt 99 was never made"),
+        ({"amount": 1}, "amount 1 is not the invoice's 990"),
+        ({"currency": "USD"}, "currency USD is not the invoice's EUR"),
+        ({"customer_id": 8}, "customer 8 is not the invoice's 7"),
+    ],
+)
+@pytest.mark.parametrize("outcome", [S, D])
+def test_a_report_that_does_not_match_the_invoice_is_never_applied(
+    changes: dict[str, object], why: str, outcome: ChargeOutcome
+) -> None:
+    """A valid signature proves who sent a webhook, not that it describes this invoice."""
+    invoice = replace(open_invoice(), customer_id=7)
+    sent = replace(report(outcome, 0, webhook=True), **changes)  # type: ignore[arg-type]
+    e = apply_result(
+        invoice, sub_state(), sent, other_invoices_in_dunning=0, now=NOW, rng=random.Random(1)
+    )
+    assert (e.outcome, e.invoice, e.subscription) == (RecordOutcome.MISMATCH, invoice, sub_state())
+    if outcome == S:  # money may have been taken: a person must look
+        [needed] = e.events
+        assert needed.type == EventType.PAYMENT_RECONCILIATION_NEEDED
+        assert why in str(needed.payload["reason"])
+    else:
+        assert e.events == []
+
+
+def test_a_report_that_matches_in_every_stated_field_is_applied() -> None:
+    invoice = replace(open_invoice(), customer_id=7)
+    sent = replace(report(S, 0, webhook=True), amount=990, currency="EUR", customer_id=7)
+    e = apply_result(
+        invoice, sub_state(), sent, other_invoices_in_dunning=0, now=NOW, rng=random.Random(1)
+    )
+    assert (e.outcome, e.invoice.status) == (RecordOutcome.APPLIED, InvoiceStatus.PAID)

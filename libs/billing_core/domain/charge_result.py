@@ -89,6 +89,7 @@ class RecordOutcome(StrEnum):
     ALREADY_SETTLED = "ALREADY_SETTLED"
     STALE_ATTEMPT = "STALE_ATTEMPT"
     RECONCILIATION = "RECONCILIATION"
+    MISMATCH = "MISMATCH"  # the report does not match the invoice: never applied
     NOT_FOUND = "NOT_FOUND"
 
 
@@ -102,6 +103,29 @@ class GatewayReport:
     idempotency_key: str
     decline_code: str | None = None
     gateway_reference: str | None = None
+    # What the gateway says it charged, when it says so (webhooks do): checked, never trusted.
+    amount: int | None = None
+    currency: str | None = None
+    customer_id: int | None = None
+
+
+def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
+    """Why a report cannot be about this invoice, or None. A signature proves who sent it,
+    not that it describes this invoice: an attempt never made, or another amount, currency or
+    customer, is never applied."""
+    if report.attempt_number > invoice.attempt_count:
+        return f"attempt {report.attempt_number} was never made (at {invoice.attempt_count})"
+    if report.amount is not None and report.amount != invoice.amount:
+        return f"amount {report.amount} is not the invoice's {invoice.amount}"
+    if report.currency is not None and report.currency != invoice.currency:
+        return f"currency {report.currency} is not the invoice's {invoice.currency}"
+    if (
+        report.customer_id is not None
+        and invoice.customer_id is not None
+        and report.customer_id != invoice.customer_id
+    ):
+        return f"customer {report.customer_id} is not the invoice's {invoice.customer_id}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -129,6 +153,8 @@ def apply_result(
     """Decide from the invoice's CURRENT state, so results may come in any order, any number of
     times:
 
+    * A report that does not match the invoice (``report_mismatch``): never applied; a SUCCESS
+      of it needs reconciliation.
     * PAID: ignored (a PAID invoice stays PAID).
     * FAILED/VOID: a SUCCESS needs reconciliation (money was taken for a settled invoice).
     * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
@@ -139,26 +165,9 @@ def apply_result(
     * OPEN, UNKNOWN for the current attempt: the same attempt again after ``unknown_retry``.
     """
     require_aware(now, "now")
-    unchanged = ResultEffect(RecordOutcome.ALREADY_SETTLED, invoice, subscription)
-    if invoice.status == InvoiceStatus.PAID:
-        return unchanged
-    if invoice.status != InvoiceStatus.OPEN:
-        if report.outcome != ChargeOutcome.SUCCESS:
-            return unchanged
-        needed = ev.payment_reconciliation_needed(
-            subscription.id,
-            invoice.id,
-            str(invoice.status),
-            report.idempotency_key,
-            report.gateway_reference,
-        )
-        return ResultEffect(RecordOutcome.RECONCILIATION, invoice, subscription, [needed])
-    stale = ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
-    if report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook:
-        return stale
-    if report.attempt_number != invoice.attempt_count and report.outcome != ChargeOutcome.SUCCESS:
-        return stale
-
+    refused = _not_applicable(invoice, subscription, report)
+    if refused is not None:
+        return refused
     if report.outcome == ChargeOutcome.SUCCESS:
         paid = invoice_rules.pay(invoice, now)
         events = [ev.invoice_paid(subscription.id, invoice.id, paid.amount, paid.currency, now)]
@@ -187,4 +196,40 @@ def apply_result(
     state, canceled = sub_rules.cancel_for_nonpayment(subscription, now)
     return ResultEffect(
         RecordOutcome.APPLIED, declined, state, events + canceled, void_other_open_invoices=True
+    )
+
+
+def _not_applicable(
+    invoice: InvoiceState, subscription: SubscriptionState, report: GatewayReport
+) -> ResultEffect | None:
+    """The cases where the report changes nothing (at most asks for reconciliation)."""
+    mismatch = report_mismatch(invoice, report)
+    success = report.outcome == ChargeOutcome.SUCCESS
+    if mismatch is not None:
+        reason = f"report_mismatch: {mismatch}"
+        events = [_reconciliation(invoice, subscription, report, reason)] if success else []
+        return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription, events)
+    if invoice.status == InvoiceStatus.PAID or (invoice.is_settled and not success):
+        return ResultEffect(RecordOutcome.ALREADY_SETTLED, invoice, subscription)
+    if invoice.is_settled:
+        needed = _reconciliation(invoice, subscription, report, "charged_settled_invoice")
+        return ResultEffect(RecordOutcome.RECONCILIATION, invoice, subscription, [needed])
+    current = report.attempt_number == invoice.attempt_count
+    if (report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook) or (
+        not current and not success
+    ):
+        return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
+    return None
+
+
+def _reconciliation(
+    invoice: InvoiceState, subscription: SubscriptionState, report: GatewayReport, reason: str
+) -> DomainEvent:
+    return ev.payment_reconciliation_needed(
+        subscription.id,
+        invoice.id,
+        str(invoice.status),
+        report.idempotency_key,
+        report.gateway_reference,
+        reason,
     )

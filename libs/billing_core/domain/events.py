@@ -219,7 +219,11 @@ def payment_reconciliation_needed(
     invoice_status: str,
     idempotency_key: str,
     gateway_reference: str | None,
+    reason: str = "charged_settled_invoice",
 ) -> DomainEvent:
+    """Money was (or may have been) taken and cannot simply be applied: a person or a refund
+    must settle it. ``reason``: ``charged_settled_invoice`` (a success for a FAILED/VOID
+    invoice) or ``report_mismatch: ...`` (the gateway's report does not match the invoice)."""
     return DomainEvent(
         EventType.PAYMENT_RECONCILIATION_NEEDED,
         subscription_id,
@@ -229,5 +233,6 @@ def payment_reconciliation_needed(
             "invoiceStatus": invoice_status,
             "idempotencyKey": idempotency_key,
             "gatewayReference": gateway_reference,
+            "reason": reason,
         },
     )

@@ -44,6 +44,11 @@ class InvoiceState:
     next_attempt_at: datetime | None = None
     paid_at: datetime | None = None
     closed_at: datetime | None = None
+    customer_id: int | None = None
+
+    @property
+    def is_settled(self) -> bool:
+        return is_settled(self.status)
 
 
 @dataclass(frozen=True)

@@ -73,14 +73,17 @@ async def lock_subscription_of_invoice(db: Db, invoice_id: int) -> LockedSubscri
 _LOCK_INVOICE_AND_RECORD_ATTEMPT = text(
     """
     WITH inv AS (
-        SELECT id, status, attempt_count, amount, currency, next_attempt_at, paid_at, closed_at
+        SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at,
+               paid_at, closed_at
         FROM invoice WHERE id = :invoice_id FOR UPDATE
     ),
     attempt AS (
         INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source,
                                      outcome, amount, currency, decline_code, gateway_reference,
                                      error, recorded_at)
-        SELECT inv.id, :attempt_number, :key, :source, :outcome, inv.amount, inv.currency,
+        SELECT inv.id, :attempt_number, :key, :source, :outcome,
+               coalesce(CAST(:amount AS bigint), inv.amount),
+               coalesce(CAST(:currency AS varchar), inv.currency),
                :decline_code, :reference, :error, :now
         FROM inv
     )
@@ -93,7 +96,8 @@ async def lock_invoice_and_record_attempt(
     db: Db, invoice_id: int, report: GatewayReport, *, error: str | None, now: datetime
 ) -> InvoiceState:
     """Row-lock the invoice and write its ``payment_attempt`` audit row (always, whatever the
-    result then does); return the invoice as it was before this result."""
+    result then does; with the amount and currency the gateway reported, when it did); return
+    the invoice as it was before this result."""
     row = (
         (
             await db.execute(
@@ -107,6 +111,8 @@ async def lock_invoice_and_record_attempt(
                     "decline_code": report.decline_code,
                     "reference": report.gateway_reference,
                     "error": error,
+                    "amount": report.amount,
+                    "currency": report.currency,
                     "now": now,
                 },
             )
@@ -116,6 +122,7 @@ async def lock_invoice_and_record_attempt(
     )
     return InvoiceState(
         id=int(row["id"]),
+        customer_id=int(row["customer_id"]),
         status=InvoiceStatus(row["status"]),
         attempt_count=int(row["attempt_count"]),
         amount=int(row["amount"]),

@@ -42,7 +42,12 @@ async def record_charge_result(
     decline_code: str | None = None,
     gateway_reference: str | None = None,
     error: str | None = None,
+    amount: int | None = None,
+    currency: str | None = None,
+    customer_id: int | None = None,
 ) -> RecordOutcome:
+    """``amount``, ``currency``, ``customer_id``: what the gateway reports it charged, when it
+    does (webhooks); a report that does not match the invoice is recorded, never applied."""
     locked = await results_repo.lock_subscription_of_invoice(session, invoice_id)
     if locked is None:
         return RecordOutcome.NOT_FOUND
@@ -53,6 +58,9 @@ async def record_charge_result(
         idempotency_key=idempotency_key,
         decline_code=decline_code,
         gateway_reference=gateway_reference,
+        amount=amount,
+        currency=currency,
+        customer_id=customer_id,
     )
     invoice = await results_repo.lock_invoice_and_record_attempt(
         session, invoice_id, report, error=error, now=now

@@ -4,7 +4,9 @@ Order of work: the raw body is read (size-limited) and its signature verified be
 parsing; then, in one transaction, the gateway event id is recorded (a duplicate stops there)
 and the result goes through the same ``record_charge_result`` the collector uses, which decides
 from the invoice's current state: a PAID invoice stays PAID, an older attempt's result never
-rolls anything back, a success for a FAILED/VOID invoice is kept for reconciliation.
+rolls anything back, a success for a FAILED/VOID invoice is kept for reconciliation, and an
+event whose attempt, amount, currency or customer does not match the invoice is recorded (with
+what the gateway said) but never applied.
 """
 
 from __future__ import annotations
@@ -120,6 +122,9 @@ async def payment_webhook(
                 policy=ctx.policy,
                 decline_code=data.decline_code,
                 gateway_reference=data.charge_id,
+                amount=data.amount,
+                currency=data.currency,
+                customer_id=data.customer_id,
             )
             result = str(recorded)
     log.info(

@@ -246,3 +246,40 @@ async def test_signed_but_invalid_bodies(
     unknown_invoice = await deliver(anonymous, clock, event(invoice_id + 1000))
     assert unknown_invoice.json()["result"] == "NOT_FOUND"
     assert await invoice_state(engine, invoice_id) == ("OPEN", 0)
+
+
+async def test_a_signed_event_that_does_not_match_the_invoice_is_recorded_never_applied(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The probe that once paid an invoice: attempt 99 (never made) and amount 1 (it is 990)."""
+    sub_id, invoice_id = await open_invoice(client, engine)
+    forged = event(invoice_id, attempt=99)
+    forged["data"]["amount"] = 1
+    response = await deliver(client, clock, forged)
+    assert response.status_code == 200 and response.json()["result"] == "MISMATCH"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 0)
+    [audit] = await rows(
+        engine,
+        "SELECT attempt_number, outcome, amount, currency FROM payment_attempt"
+        " WHERE invoice_id = :i",
+        i=invoice_id,
+    )
+    assert (audit["attempt_number"], audit["outcome"], audit["amount"]) == (99, "SUCCESS", 1)
+    reasons = await rows(
+        engine,
+        "SELECT payload->>'reason' AS reason FROM outbox_event"
+        " WHERE aggregate_id = :s AND event_type = 'PaymentReconciliationNeeded'",
+        s=sub_id,
+    )
+    assert [r["reason"] for r in reasons] == ["report_mismatch: attempt 99 was never made (at 0)"]
+
+    other_amount = event(invoice_id)
+    other_amount["data"]["amount"] = 1
+    assert (await deliver(client, clock, other_amount)).json()["result"] == "MISMATCH"
+    other_customer = event(invoice_id)
+    other_customer["data"]["customerId"] = 43
+    assert (await deliver(client, clock, other_customer)).json()["result"] == "MISMATCH"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 0)
+
+    assert (await deliver(client, clock, event(invoice_id))).json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("PAID", 0)
