@@ -26,6 +26,11 @@ RECORDED = Counter("billing_collector_results_total", "Recorded results", ["resu
 ABANDONED = Counter(
     "billing_collector_abandoned_total", "Leased invoices dropped before the call (lease too old)"
 )
+SKIPPED = Counter(
+    "billing_collector_calls_skipped_total",
+    "Leased invoices not charged because they changed since the claim (canceled, settled by a "
+    "webhook, or taken by another replica)",
+)
 IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
 BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
 OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")

@@ -22,7 +22,12 @@ from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import ChargeResult, PaymentGateway
 from billing_core.logging import get_logger
 from billing_core.ratelimit import GlobalRateLimiter
-from billing_core.repo.collection import LeasedInvoice, claim_due_invoices, due_backlog
+from billing_core.repo.collection import (
+    LeasedInvoice,
+    claim_due_invoices,
+    due_backlog,
+    still_ours_to_charge,
+)
 from billing_core.usecases.payment_result import record_charge_result
 from services.collector import metrics
 from services.collector.window import CallWindow
@@ -136,6 +141,11 @@ class Collector:
             metrics.ABANDONED.inc()
             log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
             return None
+        if not await self._still_ours(invoice):
+            await self._window.release(None)
+            metrics.SKIPPED.inc()
+            log.info("invoice_changed_skipping_call", invoice_id=invoice.id)
+            return None
         call_started = time.monotonic()
         try:
             result = await self._gateway.charge(
@@ -153,6 +163,18 @@ class Collector:
                 await self._use_up_a_slot()
             await self._window.release(latency)
             metrics.WINDOW.set(self._window.size)
+
+    async def _still_ours(self, invoice: LeasedInvoice) -> bool:
+        """Looked at right before the call, after the wait for a send slot (which may be long
+        under a backlog): a cancel meanwhile voided the invoice, and the card must not be
+        charged. A check that fails (database down) skips the call: the lease runs out and
+        the invoice is tried again, with the same key."""
+        try:
+            async with self._sessions() as session:
+                return await still_ours_to_charge(session, invoice)
+        except Exception as exc:
+            log.warning("lease_check_failed_skipping_call", invoice_id=invoice.id, error=repr(exc))
+            return False
 
     async def _use_up_a_slot(self) -> None:
         """A late answer may mean the gateway held the call and counted it late, on arrival:

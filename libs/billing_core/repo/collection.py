@@ -81,6 +81,34 @@ async def claim_due_invoices(
     return leased
 
 
+_STILL_OURS = text(
+    """
+    SELECT EXISTS (
+        SELECT 1 FROM invoice
+        WHERE id = :id AND status = 'OPEN' AND next_attempt_at = :lease_until
+          AND attempt_count = :attempt_count
+    )
+    """
+)
+
+
+async def still_ours_to_charge(db: AsyncSession | AsyncConnection, invoice: LeasedInvoice) -> bool:
+    """True while the invoice is OPEN, at the attempt it was claimed at, under this lease.
+
+    A cancel (VOID), a webhook that settled or rescheduled it, or another replica that took it
+    after the lease ran out all change that; the call must then not be made.
+    """
+    row = await db.execute(
+        _STILL_OURS,
+        {
+            "id": invoice.id,
+            "lease_until": invoice.lease_until,
+            "attempt_count": invoice.attempt_count,
+        },
+    )
+    return bool(row.scalar_one())
+
+
 async def due_backlog(
     db: AsyncSession | AsyncConnection, *, now: datetime
 ) -> tuple[int, datetime | None]:

@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from billing_core.usecases.cancel import cancel
 from tests.integration.collector.conftest import Collectors, Simulator
 from tests.support.factories import (
     create_invoice,
@@ -383,3 +384,48 @@ async def test_a_2s_gateway_stall_does_not_become_a_burst_above_the_limit(
     assert summary["max_arrivals_in_any_rolling_second"] <= 200, summary
     assert summary["duplicate_success_invoices"] == []
     assert summary["charges_succeeded"] == 1600
+
+
+async def test_an_invoice_canceled_while_it_waits_for_a_send_slot_is_never_charged(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """At 2 calls/s a claimed batch of 20 waits up to 10 s for its send slots; the customer
+    cancels meanwhile. Every invoice not charged when its cancel committed stays uncharged."""
+    invoices = await seed(engine, 20)
+    collectors.start(BILLING_COLLECTOR_RATE_LIMIT_PER_SECOND="2", BILLING_COLLECTOR_BATCH_SIZE="20")
+
+    async def all_leased() -> bool:
+        leased = "SELECT count(*) FROM invoice WHERE leased_at IS NOT NULL"
+        return await count(engine, leased) == 20
+
+    await wait_for(all_leased, 15, "the batch claimed")
+    async with engine.connect() as conn:
+        owners = dict(
+            (
+                await conn.execute(
+                    text("SELECT id, subscription_id FROM invoice WHERE id = ANY(:ids)"),
+                    {"ids": invoices},
+                )
+            ).all()
+        )
+    for invoice_id in invoices:
+        async with AsyncSession(engine) as session, session.begin():
+            await cancel(
+                session,
+                subscription_id=owners[invoice_id],
+                at_period_end=False,
+                now=datetime.now(UTC),
+            )
+    await asyncio.sleep(0.5)  # a call that passed its check before the cancel has landed by now
+    charged_before = {i for i in invoices if simulator.charges(i)}
+    assert len(charged_before) <= 6, "the batch was charged before the cancels"
+    await asyncio.sleep(6)  # long enough for the rest of the batch's slots to come
+    assert {i for i in invoices if simulator.charges(i)} == charged_before
+    voided = await count(engine, "SELECT count(*) FROM invoice WHERE status = 'VOID'")
+    assert voided == 20 - len(charged_before & await paid_ids(engine))
+
+
+async def paid_ids(engine: AsyncEngine) -> set[int]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(text("SELECT id FROM invoice WHERE status = 'PAID'"))
+        return {int(r[0]) for r in rows}
