@@ -31,6 +31,12 @@ class ChargeResult:
     def rate_limited(self) -> bool:
         return self.http_status == 429
 
+    @property
+    def unauthorized(self) -> bool:
+        """The gateway refuses our credentials (401/403): nothing about this invoice is known,
+        and every other call would be refused the same way."""
+        return self.http_status in (401, 403)
+
 
 class PaymentGateway(Protocol):
     async def charge(

@@ -63,6 +63,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
             + 1
         ),
         stopping=stopping,
+        unauthorized_pause_seconds=settings.collector_unauthorized_pause_seconds,
     )
     budget = settings.collector_shutdown_timeout_seconds
     worker = Worker(

@@ -31,6 +31,11 @@ SKIPPED = Counter(
     "Leased invoices not charged because they changed since the claim (canceled, settled by a "
     "webhook, or taken by another replica)",
 )
+UNAUTHORIZED = Counter(
+    "billing_collector_gateway_unauthorized_total",
+    "401/403 answers: the gateway refuses the credentials; every replica pauses, no invoice is "
+    "touched",
+)
 IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
 BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
 OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")

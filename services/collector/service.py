@@ -52,7 +52,9 @@ class Collector:
         lease: timedelta,
         call_budget: timedelta,
         stopping: asyncio.Event,
+        unauthorized_pause_seconds: float = 30.0,
     ) -> None:
+        self._unauthorized_pause = unauthorized_pause_seconds
         self._sessions = sessions
         self._gateway = gateway
         self._limiter = limiter
@@ -121,6 +123,9 @@ class Collector:
         if result is None:
             return
         metrics.CALLS.labels(str(result.outcome)).inc()
+        if result.unauthorized:
+            await self._on_unauthorized(invoice, result)
+            return
         if result.rate_limited:
             await self._on_rate_limited(result.retry_after_seconds)
         await self._record(invoice, result)
@@ -186,6 +191,22 @@ class Collector:
             await self._limiter.use_up(1)
         except Exception as exc:
             log.warning("late_answer_slot_not_used_up", error=repr(exc))
+
+    async def _on_unauthorized(self, invoice: LeasedInvoice, result: ChargeResult) -> None:
+        """Fail closed: revoked or wrong credentials are the operator's problem, not the
+        invoice's. Nothing is recorded (the invoice keeps its attempt and comes due again when
+        the lease ends), and every replica pauses, probing once a pause."""
+        metrics.UNAUTHORIZED.inc()
+        log.error(
+            "gateway_refuses_credentials_pausing_all_replicas",
+            http_status=result.http_status,
+            invoice_id=invoice.id,
+            pause_seconds=self._unauthorized_pause,
+        )
+        try:
+            await self._limiter.pause(self._unauthorized_pause)
+        except Exception as exc:
+            log.warning("unauthorized_pause_failed", error=repr(exc))
 
     async def _on_rate_limited(self, retry_after: float | None) -> None:
         """A 429: every replica pauses (shared cursor in Redis) and this window halves."""

@@ -40,6 +40,13 @@ class CollectorSettings(CoreSettings):
     collector_health_port: int = Field(default=9102, ge=0, le=65535)
     collector_shutdown_timeout_seconds: float = Field(default=25.0, gt=0)
     collector_rng_seed: int | None = Field(default=None, description="Seeds dunning jitter.")
+    collector_unauthorized_pause_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="After a 401/403 (credentials refused) every replica pauses this long, then "
+        "probes with one call; no invoice is touched meanwhile.",
+    )
 
     @model_validator(mode="after")
     def _late_within_guard(self) -> CollectorSettings:

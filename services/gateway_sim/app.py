@@ -126,6 +126,10 @@ class Handlers:
                 f"More than {gateway.limiter.limit} calls in the last second; nothing charged.",
                 headers={"Retry-After": str(max(1, math.ceil(wait)))},
             )
+        if gateway.behaviour.reject_credentials:
+            gateway.ledger.unauthorized += 1
+            gateway.count("unauthorized")
+            return _problem(401, "Unauthorized", "The API key was revoked; nothing charged.")
         try:
             charge = parse_charge(request.headers.get("idempotency-key"), await request.body())
         except InvalidCharge as exc:

@@ -32,6 +32,7 @@ OUTCOMES = (
     "server_error",
     "rate_limited",
     "invalid",
+    "unauthorized",
 )
 
 

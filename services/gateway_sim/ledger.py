@@ -96,6 +96,7 @@ class Ledger:
         self.server_errors = 0
         self.timeouts = 0
         self.invalid = 0
+        self.unauthorized = 0
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -210,6 +211,7 @@ class Ledger:
             "server_errors": self.server_errors,
             "timeouts": self.timeouts,
             "invalid_requests": self.invalid,
+            "unauthorized": self.unauthorized,
             "amount_succeeded": amounts,
         }
 

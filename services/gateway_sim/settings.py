@@ -69,6 +69,9 @@ class GatewaySimSettings(CoreSettings):
         le=3600.0,
     )
     error_rate: Rate = _sim(0.0, "error_rate", "Share of calls answered 5xx (nothing charged).")
+    reject_credentials: bool = _sim(
+        False, "reject_credentials", "Answer every charge 401 (a revoked API key; none made)."
+    )
     rate_limit_per_second: int = _sim(
         200,
         "rate_limit_per_second",

@@ -429,3 +429,33 @@ async def paid_ids(engine: AsyncEngine) -> set[int]:
     async with engine.connect() as conn:
         rows = await conn.execute(text("SELECT id FROM invoice WHERE status = 'PAID'"))
         return {int(r[0]) for r in rows}
+
+
+async def test_refused_credentials_pause_collection_and_touch_no_invoice(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """A revoked gateway key (401) is not an uncertain result per invoice, retried forever:
+    collection pauses (probing once a pause), no attempt is recorded, and it resumes by itself."""
+    simulator.config(reject_credentials=True)
+    invoices = await seed(engine, 10)
+    collectors.start(
+        BILLING_COLLECTOR_UNAUTHORIZED_PAUSE_SECONDS="2",
+        BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS="1",
+        BILLING_COLLECTOR_READ_TIMEOUT_SECONDS="2",
+        BILLING_COLLECTOR_LEASE_SECONDS="8",
+    )
+    await asyncio.sleep(5)
+    refused = simulator.summary()["unauthorized"]
+    assert 1 <= refused <= 12, refused  # a few probes, not 10 invoices x retries
+    assert simulator.summary()["charges_succeeded"] == 0
+    assert await count(engine, "SELECT count(*) FROM payment_attempt") == 0
+    untouched = "SELECT count(*) FROM invoice WHERE status = 'OPEN' AND attempt_count = 0"
+    assert await count(engine, untouched) == 10
+
+    simulator.config(reject_credentials=False)
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 10
+
+    await wait_for(all_paid, 30, "collection resumed once the key works again")
+    assert simulator.summary()["charges_succeeded"] == len(invoices)
