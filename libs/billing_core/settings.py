@@ -134,10 +134,24 @@ class CoreSettings(BaseSettings):
     unknown_retry_seconds: int = Field(
         default=900, ge=1, description="Retry delay after an uncertain gateway result."
     )
+    unknown_max_retries: int = Field(
+        default=48,
+        ge=1,
+        description="Uncertain answers one attempt's key may get; then the invoice is held for "
+        "reconciliation (PaymentReconciliationNeeded) instead of retried.",
+    )
+    unknown_max_age_seconds: int = Field(
+        default=72_000,
+        ge=1,
+        description="How long after its first use a key may still be retried (keep it below the "
+        "gateway's idempotency-key retention, 24 h for most); then held for reconciliation.",
+    )
 
     def dunning_policy(self) -> DunningPolicy:
         return DunningPolicy(
             delays=tuple(timedelta(seconds=s) for s in self.dunning_delays_seconds),
             jitter=timedelta(seconds=self.dunning_jitter_seconds),
             unknown_retry=timedelta(seconds=self.unknown_retry_seconds),
+            unknown_max_retries=self.unknown_max_retries,
+            unknown_max_age=timedelta(seconds=self.unknown_max_age_seconds),
         )

@@ -9,6 +9,7 @@ import pytest
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
+    KeyHistory,
     RecordOutcome,
     ResultEffect,
     apply_result,
@@ -16,7 +17,7 @@ from billing_core.domain.charge_result import (
     idempotency_key,
 )
 from billing_core.domain.dunning import DunningPolicy
-from billing_core.domain.errors import NaiveDatetime
+from billing_core.domain.errors import InvalidPolicy, NaiveDatetime
 from billing_core.domain.events import EventType
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
@@ -360,3 +361,50 @@ def test_a_report_that_matches_in_every_stated_field_is_applied() -> None:
         invoice, sub_state(), sent, other_invoices_in_dunning=0, now=NOW, rng=random.Random(1)
     )
     assert (e.outcome, e.invoice.status) == (RecordOutcome.APPLIED, InvoiceStatus.PAID)
+
+
+BOUNDED = DunningPolicy(unknown_max_retries=3, unknown_max_age=timedelta(hours=20))
+
+
+@pytest.mark.parametrize(
+    ("answers_before", "first_used_hours_ago", "held"),
+    [
+        (0, 0, False),
+        (1, 1, False),
+        (2, 1, True),  # the 3rd uncertain answer for the key
+        (0, 19.9, False),
+        (0, 20, True),  # the key is as old as the gateway may keep it
+    ],
+)
+def test_uncertain_answers_are_retried_within_bounds_then_held_for_reconciliation(
+    answers_before: int, first_used_hours_ago: float, held: bool
+) -> None:
+    history = KeyHistory(answers_before, NOW - timedelta(hours=first_used_hours_ago))
+    e = apply_result(
+        open_invoice(1),
+        sub_state(),
+        report(U, 1),
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+        policy=BOUNDED,
+        key_history=history,
+    )
+    assert e.invoice.status == InvoiceStatus.OPEN and e.invoice.attempt_count == 1
+    assert e.subscription == sub_state()
+    if held:
+        assert (e.outcome, e.invoice.next_attempt_at) == (RecordOutcome.RECONCILIATION, None)
+        [needed] = e.events
+        assert needed.type == EventType.PAYMENT_RECONCILIATION_NEEDED
+        assert str(needed.payload["reason"]).startswith("unknown_unresolved: ")
+        assert "inv-9-try-1" in str(needed.payload["reason"])
+    else:
+        assert e.outcome == RecordOutcome.APPLIED and e.events == []
+        assert e.invoice.next_attempt_at == NOW + BOUNDED.unknown_retry
+
+
+def test_the_uncertainty_bounds_must_be_positive() -> None:
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(unknown_max_retries=0)
+    with pytest.raises(InvalidPolicy):
+        DunningPolicy(unknown_max_age=timedelta(0))

@@ -115,6 +115,7 @@ INV_ACTIONS: dict[str, Callable[[InvoiceState], InvoiceState]] = {
     "decline_last": lambda i: inv.decline(i, NOW, None),
     "retry_later": lambda i: inv.retry_later(i, LATER),
     "void": lambda i: inv.void(i, NOW),
+    "hold": inv.hold_for_reconciliation,
 }
 
 
@@ -144,6 +145,10 @@ INV_TABLE: dict[tuple[InvoiceStatus, str], tuple[object, ...] | type[Exception]]
     (PD, "void"): IllegalTransition,
     (F, "void"): IllegalTransition,
     (V, "void"): (V, 1, None, None, None),  # already void: unchanged
+    (OP, "hold"): (OP, 1, None, None, None),  # OPEN, never tried again by itself
+    (PD, "hold"): IllegalTransition,
+    (F, "hold"): IllegalTransition,
+    (V, "hold"): IllegalTransition,
 }
 
 

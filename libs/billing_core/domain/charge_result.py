@@ -19,7 +19,7 @@ from enum import StrEnum
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import subscription as sub_rules
-from billing_core.domain.dunning import DunningPolicy, next_attempt
+from billing_core.domain.dunning import DunningPolicy, next_attempt, uncertainty_exhausted
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.instant import require_aware
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
@@ -109,6 +109,14 @@ class GatewayReport:
     customer_id: int | None = None
 
 
+@dataclass(frozen=True)
+class KeyHistory:
+    """What this attempt's key has seen before this report (from the payment_attempt rows)."""
+
+    uncertain_answers: int = 0
+    first_used_at: datetime | None = None
+
+
 def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
     """Why a report cannot be about this invoice, or None. A signature proves who sent it,
     not that it describes this invoice: an attempt never made, or another amount, currency or
@@ -149,6 +157,7 @@ def apply_result(
     now: datetime,
     rng: random.Random,
     policy: DunningPolicy = DunningPolicy(),  # noqa: B008 - frozen, immutable default
+    key_history: KeyHistory = KeyHistory(),
 ) -> ResultEffect:
     """Decide from the invoice's CURRENT state, so results may come in any order, any number of
     times:
@@ -162,7 +171,9 @@ def apply_result(
     * OPEN, DECLINED/UNKNOWN for an older attempt, or UNKNOWN from a webhook: only recorded.
     * OPEN, DECLINED for the current attempt: the dunning schedule's next try (PAST_DUE), or
       FAILED with the subscription canceled for non-payment and its other OPEN invoices voided.
-    * OPEN, UNKNOWN for the current attempt: the same attempt again after ``unknown_retry``.
+    * OPEN, UNKNOWN for the current attempt: the same attempt again after ``unknown_retry``;
+      once ``dunning.uncertainty_exhausted``, held for reconciliation instead (never retried
+      by itself: the gateway may have forgotten the key and would charge again).
     """
     require_aware(now, "now")
     refused = _not_applicable(invoice, subscription, report)
@@ -178,8 +189,7 @@ def apply_result(
         return ResultEffect(RecordOutcome.APPLIED, paid, state, events)
 
     if report.outcome == ChargeOutcome.UNKNOWN:
-        later = invoice_rules.retry_later(invoice, now + policy.unknown_retry)
-        return ResultEffect(RecordOutcome.APPLIED, later, subscription)
+        return _uncertain(invoice, subscription, report, key_history, now, policy)
 
     retry_at = next_attempt(invoice.attempt_count + 1, now, rng, policy)
     declined = invoice_rules.decline(invoice, now, retry_at)
@@ -220,6 +230,28 @@ def _not_applicable(
     ):
         return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
     return None
+
+
+def _uncertain(
+    invoice: InvoiceState,
+    subscription: SubscriptionState,
+    report: GatewayReport,
+    history: KeyHistory,
+    now: datetime,
+    policy: DunningPolicy,
+) -> ResultEffect:
+    answers = history.uncertain_answers + 1
+    if not uncertainty_exhausted(answers, history.first_used_at, now, policy):
+        later = invoice_rules.retry_later(invoice, now + policy.unknown_retry)
+        return ResultEffect(RecordOutcome.APPLIED, later, subscription)
+    since = (history.first_used_at or now).isoformat()
+    reason = (
+        f"unknown_unresolved: {answers} uncertain answers for {report.idempotency_key}"
+        f" since {since}"
+    )
+    held = invoice_rules.hold_for_reconciliation(invoice)
+    needed = _reconciliation(held, subscription, report, reason)
+    return ResultEffect(RecordOutcome.RECONCILIATION, held, subscription, [needed])
 
 
 def _reconciliation(

@@ -126,6 +126,14 @@ def retry_later(state: InvoiceState, at: datetime) -> InvoiceState:
     return replace(state, next_attempt_at=at)
 
 
+def hold_for_reconciliation(state: InvoiceState) -> InvoiceState:
+    """OPEN, never tried again by itself: what happened at the gateway must be found out first
+    (an attempt whose answers stayed uncertain). Dunning stops; a person settles it."""
+    if state.status != InvoiceStatus.OPEN:
+        raise IllegalTransition(f"a {state.status} invoice cannot be held")
+    return replace(state, next_attempt_at=None)
+
+
 def void(state: InvoiceState, now: datetime) -> InvoiceState:
     """OPEN -> VOID (nothing more is charged); voiding a VOID invoice is a no-op."""
     if state.status == InvoiceStatus.VOID:

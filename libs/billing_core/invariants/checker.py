@@ -74,7 +74,12 @@ async def check_all(
                 ]
             checks += [
                 await check_amounts(conn, plan_changes=topic.plan_changes if topic else ()),
-                await check_stuck(conn, now=now, retry_bound=retry_bound),
+                await check_stuck(
+                    conn,
+                    now=now,
+                    retry_bound=retry_bound,
+                    reconciled=topic.reconciliation_invoices if topic else (),
+                ),
             ]
     return Report(checks)
 

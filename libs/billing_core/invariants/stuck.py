@@ -5,11 +5,13 @@ gateway call; an uncertain answer retries 15 minutes later; dunning schedules da
 OPEN invoice whose ``next_attempt_at`` is further in the past than ``retry_bound`` (default: the
 15-minute retry plus the collector's default lease) was dropped by everyone
 (``stuck_invoice``), and one without any ``next_attempt_at`` will never be tried
-(``unscheduled_invoice``). Relative to the ``now`` given.
+(``unscheduled_invoice``) unless it was held on purpose and announced (an attempt whose answers
+stayed uncertain: PaymentReconciliationNeeded). Relative to the ``now`` given.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from sqlalchemy import text
@@ -22,18 +24,34 @@ DEFAULT_RETRY_BOUND = timedelta(minutes=15) + timedelta(seconds=120)
 _OPEN = text("SELECT count(*) FROM invoice WHERE status = 'OPEN'")
 _STUCK = text(
     """
-    SELECT id, next_attempt_at, leased_at, attempt_count FROM invoice
-    WHERE status = 'OPEN' AND (next_attempt_at IS NULL OR next_attempt_at < :cutoff)
-    ORDER BY id
+    SELECT i.id, i.next_attempt_at, i.leased_at, i.attempt_count,
+           (i.id = ANY(CAST(:reconciled AS bigint[])) OR EXISTS (
+                SELECT 1 FROM outbox_event o
+                WHERE o.aggregate_id = i.subscription_id
+                  AND o.event_type = 'PaymentReconciliationNeeded'
+                  AND o.payload ->> 'invoiceId' = CAST(i.id AS text))) AS reconciled
+    FROM invoice i
+    WHERE i.status = 'OPEN' AND (i.next_attempt_at IS NULL OR i.next_attempt_at < :cutoff)
+    ORDER BY i.id
     """
 )
 
 
-async def check_stuck(conn: AsyncConnection, *, now: datetime, retry_bound: timedelta) -> Check:
+async def check_stuck(
+    conn: AsyncConnection,
+    *,
+    now: datetime,
+    retry_bound: timedelta,
+    reconciled: Collection[int] = (),
+) -> Check:
     check = Check("stuck", f"no OPEN invoice overdue by more than {retry_bound}")
     check.checked = int((await conn.execute(_OPEN)).scalar_one())
-    for r in await conn.execute(_STUCK, {"cutoff": now - retry_bound}):
-        if r.next_attempt_at is None:
+    held = 0
+    params = {"cutoff": now - retry_bound, "reconciled": sorted(reconciled)}
+    for r in await conn.execute(_STUCK, params):
+        if r.next_attempt_at is None and r.reconciled:
+            held += 1  # held on purpose, announced by PaymentReconciliationNeeded
+        elif r.next_attempt_at is None:
             check.add("unscheduled_invoice", "invoice", r.id, "OPEN with no next attempt")
         else:
             check.add(
@@ -43,4 +61,6 @@ async def check_stuck(conn: AsyncConnection, *, now: datetime, retry_bound: time
                 f"OPEN, due since {r.next_attempt_at} (last leased {r.leased_at}, "
                 f"{r.attempt_count} declines)",
             )
+    if held:
+        check.notes.append(f"{held} OPEN invoices held for reconciliation (uncertain results)")
     return check

@@ -13,7 +13,7 @@ from sqlalchemy import BigInteger, BindParameter, bindparam, case, func, select,
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
-from billing_core.domain.charge_result import GatewayReport
+from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 from billing_core.repo.subscriptions import subscription_state
@@ -87,17 +87,23 @@ _LOCK_INVOICE_AND_RECORD_ATTEMPT = text(
                :decline_code, :reference, :error, :now
         FROM inv
     )
-    SELECT * FROM inv
+    SELECT inv.*,
+           (SELECT count(*) FROM payment_attempt a
+            WHERE a.invoice_id = :invoice_id AND a.idempotency_key = :key
+              AND a.outcome = 'UNKNOWN') AS uncertain_answers,
+           (SELECT min(a.recorded_at) FROM payment_attempt a
+            WHERE a.invoice_id = :invoice_id AND a.idempotency_key = :key) AS key_first_used_at
+    FROM inv
     """
 )
 
 
 async def lock_invoice_and_record_attempt(
     db: Db, invoice_id: int, report: GatewayReport, *, error: str | None, now: datetime
-) -> InvoiceState:
+) -> tuple[InvoiceState, KeyHistory]:
     """Row-lock the invoice and write its ``payment_attempt`` audit row (always, whatever the
     result then does; with the amount and currency the gateway reported, when it did); return
-    the invoice as it was before this result."""
+    the invoice as it was before this result, and what its key had seen before."""
     row = (
         (
             await db.execute(
@@ -120,7 +126,7 @@ async def lock_invoice_and_record_attempt(
         .mappings()
         .one()
     )
-    return InvoiceState(
+    invoice = InvoiceState(
         id=int(row["id"]),
         customer_id=int(row["customer_id"]),
         status=InvoiceStatus(row["status"]),
@@ -131,6 +137,8 @@ async def lock_invoice_and_record_attempt(
         paid_at=row["paid_at"],
         closed_at=row["closed_at"],
     )
+    history = KeyHistory(int(row["uncertain_answers"]), row["key_first_used_at"])
+    return invoice, history
 
 
 async def write_invoice(db: Db, invoice: InvoiceState, *, now: datetime) -> None:

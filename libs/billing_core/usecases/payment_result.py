@@ -62,7 +62,7 @@ async def record_charge_result(
         currency=currency,
         customer_id=customer_id,
     )
-    invoice = await results_repo.lock_invoice_and_record_attempt(
+    invoice, key_history = await results_repo.lock_invoice_and_record_attempt(
         session, invoice_id, report, error=error, now=now
     )
     effect = apply_result(
@@ -73,8 +73,9 @@ async def record_charge_result(
         now=now,
         rng=rng,
         policy=policy,
+        key_history=key_history,
     )
-    if effect.outcome == RecordOutcome.APPLIED:
+    if effect.outcome == RecordOutcome.APPLIED or effect.invoice != invoice:
         await results_repo.write_invoice(session, effect.invoice, now=now)
     events = effect.events
     if effect.subscription != locked.state:

@@ -278,3 +278,47 @@ async def test_webhook_racing_the_collector_settles_once(
         )
         assert sorted(results) == sorted([RecordOutcome.APPLIED, RecordOutcome.ALREADY_SETTLED])
         assert await events(engine, sub) == ["InvoicePaid"]
+
+
+async def test_uncertain_answers_past_the_bound_hold_the_invoice_for_reconciliation(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """The key's history comes from the payment_attempt rows: the 3rd UNKNOWN of one key stops
+    the retries (a retry after the gateway forgot the key could charge again)."""
+    sub, (inv,) = await setup(engine)
+    bounded = DunningPolicy(unknown_max_retries=3)
+    now = NOW
+    for n in range(3):
+        async with sessions.begin() as session:
+            outcome = await record_charge_result(
+                session,
+                invoice_id=inv,
+                attempt_number=0,
+                outcome=ChargeOutcome.UNKNOWN,
+                source="COLLECTOR",
+                idempotency_key=idempotency_key(inv, 0),
+                now=now,
+                rng=random.Random(1),
+                policy=bounded,
+                error="timeout",
+            )
+        invoice = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=inv)
+        if n < 2:
+            assert outcome == RecordOutcome.APPLIED
+            assert invoice["next_attempt_at"] == now + bounded.unknown_retry
+            now = invoice["next_attempt_at"]
+    assert outcome == RecordOutcome.RECONCILIATION
+    assert (invoice["status"], invoice["next_attempt_at"], invoice["attempt_count"]) == (
+        "OPEN",
+        None,
+        0,
+    )
+    assert await events(engine, sub) == ["PaymentReconciliationNeeded"]
+    # Another key (a later attempt) starts its own count.
+    async with engine.connect() as conn:
+        unknowns = (
+            await conn.execute(
+                text("SELECT count(*) FROM payment_attempt WHERE invoice_id = :i"), {"i": inv}
+            )
+        ).scalar_one()
+    assert unknowns == 3

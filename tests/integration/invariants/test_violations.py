@@ -273,6 +273,23 @@ async def test_an_open_invoice_past_its_lease_and_retry_bound(scene: Scene) -> N
     assert (await scene.check()).check("stuck").ids("unscheduled_invoice") == [inv]
 
 
+async def test_an_open_invoice_held_for_reconciliation_is_not_stuck(scene: Scene) -> None:
+    """Uncertain answers past their bound hold an invoice on purpose, announced by an event."""
+    inv = scene.world.invoices[("e", 0)]
+    await sql(scene, "UPDATE invoice SET next_attempt_at = NULL WHERE id = :i", i=inv)
+    await sql(
+        scene,
+        "INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, "
+        "occurred_at) VALUES (gen_random_uuid(), :s, 99, 'PaymentReconciliationNeeded', "
+        "CAST(:p AS jsonb), now())",
+        s=scene.world.subs["e"],
+        p=f'{{"invoiceId": {inv}}}',
+    )
+    stuck = (await scene.check()).check("stuck")
+    assert stuck.ok, stuck.violations
+    assert stuck.notes == ["1 OPEN invoices held for reconciliation (uncertain results)"]
+
+
 # -- history taken as given --------------------------------------------------------------------
 
 
