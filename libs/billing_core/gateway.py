@@ -32,6 +32,19 @@ class ChargeResult:
         return self.http_status == 429
 
     @property
+    def rejected(self) -> bool:
+        """A 4xx that is neither a decline, a rate limit nor a credentials problem (400, 404,
+        409 key reused with other parameters, 422): the gateway will refuse this call the same
+        way every time, so retrying it is pointless; a person must look."""
+        status = self.http_status
+        return (
+            self.outcome == ChargeOutcome.UNKNOWN
+            and status is not None
+            and 400 <= status < 500
+            and status not in (401, 403, 429)
+        )
+
+    @property
     def unauthorized(self) -> bool:
         """The gateway refuses our credentials (401/403): nothing about this invoice is known,
         and every other call would be refused the same way."""
@@ -143,7 +156,7 @@ class HttpPaymentGateway:
             decline_code=decline_code,
             gateway_reference=reference if isinstance(reference, str) else None,
             http_status=response.status_code,
-            error=None if outcome != ChargeOutcome.UNKNOWN else f"http {response.status_code}",
+            error=None if outcome != ChargeOutcome.UNKNOWN else _error(response.status_code, body),
             retry_after_seconds=retry_after,
         )
 
@@ -162,3 +175,12 @@ def retry_after_seconds(header: str | None) -> float | None:
     if when.tzinfo is None:
         return None
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error(status: int, body: Mapping[str, object] | None) -> str:
+    """``http <status>``, with the gateway's own words when it gave some (problem details)."""
+    said = next(
+        (body[k] for k in ("detail", "title", "error") if body and isinstance(body.get(k), str)),
+        None,
+    )
+    return f"http {status}" if said is None else f"http {status}: {str(said)[:300]}"

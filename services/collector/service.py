@@ -240,6 +240,7 @@ class Collector:
                         decline_code=result.decline_code,
                         gateway_reference=result.gateway_reference,
                         error=result.error,
+                        rejected_because=result.error if result.rejected else None,
                     )
                 metrics.RECORDED.labels(str(outcome)).inc()
                 log.debug(  # the payment_attempt row is the audit trail; this is per call

@@ -21,6 +21,7 @@ from billing_core.domain.errors import InvalidPolicy, NaiveDatetime
 from billing_core.domain.events import EventType
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.gateway import ChargeResult
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 S, D, U = ChargeOutcome.SUCCESS, ChargeOutcome.DECLINED, ChargeOutcome.UNKNOWN
@@ -408,3 +409,46 @@ def test_the_uncertainty_bounds_must_be_positive() -> None:
         DunningPolicy(unknown_max_retries=0)
     with pytest.raises(InvalidPolicy):
         DunningPolicy(unknown_max_age=timedelta(0))
+
+
+def test_a_call_the_gateway_rejects_for_good_is_held_not_retried() -> None:
+    sent = replace(report(U, 1), rejected_because="http 409: key reused with other parameters")
+    e = apply_result(
+        open_invoice(1),
+        sub_state(),
+        sent,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
+    assert (e.outcome, e.invoice.status, e.invoice.next_attempt_at) == (
+        RecordOutcome.RECONCILIATION,
+        InvoiceStatus.OPEN,
+        None,
+    )
+    [needed] = e.events
+    assert (
+        needed.payload["reason"] == "gateway_rejected: http 409: key reused with other parameters"
+    )
+
+
+@pytest.mark.parametrize(
+    ("status", "rejected", "unauthorized"),
+    [
+        (400, True, False),
+        (404, True, False),
+        (409, True, False),
+        (422, True, False),
+        (401, False, True),
+        (403, False, True),
+        (429, False, False),
+        (500, False, False),
+        (None, False, False),
+    ],
+)
+def test_which_gateway_answers_are_refusals_for_good(
+    status: int | None, rejected: bool, unauthorized: bool
+) -> None:
+    result = ChargeResult(ChargeOutcome.UNKNOWN, http_status=status)
+    assert (result.rejected, result.unauthorized) == (rejected, unauthorized)
+    assert not ChargeResult(ChargeOutcome.DECLINED, "card_declined", http_status=402).rejected

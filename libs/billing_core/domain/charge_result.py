@@ -107,6 +107,9 @@ class GatewayReport:
     amount: int | None = None
     currency: str | None = None
     customer_id: int | None = None
+    # The gateway refused this call in a way no retry changes (a 4xx other than a decline):
+    # recorded as UNKNOWN (nothing known to be charged) and held for a person.
+    rejected_because: str | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,11 @@ def _uncertain(
     now: datetime,
     policy: DunningPolicy,
 ) -> ResultEffect:
+    if report.rejected_because is not None:
+        held = invoice_rules.hold_for_reconciliation(invoice)
+        reason = f"gateway_rejected: {report.rejected_because}"
+        needed = _reconciliation(held, subscription, report, reason)
+        return ResultEffect(RecordOutcome.RECONCILIATION, held, subscription, [needed])
     answers = history.uncertain_answers + 1
     if not uncertainty_exhausted(answers, history.first_used_at, now, policy):
         later = invoice_rules.retry_later(invoice, now + policy.unknown_retry)

@@ -45,6 +45,7 @@ async def record_charge_result(
     amount: int | None = None,
     currency: str | None = None,
     customer_id: int | None = None,
+    rejected_because: str | None = None,
 ) -> RecordOutcome:
     """``amount``, ``currency``, ``customer_id``: what the gateway reports it charged, when it
     does (webhooks); a report that does not match the invoice is recorded, never applied."""
@@ -61,6 +62,7 @@ async def record_charge_result(
         amount=amount,
         currency=currency,
         customer_id=customer_id,
+        rejected_because=rejected_because,
     )
     invoice, key_history = await results_repo.lock_invoice_and_record_attempt(
         session, invoice_id, report, error=error, now=now

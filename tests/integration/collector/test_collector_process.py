@@ -459,3 +459,47 @@ async def test_refused_credentials_pause_collection_and_touch_no_invoice(
 
     await wait_for(all_paid, 30, "collection resumed once the key works again")
     assert simulator.summary()["charges_succeeded"] == len(invoices)
+
+
+async def test_a_call_the_gateway_refuses_for_good_is_held_for_a_person(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """Someone else used this invoice's key with another amount: the gateway answers 409 to
+    every retry. The invoice is held (OPEN, no next attempt) with a reconciliation event."""
+    [invoice_id] = await seed(engine, 1)
+    httpx.post(
+        f"{simulator.url}/v1/charges",
+        headers={"Idempotency-Key": f"inv-{invoice_id}-try-0"},
+        json={
+            "customerId": 1,
+            "amount": 1,
+            "currency": "EUR",
+            "metadata": {"invoiceId": invoice_id, "attempt": 0},
+        },
+        timeout=5,
+    ).raise_for_status()
+    collectors.start()
+
+    async def held() -> bool:
+        sql = "SELECT count(*) FROM invoice WHERE status = 'OPEN' AND next_attempt_at IS NULL"
+        return await count(engine, sql) == 1
+
+    await wait_for(held, 20, "the invoice held")
+    async with engine.connect() as conn:
+        error = (
+            await conn.execute(
+                text("SELECT error FROM payment_attempt WHERE invoice_id = :i"), {"i": invoice_id}
+            )
+        ).scalar_one()
+        reason = (
+            await conn.execute(
+                text(
+                    "SELECT payload->>'reason' FROM outbox_event"
+                    " WHERE event_type = 'PaymentReconciliationNeeded'"
+                )
+            )
+        ).scalar_one()
+    assert error.startswith("http 409")
+    assert reason.startswith("gateway_rejected: http 409")
+    await asyncio.sleep(1)
+    assert simulator.summary()["conflicts"] == 1  # asked once, never again
