@@ -134,6 +134,13 @@ class CoreSettings(BaseSettings):
     unknown_retry_seconds: int = Field(
         default=900, ge=1, description="Retry delay after an uncertain gateway result."
     )
+    gateway_key_prefix: str = Field(
+        default="",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,19}-$|^$",
+        description="Put before every gateway idempotency key (e.g. 'prod-': prod-inv-42-try-0) "
+        "so that deployments sharing one gateway account never reuse each other's keys; "
+        "webhooks must carry it too. Changing it changes every key: only between two runs.",
+    )
     unknown_max_retries: int = Field(
         default=48,
         ge=1,

@@ -64,6 +64,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         ),
         stopping=stopping,
         unauthorized_pause_seconds=settings.collector_unauthorized_pause_seconds,
+        key_prefix=settings.gateway_key_prefix,
     )
     budget = settings.collector_shutdown_timeout_seconds
     worker = Worker(

@@ -53,7 +53,9 @@ class Collector:
         call_budget: timedelta,
         stopping: asyncio.Event,
         unauthorized_pause_seconds: float = 30.0,
+        key_prefix: str = "",
     ) -> None:
+        self._key_prefix = key_prefix
         self._unauthorized_pause = unauthorized_pause_seconds
         self._sessions = sessions
         self._gateway = gateway
@@ -89,7 +91,11 @@ class Collector:
         want = min(self._batch_size, self._max_in_flight - len(self._in_flight))
         async with self._sessions.begin() as session:
             leased = await claim_due_invoices(
-                session, now=self._clock.now(), limit=want, lease=self._lease
+                session,
+                now=self._clock.now(),
+                limit=want,
+                lease=self._lease,
+                key_prefix=self._key_prefix,
             )
         for invoice in leased:
             task = asyncio.create_task(self._charge(invoice), name=f"charge-{invoice.id}")

@@ -182,3 +182,14 @@ def test_the_simulator_reads_only_its_own_host_and_port(monkeypatch: pytest.Monk
     monkeypatch.setenv("BILLING_PORT", "8000")
     sim = GatewaySimSettings()
     assert (sim.host, sim.port) == ("127.0.0.1", 8100)
+
+
+@pytest.mark.parametrize("prefix", ["prod-", "eu-staging-", ""])
+def test_a_gateway_key_prefix_is_a_short_lowercase_name_ending_in_a_dash(prefix: str) -> None:
+    assert CoreSettings(gateway_key_prefix=prefix).gateway_key_prefix == prefix
+
+
+@pytest.mark.parametrize("prefix", ["prod", "Prod-", "prod_", "-", "a" * 25 + "-"])
+def test_other_gateway_key_prefixes_are_refused(prefix: str) -> None:
+    with pytest.raises(ValueError, match="gateway_key_prefix"):
+        CoreSettings(gateway_key_prefix=prefix)

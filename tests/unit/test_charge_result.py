@@ -70,6 +70,7 @@ def test_classify(
 def test_idempotency_key_is_per_attempt() -> None:
     assert idempotency_key(42, 0) == "inv-42-try-0"
     assert idempotency_key(42, 3) == "inv-42-try-3"
+    assert idempotency_key(42, 3, "prod-") == "prod-inv-42-try-3"
 
 
 def sub_state(status: SubscriptionStatus = SubscriptionStatus.ACTIVE) -> SubscriptionState:

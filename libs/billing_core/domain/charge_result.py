@@ -46,9 +46,11 @@ DECLINE_CODES = frozenset(
 )
 
 
-def idempotency_key(invoice_id: int, attempt_count: int) -> str:
-    """The gateway key of one attempt: the same key for a retry after an uncertain result."""
-    return f"inv-{invoice_id}-try-{attempt_count}"
+def idempotency_key(invoice_id: int, attempt_count: int, prefix: str = "") -> str:
+    """The gateway key of one attempt: the same key for a retry after an uncertain result.
+    ``prefix`` names the deployment (``prod-``, ``staging-``): two systems sharing one gateway
+    account, or a database restored from a backup elsewhere, never reuse each other's keys."""
+    return f"{prefix}inv-{invoice_id}-try-{attempt_count}"
 
 
 def classify(

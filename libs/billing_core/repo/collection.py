@@ -27,10 +27,11 @@ class LeasedInvoice:
     currency: str
     attempt_count: int
     lease_until: datetime
+    key_prefix: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        return idempotency_key(self.id, self.attempt_count)
+        return idempotency_key(self.id, self.attempt_count, self.key_prefix)
 
 
 _CLAIM = text(
@@ -58,7 +59,12 @@ _BACKLOG = text(
 
 
 async def claim_due_invoices(
-    db: AsyncSession | AsyncConnection, *, now: datetime, limit: int, lease: timedelta
+    db: AsyncSession | AsyncConnection,
+    *,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+    key_prefix: str = "",
 ) -> list[LeasedInvoice]:
     require_positive_limit(limit)
     lease_until = now + lease
@@ -74,6 +80,7 @@ async def claim_due_invoices(
             currency=r["currency"],
             attempt_count=r["attempt_count"],
             lease_until=lease_until,
+            key_prefix=key_prefix,
         )
         for r in rows
     ]

@@ -85,10 +85,12 @@ async def payment_webhook(
     except ValidationError as exc:
         raise _invalid_body(exc) from exc
     data = event.data
-    if data.idempotency_key != gateway_key(data.invoice_id, data.attempt):
+    expected = gateway_key(data.invoice_id, data.attempt, ctx.settings.gateway_key_prefix)
+    if data.idempotency_key != expected:
         raise ApiProblem(
             VALIDATION,
-            "data.idempotencyKey does not match data.invoiceId and data.attempt.",
+            "data.idempotencyKey does not match data.invoiceId and data.attempt (or is not one of "
+            "this deployment's keys).",
             errors=[{"field": "body.data.idempotencyKey", "message": "mismatch", "code": None}],
         )
 

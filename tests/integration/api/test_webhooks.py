@@ -10,8 +10,10 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from services.api.app import create_app
+from services.api.settings import ApiSettings
 from services.api.signatures import compute, sign_header
-from tests.integration.api.conftest import SECRETS
+from tests.integration.api.conftest import SECRETS, asgi_client
 from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
 
 PATH = "/webhooks/payments"
@@ -283,3 +285,21 @@ async def test_a_signed_event_that_does_not_match_the_invoice_is_recorded_never_
 
     assert (await deliver(client, clock, event(invoice_id))).json()["result"] == "APPLIED"
     assert await invoice_state(engine, invoice_id) == ("PAID", 0)
+
+
+async def test_with_a_key_prefix_only_this_deployments_keys_are_accepted(
+    api_settings: ApiSettings, clock: ManualClock, engine: AsyncEngine, api_key: str
+) -> None:
+    """A staging system sharing the gateway account (or a restored backup) has other keys."""
+    prefixed = api_settings.model_copy(update={"gateway_key_prefix": "prod-"})
+    app = create_app(prefixed, clock)
+    async with app.router.lifespan_context(app), asgi_client(app, api_key) as client:
+        _, invoice_id = await open_invoice(client, engine)
+        unprefixed = event(invoice_id)
+        response = await deliver(client, clock, unprefixed)
+        assert response.status_code == 422
+        assert await invoice_state(engine, invoice_id) == ("OPEN", 0)
+        ours = event(invoice_id)
+        ours["data"]["idempotencyKey"] = f"prod-inv-{invoice_id}-try-0"
+        assert (await deliver(client, clock, ours)).json()["result"] == "APPLIED"
+        assert await invoice_state(engine, invoice_id) == ("PAID", 0)

@@ -503,3 +503,20 @@ async def test_a_call_the_gateway_refuses_for_good_is_held_for_a_person(
     assert reason.startswith("gateway_rejected: http 409")
     await asyncio.sleep(1)
     assert simulator.summary()["conflicts"] == 1  # asked once, never again
+
+
+async def test_the_key_prefix_names_every_gateway_key_of_the_deployment(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    invoices = await seed(engine, 3)
+    collectors.start(BILLING_GATEWAY_KEY_PREFIX="prod-")
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 3
+
+    await wait_for(all_paid, 20, "every invoice paid")
+    for invoice_id in invoices:
+        [charge] = simulator.charges(invoice_id)
+        assert charge["idempotencyKey"] == f"prod-inv-{invoice_id}-try-0", charge
+    unprefixed = "SELECT count(*) FROM payment_attempt WHERE idempotency_key NOT LIKE 'prod-inv-%'"
+    assert await count(engine, unprefixed) == 0
