@@ -92,11 +92,16 @@ _IMPORTED = text(
     "WHERE source = 'IMPORT' AND outcome = 'SUCCESS'"
 )
 
+# Successes that could have been applied: a report of an attempt never made, or of another
+# amount or currency, is recorded but never applied (MISMATCH) and has its reconciliation event.
 _TWO_KEYS = text(
     """
-    SELECT invoice_id, array_agg(DISTINCT idempotency_key) AS keys FROM payment_attempt
-    WHERE outcome = 'SUCCESS' GROUP BY invoice_id HAVING count(DISTINCT idempotency_key) > 1
-    ORDER BY invoice_id
+    SELECT a.invoice_id, array_agg(DISTINCT a.idempotency_key) AS keys
+    FROM payment_attempt a JOIN invoice i ON i.id = a.invoice_id
+    WHERE a.outcome = 'SUCCESS' AND a.attempt_number <= i.attempt_count
+      AND a.amount = i.amount AND a.currency = i.currency
+    GROUP BY a.invoice_id HAVING count(DISTINCT a.idempotency_key) > 1
+    ORDER BY a.invoice_id
     """
 )
 

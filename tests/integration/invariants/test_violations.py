@@ -88,6 +88,7 @@ async def test_the_gateway_audit_of_duplicates_is_reported_too(scene: Scene) -> 
 
 async def test_two_keys_recording_a_success(scene: Scene) -> None:
     inv = scene.world.invoices[("a", 2)]
+    await sql(scene, "UPDATE invoice SET attempt_count = 1 WHERE id = :i", i=inv)
     await sql(
         scene,
         "INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, "
@@ -97,6 +98,25 @@ async def test_two_keys_recording_a_success(scene: Scene) -> None:
     )
     charges = (await scene.check()).check("charges")
     assert charges.ids("double_charge_recorded") == [inv]
+
+
+async def test_a_success_report_that_was_never_applied_is_not_a_recorded_double_charge(
+    scene: Scene,
+) -> None:
+    """A forged or mistaken webhook (attempt never made, another amount) is recorded with what
+    it said and rejected (MISMATCH): it is not a second success of the invoice."""
+    inv = scene.world.invoices[("a", 2)]
+    await sql(
+        scene,
+        "INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, "
+        "outcome, amount, currency) VALUES (:i, 99, :k99, 'WEBHOOK', 'SUCCESS', 990, 'EUR'),"
+        " (:i, 0, :k0, 'WEBHOOK', 'SUCCESS', 1, 'EUR')",
+        i=inv,
+        k99=f"inv-{inv}-try-99",
+        k0=f"other-inv-{inv}-try-0",
+    )
+    charges = (await scene.check()).check("charges")
+    assert charges.ids("double_charge_recorded") == []
 
 
 async def test_paid_without_a_charge_and_charged_without_being_paid(scene: Scene) -> None:
