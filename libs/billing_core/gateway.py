@@ -178,7 +178,10 @@ def retry_after_seconds(header: str | None) -> float | None:
 
 
 def _error(status: int, body: Mapping[str, object] | None) -> str:
-    """``http <status>``, with the gateway's own words when it gave some (problem details)."""
+    """``http <status>``; for a refusal no retry changes (a 4xx but 429), with the gateway's own
+    words when it gave some (problem details), for the person who will settle it."""
+    if not (400 <= status < 500) or status == 429:
+        return f"http {status}"
     said = next(
         (body[k] for k in ("detail", "title", "error") if body and isinstance(body.get(k), str)),
         None,
