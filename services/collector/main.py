@@ -43,6 +43,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
     stopping = asyncio.Event()
     collector = Collector(
         sessions=session_factory(engine),
+        reads=session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
         gateway=gateway,
         limiter=limiter,
         redis=redis,

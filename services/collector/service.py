@@ -54,7 +54,10 @@ class Collector:
         stopping: asyncio.Event,
         unauthorized_pause_seconds: float = 30.0,
         key_prefix: str = "",
+        reads: async_sessionmaker[AsyncSession] | None = None,
     ) -> None:
+        # One-statement reads outside any transaction (AUTOCOMMIT: no BEGIN/ROLLBACK round trips).
+        self._reads = reads or sessions
         self._key_prefix = key_prefix
         self._unauthorized_pause = unauthorized_pause_seconds
         self._sessions = sessions
@@ -181,7 +184,7 @@ class Collector:
         charged. A check that fails (database down) skips the call: the lease runs out and
         the invoice is tried again, with the same key."""
         try:
-            async with self._sessions() as session:
+            async with self._reads() as session:
                 return await still_ours_to_charge(session, invoice)
         except Exception as exc:
             log.warning("lease_check_failed_skipping_call", invoice_id=invoice.id, error=repr(exc))
