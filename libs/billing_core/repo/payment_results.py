@@ -1,132 +1,145 @@
-"""SQL of recording one gateway result: lock, audit row, write back the decided states.
+"""SQL of recording gateway results, many at a time: lock, audit rows, decided states.
 
-The subscription is locked first, then the invoice: the lock order of every writer, so recording
-a result never deadlocks with an API cancel or a renewal. Nothing here commits.
+The subscriptions are locked first (in id order), then the invoices (in id order): the lock order
+of every writer, so recording results never deadlocks with an API cancel, a renewal, or another
+replica recording its own results. Nothing here commits. Every statement is a constant taking
+arrays (``unnest``): one round trip for a group of results, whatever its size.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, BindParameter, bindparam, case, func, select, text, update
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from billing_core.db import tables as t
 from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import SubscriptionState
 from billing_core.repo.subscriptions import subscription_state
 
 Db = AsyncSession | AsyncConnection
 
-_s, _p, _i = t.subscription, t.plan, t.invoice
+
+@dataclass(frozen=True)
+class AttemptToRecord:
+    """One gateway result about one invoice: what the ``payment_attempt`` audit row holds."""
+
+    invoice_id: int
+    report: GatewayReport
+    error: str | None = None
 
 
 @dataclass(frozen=True)
-class LockedSubscription:
-    state: SubscriptionState
-    # OPEN invoices of the subscription in dunning other than the one being recorded; counted
-    # only when the subscription is PAST_DUE (the one case where it decides anything).
+class LockedInvoice:
+    """An invoice as it was before the result, what its key had seen, and how many other OPEN
+    invoices of its subscription are in dunning (it decides a cancel for non-payment)."""
+
+    state: InvoiceState
+    key_history: KeyHistory
     other_invoices_in_dunning: int
 
 
-_invoice_id: BindParameter[int] = bindparam("invoice_id", type_=BigInteger)
-_others_in_dunning = (
-    select(func.count())
-    .select_from(_i)
-    .where(
-        _i.c.subscription_id == _s.c.id,
-        _i.c.status == str(InvoiceStatus.OPEN),
-        _i.c.attempt_count > 0,
-        _i.c.id != _invoice_id,
-    )
-    .scalar_subquery()
-)
-_LOCK_SUBSCRIPTION = (
-    select(
-        _s.c.id,
-        _s.c.status,
-        _s.c.cancel_at_period_end,
-        _p.c.code.label("plan_code"),
-        _s.c.version,
-        _s.c.canceled_at,
-        case((_s.c.status == str(SubscriptionStatus.PAST_DUE), _others_in_dunning), else_=0).label(
-            "others_in_dunning"
-        ),
-    )
-    .select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
-    .where(_s.c.id == select(_i.c.subscription_id).where(_i.c.id == _invoice_id).scalar_subquery())
-    .with_for_update(of=_s)
-)
-
-
-async def lock_subscription_of_invoice(db: Db, invoice_id: int) -> LockedSubscription | None:
-    """Row-lock the invoice's subscription; None when the invoice does not exist."""
-    row = (await db.execute(_LOCK_SUBSCRIPTION, {"invoice_id": invoice_id})).mappings().first()
-    if row is None:
-        return None
-    return LockedSubscription(subscription_state(row), int(row["others_in_dunning"]))
-
-
-# Locks the invoice and writes the attempt row in one round trip; returns the invoice as it was.
-_LOCK_INVOICE_AND_RECORD_ATTEMPT = text(
+_LOCK_SUBSCRIPTIONS = text(
     """
-    WITH inv AS (
-        SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at,
-               paid_at, closed_at
-        FROM invoice WHERE id = :invoice_id FOR UPDATE
+    SELECT i.id AS invoice_id, s.id, s.status, s.cancel_at_period_end, p.code AS plan_code,
+           s.version, s.canceled_at
+    FROM invoice i
+    JOIN subscription s ON s.id = i.subscription_id
+    JOIN plan p ON p.id = s.plan_id
+    WHERE i.id = ANY(CAST(:invoice_ids AS bigint[]))
+    ORDER BY s.id
+    FOR UPDATE OF s
+    """
+)
+
+
+async def lock_subscriptions_of_invoices(
+    db: Db, invoice_ids: Collection[int]
+) -> dict[int, SubscriptionState]:
+    """Row-lock the invoices' subscriptions (in id order); the state of each invoice's
+    subscription by invoice id (an invoice that does not exist is absent)."""
+    rows = (await db.execute(_LOCK_SUBSCRIPTIONS, {"invoice_ids": list(invoice_ids)})).mappings()
+    return {int(row["invoice_id"]): subscription_state(row) for row in rows}
+
+
+# Locks the invoices and writes their attempt rows in one round trip; returns each invoice as it
+# was. The key history and the dunning count read the rows as they were before this statement
+# (the attempt rows it inserts are not visible to it), after the subscription locks were held.
+_LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
+    """
+    WITH r AS (
+        SELECT * FROM unnest(
+            CAST(:invoice_ids AS bigint[]), CAST(:attempt_numbers AS integer[]),
+            CAST(:keys AS text[]), CAST(:sources AS text[]), CAST(:outcomes AS text[]),
+            CAST(:amounts AS bigint[]), CAST(:currencies AS text[]),
+            CAST(:decline_codes AS text[]), CAST(:references AS text[]), CAST(:errors AS text[])
+        ) AS r(invoice_id, attempt_number, key, source, outcome, amount, currency,
+               decline_code, reference, error)
+    ),
+    inv AS (
+        SELECT id, subscription_id, customer_id, status, attempt_count, amount, currency,
+               next_attempt_at, paid_at, closed_at
+        FROM invoice WHERE id IN (SELECT invoice_id FROM r)
+        ORDER BY id
+        FOR UPDATE
     ),
     attempt AS (
         INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source,
                                      outcome, amount, currency, decline_code, gateway_reference,
                                      error, recorded_at)
-        SELECT inv.id, :attempt_number, :key, :source, :outcome,
-               coalesce(CAST(:amount AS bigint), inv.amount),
-               coalesce(CAST(:currency AS varchar), inv.currency),
-               :decline_code, :reference, :error, :now
-        FROM inv
+        SELECT inv.id, r.attempt_number, r.key, r.source, r.outcome,
+               coalesce(r.amount, inv.amount), coalesce(r.currency, inv.currency),
+               r.decline_code, r.reference, r.error, :now
+        FROM r JOIN inv ON inv.id = r.invoice_id
     )
     SELECT inv.*,
            (SELECT count(*) FROM payment_attempt a
-            WHERE a.invoice_id = :invoice_id AND a.idempotency_key = :key
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
               AND a.outcome = 'UNKNOWN') AS uncertain_answers,
            (SELECT min(a.recorded_at) FROM payment_attempt a
-            WHERE a.invoice_id = :invoice_id AND a.idempotency_key = :key) AS key_first_used_at
-    FROM inv
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key) AS key_first_used_at,
+           (SELECT count(*) FROM invoice o
+            WHERE o.subscription_id = inv.subscription_id AND o.status = 'OPEN'
+              AND o.attempt_count > 0 AND o.id <> inv.id) AS others_in_dunning
+    FROM inv JOIN r ON r.invoice_id = inv.id
     """
 )
 
 
-async def lock_invoice_and_record_attempt(
-    db: Db, invoice_id: int, report: GatewayReport, *, error: str | None, now: datetime
-) -> tuple[InvoiceState, KeyHistory]:
-    """Row-lock the invoice and write its ``payment_attempt`` audit row (always, whatever the
-    result then does; with the amount and currency the gateway reported, when it did); return
-    the invoice as it was before this result, and what its key had seen before."""
-    row = (
-        (
-            await db.execute(
-                _LOCK_INVOICE_AND_RECORD_ATTEMPT,
-                {
-                    "invoice_id": invoice_id,
-                    "attempt_number": report.attempt_number,
-                    "key": report.idempotency_key,
-                    "source": "WEBHOOK" if report.from_webhook else "COLLECTOR",
-                    "outcome": str(report.outcome),
-                    "decline_code": report.decline_code,
-                    "reference": report.gateway_reference,
-                    "error": error,
-                    "amount": report.amount,
-                    "currency": report.currency,
-                    "now": now,
-                },
-            )
+async def lock_invoices_and_record_attempts(
+    db: Db, attempts: Sequence[AttemptToRecord], *, now: datetime
+) -> dict[int, LockedInvoice]:
+    """Row-lock the invoices and write one ``payment_attempt`` audit row per result (always,
+    whatever the result then does; with the amount and currency the gateway reported, when it
+    did). At most one result per invoice. Returns each invoice as it was before its result."""
+    reports = [a.report for a in attempts]
+    rows = (
+        await db.execute(
+            _LOCK_INVOICES_AND_RECORD_ATTEMPTS,
+            {
+                "invoice_ids": [a.invoice_id for a in attempts],
+                "attempt_numbers": [r.attempt_number for r in reports],
+                "keys": [r.idempotency_key for r in reports],
+                "sources": ["WEBHOOK" if r.from_webhook else "COLLECTOR" for r in reports],
+                "outcomes": [str(r.outcome) for r in reports],
+                "amounts": [r.amount for r in reports],
+                "currencies": [r.currency for r in reports],
+                "decline_codes": [r.decline_code for r in reports],
+                "references": [r.gateway_reference for r in reports],
+                "errors": [a.error for a in attempts],
+                "now": now,
+            },
         )
-        .mappings()
-        .one()
-    )
-    invoice = InvoiceState(
+    ).mappings()
+    return {int(row["id"]): _locked_invoice(row) for row in rows}
+
+
+def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
+    state = InvoiceState(
         id=int(row["id"]),
         customer_id=int(row["customer_id"]),
         status=InvoiceStatus(row["status"]),
@@ -138,36 +151,70 @@ async def lock_invoice_and_record_attempt(
         closed_at=row["closed_at"],
     )
     history = KeyHistory(int(row["uncertain_answers"]), row["key_first_used_at"])
-    return invoice, history
+    return LockedInvoice(state, history, int(row["others_in_dunning"]))
 
 
-async def write_invoice(db: Db, invoice: InvoiceState, *, now: datetime) -> None:
-    """Store the decided state; the lease is released (the attempt is over)."""
+_WRITE_INVOICES = text(
+    """
+    UPDATE invoice i
+    SET status = w.status, attempt_count = w.attempt_count, next_attempt_at = w.next_attempt_at,
+        paid_at = w.paid_at, closed_at = w.closed_at, leased_at = NULL, updated_at = :now
+    FROM unnest(
+        CAST(:ids AS bigint[]), CAST(:statuses AS text[]), CAST(:attempt_counts AS integer[]),
+        CAST(:next_attempt_ats AS timestamptz[]), CAST(:paid_ats AS timestamptz[]),
+        CAST(:closed_ats AS timestamptz[])
+    ) AS w(id, status, attempt_count, next_attempt_at, paid_at, closed_at)
+    WHERE i.id = w.id
+    """
+)
+
+
+async def write_invoices(db: Db, invoices: Sequence[InvoiceState], *, now: datetime) -> None:
+    """Store the decided states; the leases are released (the attempts are over)."""
+    if not invoices:
+        return
     await db.execute(
-        update(_i)
-        .where(_i.c.id == invoice.id)
-        .values(
-            status=str(invoice.status),
-            attempt_count=invoice.attempt_count,
-            next_attempt_at=invoice.next_attempt_at,
-            paid_at=invoice.paid_at,
-            closed_at=invoice.closed_at,
-            leased_at=None,
-            updated_at=now,
-        )
+        _WRITE_INVOICES,
+        {
+            "ids": [i.id for i in invoices],
+            "statuses": [str(i.status) for i in invoices],
+            "attempt_counts": [i.attempt_count for i in invoices],
+            "next_attempt_ats": [i.next_attempt_at for i in invoices],
+            "paid_ats": [i.paid_at for i in invoices],
+            "closed_ats": [i.closed_at for i in invoices],
+            "now": now,
+        },
     )
 
 
-async def write_subscription(db: Db, state: SubscriptionState, *, now: datetime) -> None:
-    """Store the decided state of the locked subscription (its version already bumped)."""
+_WRITE_SUBSCRIPTIONS = text(
+    """
+    UPDATE subscription s
+    SET status = w.status, canceled_at = w.canceled_at,
+        cancel_at_period_end = w.cancel_at_period_end, version = w.version, updated_at = :now
+    FROM unnest(
+        CAST(:ids AS bigint[]), CAST(:statuses AS text[]), CAST(:canceled_ats AS timestamptz[]),
+        CAST(:cancel_at_period_ends AS boolean[]), CAST(:versions AS bigint[])
+    ) AS w(id, status, canceled_at, cancel_at_period_end, version)
+    WHERE s.id = w.id
+    """
+)
+
+
+async def write_subscriptions(
+    db: Db, states: Sequence[SubscriptionState], *, now: datetime
+) -> None:
+    """Store the decided states of the locked subscriptions (their versions already bumped)."""
+    if not states:
+        return
     await db.execute(
-        update(_s)
-        .where(_s.c.id == state.id)
-        .values(
-            status=str(state.status),
-            canceled_at=state.canceled_at,
-            cancel_at_period_end=state.cancel_at_period_end,
-            version=state.version,
-            updated_at=now,
-        )
+        _WRITE_SUBSCRIPTIONS,
+        {
+            "ids": [s.id for s in states],
+            "statuses": [str(s.status) for s in states],
+            "canceled_ats": [s.canceled_at for s in states],
+            "cancel_at_period_ends": [s.cancel_at_period_end for s in states],
+            "versions": [s.version for s in states],
+            "now": now,
+        },
     )

@@ -1,14 +1,19 @@
-"""Recording a gateway result — from the collector's own call or from a webhook.
+"""Recording gateway results — from the collector's own calls or from webhooks.
 
-Both paths go through :func:`record_charge_result`, in the caller's transaction: lock the
-subscription, then the invoice (the lock order of every writer), always write the
-``payment_attempt`` audit row, let ``domain.charge_result.apply_result`` decide from the
-invoice's current state, and persist what it decided.
+Both paths go through :func:`record_charge_results`, in the caller's transaction, for one result
+or a group of them: lock the subscriptions, then the invoices (the lock order of every writer),
+always write the ``payment_attempt`` audit rows, let ``domain.charge_result.apply_result`` decide
+each from its invoice's current state, and persist what it decided.
+
+A group is recorded in rounds, each holding at most one result per invoice and per subscription;
+a later round reads what the earlier ones wrote. So a group decides exactly what recording its
+results one by one, in order, decides — in a few statements instead of a few per result.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -19,11 +24,21 @@ from billing_core.domain.charge_result import (
     apply_result,
 )
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.domain.events import DomainEvent
+from billing_core.domain.invoice import InvoiceState
+from billing_core.domain.subscription import SubscriptionState
 from billing_core.repo import payment_results as results_repo
 from billing_core.repo.outbox import append_events
+from billing_core.repo.payment_results import AttemptToRecord
 from billing_core.usecases.voiding import void_open_invoices
 
-__all__ = ["RecordOutcome", "Source", "record_charge_result"]
+__all__ = [
+    "AttemptToRecord",
+    "RecordOutcome",
+    "Source",
+    "record_charge_result",
+    "record_charge_results",
+]
 
 Source = Literal["COLLECTOR", "WEBHOOK"]
 
@@ -47,11 +62,9 @@ async def record_charge_result(
     customer_id: int | None = None,
     rejected_because: str | None = None,
 ) -> RecordOutcome:
-    """``amount``, ``currency``, ``customer_id``: what the gateway reports it charged, when it
-    does (webhooks); a report that does not match the invoice is recorded, never applied."""
-    locked = await results_repo.lock_subscription_of_invoice(session, invoice_id)
-    if locked is None:
-        return RecordOutcome.NOT_FOUND
+    """One result. ``amount``, ``currency``, ``customer_id``: what the gateway reports it
+    charged, when it does (webhooks); a report that does not match the invoice is recorded,
+    never applied."""
     report = GatewayReport(
         attempt_number=attempt_number,
         outcome=outcome,
@@ -64,28 +77,112 @@ async def record_charge_result(
         customer_id=customer_id,
         rejected_because=rejected_because,
     )
-    invoice, key_history = await results_repo.lock_invoice_and_record_attempt(
-        session, invoice_id, report, error=error, now=now
+    (recorded,) = await record_charge_results(
+        session, [AttemptToRecord(invoice_id, report, error)], now=now, rng=rng, policy=policy
     )
-    effect = apply_result(
-        invoice,
-        locked.state,
-        report,
-        other_invoices_in_dunning=locked.other_invoices_in_dunning,
-        now=now,
-        rng=rng,
-        policy=policy,
-        key_history=key_history,
-    )
-    if effect.outcome == RecordOutcome.APPLIED or effect.invoice != invoice:
-        await results_repo.write_invoice(session, effect.invoice, now=now)
-    events = effect.events
-    if effect.subscription != locked.state:
-        await results_repo.write_subscription(session, effect.subscription, now=now)
-    if effect.void_other_open_invoices:
-        events += await void_open_invoices(
-            session, locked.state.id, now=now, keep_invoice_id=invoice_id
+    return recorded
+
+
+async def record_charge_results(
+    session: results_repo.Db,
+    attempts: Sequence[AttemptToRecord],
+    *,
+    now: datetime,
+    rng: random.Random,
+    policy: DunningPolicy,
+) -> list[RecordOutcome]:
+    """Record ``attempts`` in order; what each did, in the same order."""
+    outcomes: list[RecordOutcome] = [RecordOutcome.NOT_FOUND] * len(attempts)
+    events: list[DomainEvent] = []
+    pending = list(range(len(attempts)))
+    while pending:
+        subscriptions = await results_repo.lock_subscriptions_of_invoices(
+            session, {attempts[i].invoice_id for i in pending}
         )
+        this_round, pending = _one_round(attempts, pending, subscriptions)
+        recorded = await _record_round(
+            session,
+            [attempts[i] for i in this_round],
+            subscriptions,
+            now=now,
+            rng=rng,
+            policy=policy,
+            events=events,
+        )
+        for i, outcome in zip(this_round, recorded, strict=True):
+            outcomes[i] = outcome
     if events:
         await append_events(session, events, now)
-    return effect.outcome
+    return outcomes
+
+
+def _one_round(
+    attempts: Sequence[AttemptToRecord],
+    pending: list[int],
+    subscriptions: dict[int, SubscriptionState],
+) -> tuple[list[int], list[int]]:
+    """The first pending result of each invoice and subscription, and the rest (for later
+    rounds). A result whose invoice does not exist is in neither: it stays NOT_FOUND."""
+    this_round: list[int] = []
+    later: list[int] = []
+    invoices: set[int] = set()
+    subs: set[int] = set()
+    for i in pending:
+        invoice_id = attempts[i].invoice_id
+        sub = subscriptions.get(invoice_id)
+        if sub is None:
+            continue
+        if invoice_id in invoices or sub.id in subs:
+            later.append(i)
+            continue
+        invoices.add(invoice_id)
+        subs.add(sub.id)
+        this_round.append(i)
+    return this_round, later
+
+
+async def _record_round(
+    session: results_repo.Db,
+    attempts: list[AttemptToRecord],
+    subscriptions: dict[int, SubscriptionState],
+    *,
+    now: datetime,
+    rng: random.Random,
+    policy: DunningPolicy,
+    events: list[DomainEvent],
+) -> list[RecordOutcome]:
+    """At most one result per invoice and per subscription; appends the events to ``events``."""
+    locked = await results_repo.lock_invoices_and_record_attempts(session, attempts, now=now)
+    outcomes: list[RecordOutcome] = []
+    invoice_writes: list[InvoiceState] = []
+    subscription_writes: list[SubscriptionState] = []
+    voids: list[tuple[int, int]] = []
+    for attempt in attempts:
+        invoice = locked.get(attempt.invoice_id)
+        if invoice is None:
+            outcomes.append(RecordOutcome.NOT_FOUND)
+            continue
+        subscription = subscriptions[attempt.invoice_id]
+        effect = apply_result(
+            invoice.state,
+            subscription,
+            attempt.report,
+            other_invoices_in_dunning=invoice.other_invoices_in_dunning,
+            now=now,
+            rng=rng,
+            policy=policy,
+            key_history=invoice.key_history,
+        )
+        outcomes.append(effect.outcome)
+        if effect.outcome == RecordOutcome.APPLIED or effect.invoice != invoice.state:
+            invoice_writes.append(effect.invoice)
+        if effect.subscription != subscription:
+            subscription_writes.append(effect.subscription)
+        events += effect.events
+        if effect.void_other_open_invoices:
+            voids.append((subscription.id, attempt.invoice_id))
+    await results_repo.write_invoices(session, invoice_writes, now=now)
+    await results_repo.write_subscriptions(session, subscription_writes, now=now)
+    for subscription_id, kept in voids:
+        events += await void_open_invoices(session, subscription_id, now=now, keep_invoice_id=kept)
+    return outcomes

@@ -1,0 +1,216 @@
+"""record_charge_results: a group of results decides exactly what recording them one by one does.
+
+Two identical worlds get the same results, in the same order: one through a transaction per
+result, the other as one group in one transaction. Every answer, row and event must match.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from billing_core.domain.charge_result import (
+    ChargeOutcome,
+    GatewayReport,
+    RecordOutcome,
+    idempotency_key,
+)
+from billing_core.domain.dunning import DunningPolicy
+from billing_core.usecases.payment_result import (
+    AttemptToRecord,
+    record_charge_result,
+    record_charge_results,
+)
+from tests.support.factories import create_invoice, create_subscription
+
+NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+POLICY = DunningPolicy()
+MISSING = 0  # the position of an invoice id that does not exist
+
+
+@dataclass(frozen=True)
+class World:
+    subscriptions: list[int]
+    invoices: list[int]  # by position; position 0 is an id that does not exist
+
+
+async def build_world(engine: AsyncEngine) -> World:
+    """s0: ACTIVE, one invoice; s1: ACTIVE, one; s2: ACTIVE, one; s3: PAST_DUE, two in dunning;
+    s4: PAST_DUE, one on its last try and one more OPEN; s5: ACTIVE, one."""
+    subs: list[int] = []
+    invoices = [-1]
+    layout = [
+        ("ACTIVE", [0]),
+        ("ACTIVE", [0]),
+        ("ACTIVE", [0]),
+        ("PAST_DUE", [1, 1]),
+        ("PAST_DUE", [len(POLICY.delays), 0]),
+        ("ACTIVE", [0]),
+    ]
+    async with engine.begin() as conn:
+        for n, (status, attempt_counts) in enumerate(layout):
+            sub = await create_subscription(conn, customer_id=100 + n, start=NOW, status=status)
+            subs.append(sub)
+            for i, attempts in enumerate(attempt_counts):
+                invoices.append(
+                    await create_invoice(
+                        conn,
+                        subscription_id=sub,
+                        customer_id=100 + n,
+                        amount=990,
+                        next_attempt_at=NOW,
+                        period_start=NOW + timedelta(days=30 * i),
+                        period_index=i,
+                        attempt_count=attempts,
+                    )
+                )
+    return World(subs, invoices)
+
+
+# (invoice position, attempt number, outcome, from a webhook): interleaved, so one group holds
+# several results of one invoice and of one subscription, whose later ones depend on the earlier.
+RESULTS: list[tuple[int, int, ChargeOutcome, bool]] = [
+    (1, 0, ChargeOutcome.SUCCESS, False),  # s0 paid
+    (4, 1, ChargeOutcome.SUCCESS, False),  # s3's first paid, the other still in dunning
+    (2, 0, ChargeOutcome.DECLINED, False),  # s1 past due
+    (6, len(POLICY.delays), ChargeOutcome.DECLINED, False),  # s4 canceled, its other voided
+    (1, 0, ChargeOutcome.SUCCESS, True),  # s0 again, from the webhook: already settled
+    (3, 0, ChargeOutcome.UNKNOWN, False),  # s2 retried later with the same key
+    (5, 1, ChargeOutcome.SUCCESS, False),  # s3's second paid: s3 active again
+    (MISSING, 0, ChargeOutcome.SUCCESS, False),
+    (2, 0, ChargeOutcome.DECLINED, True),  # s1's first attempt again: stale
+    (7, 0, ChargeOutcome.SUCCESS, False),  # s4's voided invoice charged: reconciliation
+    (8, 3, ChargeOutcome.DECLINED, False),  # s5: an attempt never made
+    (3, 0, ChargeOutcome.UNKNOWN, False),  # s2's key, a second uncertain answer
+]
+
+
+def attempts(world: World) -> list[AttemptToRecord]:
+    out = []
+    for position, attempt, outcome, from_webhook in RESULTS:
+        invoice_id = world.invoices[position]
+        report = GatewayReport(
+            attempt_number=attempt,
+            outcome=outcome,
+            from_webhook=from_webhook,
+            idempotency_key=idempotency_key(invoice_id, attempt),
+            decline_code="card_declined" if outcome == ChargeOutcome.DECLINED else None,
+        )
+        out.append(AttemptToRecord(invoice_id, report, "timeout" if outcome == "UNKNOWN" else None))
+    return out
+
+
+async def snapshot(engine: AsyncEngine, world: World) -> dict[str, Any]:
+    """The world's rows, with ids replaced by positions (the two worlds' ids differ)."""
+    inv_pos = {inv: n for n, inv in enumerate(world.invoices)}
+    async with engine.connect() as conn:
+        invoices = (
+            await conn.execute(
+                text(
+                    "SELECT id, status, attempt_count, next_attempt_at, paid_at, closed_at, "
+                    "leased_at FROM invoice WHERE id = ANY(:ids) ORDER BY id"
+                ),
+                {"ids": world.invoices[1:]},
+            )
+        ).all()
+        subs = (
+            await conn.execute(
+                text(
+                    "SELECT status, version, canceled_at, credit_balance FROM subscription "
+                    "WHERE id = ANY(:ids) ORDER BY id"
+                ),
+                {"ids": world.subscriptions},
+            )
+        ).all()
+        events = (
+            await conn.execute(
+                text(
+                    "SELECT aggregate_id, sequence, event_type FROM outbox_event "
+                    "WHERE aggregate_id = ANY(:ids) ORDER BY aggregate_id, sequence"
+                ),
+                {"ids": world.subscriptions},
+            )
+        ).all()
+        audit = (
+            await conn.execute(
+                text(
+                    "SELECT invoice_id, attempt_number, source, outcome, amount "
+                    "FROM payment_attempt WHERE invoice_id = ANY(:ids) ORDER BY id"
+                ),
+                {"ids": world.invoices[1:]},
+            )
+        ).all()
+    sub_pos = {sub: n for n, sub in enumerate(world.subscriptions)}
+    return {
+        "invoices": [(inv_pos[r[0]], *r[1:]) for r in invoices],
+        "subscriptions": [tuple(r) for r in subs],
+        "events": [(sub_pos[r[0]], r[1], r[2]) for r in events],
+        "audit": sorted((inv_pos[r[0]], *r[1:]) for r in audit),
+    }
+
+
+async def test_a_group_decides_what_recording_one_by_one_decides(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    one_by_one, grouped = await build_world(engine), await build_world(engine)
+
+    rng = random.Random(7)
+    expected = []
+    for attempt in attempts(one_by_one):
+        async with sessions.begin() as session:
+            expected.append(
+                await record_charge_result(
+                    session,
+                    invoice_id=attempt.invoice_id,
+                    attempt_number=attempt.report.attempt_number,
+                    outcome=attempt.report.outcome,
+                    source="WEBHOOK" if attempt.report.from_webhook else "COLLECTOR",
+                    idempotency_key=attempt.report.idempotency_key,
+                    decline_code=attempt.report.decline_code,
+                    error=attempt.error,
+                    now=NOW,
+                    rng=rng,
+                    policy=POLICY,
+                )
+            )
+    async with sessions.begin() as session:
+        got = await record_charge_results(
+            session, attempts(grouped), now=NOW, rng=random.Random(7), policy=POLICY
+        )
+
+    assert got == expected
+    # The scenario covers what it claims to (so the comparison is not of two no-ops).
+    assert expected == [
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.ALREADY_SETTLED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.NOT_FOUND,
+        RecordOutcome.STALE_ATTEMPT,
+        RecordOutcome.RECONCILIATION,
+        RecordOutcome.MISMATCH,
+        RecordOutcome.APPLIED,
+    ]
+    want, have = await snapshot(engine, one_by_one), await snapshot(engine, grouped)
+    assert have == want
+    assert [s[0] for s in want["subscriptions"]] == [
+        "ACTIVE",
+        "PAST_DUE",
+        "ACTIVE",
+        "ACTIVE",
+        "CANCELED",
+        "ACTIVE",
+    ]
+    assert [e[2] for e in want["events"] if e[0] == 3] == [
+        "InvoicePaid",
+        "InvoicePaid",
+        "SubscriptionReactivated",
+    ]
