@@ -100,7 +100,7 @@ class Grant:
 
 
 @dataclass(frozen=True)
-class _Slot:
+class Slot:
     redis_us: int
     send_at: float  # local monotonic time of the slot (from when the answer arrived)
     latest: float  # local monotonic time after which the slot may no longer be used
@@ -138,7 +138,7 @@ class GlobalRateLimiter:
         self._use_up_script = redis.register_script(_USE_UP_SCRIPT)
         self._use_up_lock = asyncio.Lock()
         self._to_use_up = 0
-        self._waiters: deque[asyncio.Future[_Slot]] = deque()
+        self._waiters: deque[asyncio.Future[Slot]] = deque()
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.closed = False
@@ -193,21 +193,20 @@ class GlobalRateLimiter:
     async def acquire(self) -> int:
         """Wait for a send slot and return at it; the slot's time on the Redis clock (µs)."""
         while True:
-            slot = await self._reserve()
-            delay = slot.send_at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            now = time.monotonic()
-            if now < self._paused_until:
-                continue  # reserved before a 429: a fresh slot comes after the pause
-            if now <= slot.latest:
+            slot = await self.reserve()
+            await self.wait_until(slot)
+            if self.usable(slot):
                 return slot.redis_us
-            self.late_drops += 1  # woke too late: using it could crowd a rolling second
 
-    async def _reserve(self) -> _Slot:
+    async def reserve(self) -> Slot:
+        """The next send slot, at most a horizon ahead (callers queue here while it is busy).
+
+        Between reserving and sending, the caller may get ready (read a pre-call check): the
+        slot is still only used if :meth:`usable` says so when the caller is ready to send.
+        """
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._dispense(), name="rate-limit-dispenser")
-        future: asyncio.Future[_Slot] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         self._wakeup.set()
         try:
@@ -216,6 +215,24 @@ class GlobalRateLimiter:
             if not future.done():
                 future.cancel()
             raise
+
+    @staticmethod
+    async def wait_until(slot: Slot) -> None:
+        delay = slot.send_at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def usable(self, slot: Slot) -> bool:
+        """May a call go out now in ``slot``? Not before it, not after a pause that began
+        since it was reserved (a 429), not later than ``max_late`` after it (it could crowd a
+        rolling second: the slot is dropped)."""
+        now = time.monotonic()
+        if now < slot.send_at or now < self._paused_until:
+            return False
+        if now <= slot.latest:
+            return True
+        self.late_drops += 1
+        return False
 
     async def close(self) -> None:
         if self._task is not None:
@@ -256,7 +273,7 @@ class GlobalRateLimiter:
                 ahead = (slot_us - grant.redis_time_us) / 1_000_000
                 # The script ran between ``asked`` and ``answered``: never send before the slot
                 # (count from ``answered``), never use it later than max_late (from ``asked``).
-                slot = _Slot(slot_us, answered + ahead, asked + ahead + self._max_late_s)
+                slot = Slot(slot_us, answered + ahead, asked + ahead + self._max_late_s)
                 while self._waiters and self._waiters[0].done():
                     self._waiters.popleft()
                 if not self._waiters:

@@ -66,6 +66,8 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         stopping=stopping,
         unauthorized_pause_seconds=settings.collector_unauthorized_pause_seconds,
         key_prefix=settings.gateway_key_prefix,
+        group_max=settings.collector_group_max,
+        group_wait_seconds=settings.collector_group_wait_ms / 1000,
     )
     budget = settings.collector_shutdown_timeout_seconds
     worker = Worker(

@@ -55,3 +55,8 @@ WINDOW_FULL_SLOTS = Counter(
     "billing_collector_window_full_slots_total",
     "Send slots left unused because the window of outstanding calls was full (slow gateway)",
 )
+RECORD_GROUP = Histogram(
+    "billing_collector_record_group_size",
+    "Results recorded together in one transaction",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
+)

@@ -12,23 +12,30 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.domain.charge_result import GatewayReport
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import ChargeResult, PaymentGateway
 from billing_core.logging import get_logger
-from billing_core.ratelimit import GlobalRateLimiter
+from billing_core.ratelimit import GlobalRateLimiter, Slot
 from billing_core.repo.collection import (
     LeasedInvoice,
     claim_due_invoices,
     due_backlog,
     still_ours_to_charge,
 )
-from billing_core.usecases.payment_result import record_charge_result
+from billing_core.runtime.batcher import Batcher
+from billing_core.usecases.payment_result import (
+    AttemptToRecord,
+    RecordOutcome,
+    record_charge_results,
+)
 from services.collector import metrics
 from services.collector.window import CallWindow
 
@@ -55,6 +62,9 @@ class Collector:
         unauthorized_pause_seconds: float = 30.0,
         key_prefix: str = "",
         reads: async_sessionmaker[AsyncSession] | None = None,
+        group_max: int = 100,
+        group_wait_seconds: float = 0.01,
+        check_fresh_seconds: float = 0.25,
     ) -> None:
         # One-statement reads outside any transaction (AUTOCOMMIT: no BEGIN/ROLLBACK round trips).
         self._reads = reads or sessions
@@ -78,6 +88,13 @@ class Collector:
         self._stopping = stopping
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
+        # The calls in flight record their results, and read their pre-call checks, in groups:
+        # a few statements per group instead of a few per call.
+        self._results = Batcher(self._record_group, max_size=group_max, max_wait=group_wait_seconds)
+        self._checks = Batcher(self._check_group, max_size=group_max, max_wait=0)
+        # A slot missed (window full, check too slow) is retried with the same check while it
+        # is this fresh; an older one is read again.
+        self._check_fresh = check_fresh_seconds
 
     @property
     def in_flight(self) -> int:
@@ -140,12 +157,23 @@ class Collector:
         await self._record(invoice, result)
 
     async def _send(self, invoice: LeasedInvoice) -> ChargeResult | None:
-        """Send slot, then a place in the window, then the call; None when the lease got too
-        old to call. A slot that finds the window full goes unused (the gateway is slow)."""
+        """A place in the window, a send slot, the check that the invoice is still ours (read
+        while the slot comes, so it is fresh and does not delay the call), then the call; None
+        when the invoice changed or the lease got too old to call. A slot that comes with the
+        window full, or that the check made us miss, goes unused."""
         started = time.monotonic()
+        checked_at = -self._check_fresh
         while True:
             await self._window.wait_for_room()
-            await self._limiter.acquire()
+            slot = await self._limiter.reserve()
+            if time.monotonic() - checked_at > self._check_fresh:
+                if not await self._checked_by(slot, invoice):
+                    return None
+                checked_at = time.monotonic()
+            else:
+                await self._limiter.wait_until(slot)
+            if not self._limiter.usable(slot):
+                continue
             if self._window.take():
                 break
             metrics.WINDOW_FULL_SLOTS.inc()
@@ -154,11 +182,6 @@ class Collector:
             await self._window.release(None)
             metrics.ABANDONED.inc()
             log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
-            return None
-        if not await self._still_ours(invoice):
-            await self._window.release(None)
-            metrics.SKIPPED.inc()
-            log.info("invoice_changed_skipping_call", invoice_id=invoice.id)
             return None
         call_started = time.monotonic()
         try:
@@ -178,17 +201,35 @@ class Collector:
             await self._window.release(latency)
             metrics.WINDOW.set(self._window.size)
 
-    async def _still_ours(self, invoice: LeasedInvoice) -> bool:
-        """Looked at right before the call, after the wait for a send slot (which may be long
-        under a backlog): a cancel meanwhile voided the invoice, and the card must not be
-        charged. A check that fails (database down) skips the call: the lease runs out and
-        the invoice is tried again, with the same key."""
+    async def _checked_by(self, slot: Slot, invoice: LeasedInvoice) -> bool:
+        """The check, read while waiting for ``slot``: whichever takes longer."""
+        check = asyncio.ensure_future(self._still_ours(invoice))
         try:
-            async with self._reads() as session:
-                return await still_ours_to_charge(session, invoice)
+            await self._limiter.wait_until(slot)
+            return await check
+        finally:
+            check.cancel()
+
+    async def _still_ours(self, invoice: LeasedInvoice) -> bool:
+        """Looked at once the send slot is known, at most a horizon before it (the wait in the
+        queue for a slot may be long): a cancel meanwhile voided the invoice, and the card must
+        not be charged. A check that
+        fails (database down) skips the call: the lease runs out and the invoice is tried
+        again, with the same key."""
+        try:
+            ours = await self._checks.submit(invoice)
         except Exception as exc:
             log.warning("lease_check_failed_skipping_call", invoice_id=invoice.id, error=repr(exc))
             return False
+        if not ours:
+            metrics.SKIPPED.inc()
+            log.info("invoice_changed_skipping_call", invoice_id=invoice.id)
+        return ours
+
+    async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
+        async with self._reads() as session:
+            ours = await still_ours_to_charge(session, invoices)
+        return [invoice.id in ours for invoice in invoices]
 
     async def _use_up_a_slot(self) -> None:
         """A late answer may mean the gateway held the call and counted it late, on arrival:
@@ -232,25 +273,23 @@ class Collector:
         If it still fails, the lease expires and the next try reuses the same key: the gateway
         replays the result, nothing is charged twice.
         """
+        attempt = AttemptToRecord(
+            invoice.id,
+            GatewayReport(
+                attempt_number=invoice.attempt_count,
+                outcome=result.outcome,
+                from_webhook=False,
+                idempotency_key=invoice.idempotency_key,
+                decline_code=result.decline_code,
+                gateway_reference=result.gateway_reference,
+                rejected_because=result.error if result.rejected else None,
+            ),
+            result.error,
+        )
         delay = 0.2
         while True:
             try:
-                async with self._sessions.begin() as session:
-                    outcome = await record_charge_result(
-                        session,
-                        invoice_id=invoice.id,
-                        attempt_number=invoice.attempt_count,
-                        outcome=result.outcome,
-                        source="COLLECTOR",
-                        idempotency_key=invoice.idempotency_key,
-                        now=self._clock.now(),
-                        rng=self._rng,
-                        policy=self._policy,
-                        decline_code=result.decline_code,
-                        gateway_reference=result.gateway_reference,
-                        error=result.error,
-                        rejected_because=result.error if result.rejected else None,
-                    )
+                outcome = await self._results.submit(attempt)
                 metrics.RECORDED.labels(str(outcome)).inc()
                 log.debug(  # the payment_attempt row is the audit trail; this is per call
                     "charge_recorded",
@@ -269,6 +308,15 @@ class Collector:
                 log.warning("record_failed_retrying", invoice_id=invoice.id, error=repr(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    async def _record_group(self, attempts: Sequence[AttemptToRecord]) -> list[RecordOutcome]:
+        """One transaction for the results that arrived together (``record_charge_results``
+        decides exactly what recording them one by one would)."""
+        metrics.RECORD_GROUP.observe(len(attempts))
+        async with self._sessions.begin() as session:
+            return await record_charge_results(
+                session, attempts, now=self._clock.now(), rng=self._rng, policy=self._policy
+            )
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight calls finish and be recorded (graceful shutdown)."""

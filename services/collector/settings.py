@@ -33,6 +33,18 @@ class CollectorSettings(CoreSettings):
         description="The gateway's usual latency before the first answers measure it: sizes "
         "the window of calls outstanding (limit x latency x 1.25 + 8).",
     )
+    collector_group_max: int = Field(
+        default=100,
+        ge=1,
+        le=1000,
+        description="Results recorded (and pre-call checks read) in one statement, at most.",
+    )
+    collector_group_wait_ms: int = Field(
+        default=10,
+        ge=0,
+        le=1000,
+        description="How long a result waits for others to be recorded with it.",
+    )
     collector_lease_seconds: int = Field(default=120, ge=5)
     collector_poll_interval_seconds: float = Field(default=1.0, gt=0)
     collector_connect_timeout_seconds: float = Field(default=2.0, gt=0)

@@ -8,6 +8,7 @@ gateway answers with the first result instead of charging again.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -90,30 +91,35 @@ async def claim_due_invoices(
 
 _STILL_OURS = text(
     """
-    SELECT EXISTS (
-        SELECT 1 FROM invoice
-        WHERE id = :id AND status = 'OPEN' AND next_attempt_at = :lease_until
-          AND attempt_count = :attempt_count
-    )
+    SELECT i.id
+    FROM unnest(
+        CAST(:ids AS bigint[]), CAST(:lease_untils AS timestamptz[]),
+        CAST(:attempt_counts AS integer[])
+    ) AS c(id, lease_until, attempt_count)
+    JOIN invoice i ON i.id = c.id
+    WHERE i.status = 'OPEN' AND i.next_attempt_at = c.lease_until
+      AND i.attempt_count = c.attempt_count
     """
 )
 
 
-async def still_ours_to_charge(db: AsyncSession | AsyncConnection, invoice: LeasedInvoice) -> bool:
-    """True while the invoice is OPEN, at the attempt it was claimed at, under this lease.
+async def still_ours_to_charge(
+    db: AsyncSession | AsyncConnection, invoices: Sequence[LeasedInvoice]
+) -> set[int]:
+    """The ids of ``invoices`` still OPEN, at the attempt they were claimed at, under our lease.
 
-    A cancel (VOID), a webhook that settled or rescheduled it, or another replica that took it
-    after the lease ran out all change that; the call must then not be made.
+    A cancel (VOID), a webhook that settled or rescheduled one, or another replica that took it
+    after the lease ran out all change that; its call must then not be made.
     """
-    row = await db.execute(
+    rows = await db.execute(
         _STILL_OURS,
         {
-            "id": invoice.id,
-            "lease_until": invoice.lease_until,
-            "attempt_count": invoice.attempt_count,
+            "ids": [i.id for i in invoices],
+            "lease_untils": [i.lease_until for i in invoices],
+            "attempt_counts": [i.attempt_count for i in invoices],
         },
     )
-    return bool(row.scalar_one())
+    return {int(r[0]) for r in rows}
 
 
 async def due_backlog(

@@ -1,0 +1,72 @@
+"""Batcher: concurrent submits become groups; a failing group falls back to one item at a time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from billing_core.runtime.batcher import Batcher
+
+
+class Doubler:
+    def __init__(self, refuse: int | None = None) -> None:
+        self.groups: list[list[int]] = []
+        self.refuse = refuse
+
+    async def __call__(self, items: Sequence[int]) -> list[int]:
+        self.groups.append(list(items))
+        await asyncio.sleep(0.01)
+        if self.refuse in items:
+            raise ValueError(f"refused {self.refuse}")
+        return [2 * i for i in items]
+
+
+async def test_concurrent_submits_are_answered_in_groups_of_at_most_max_size() -> None:
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=4, max_wait=0.05)
+    answers = await asyncio.gather(*(batcher.submit(i) for i in range(10)))
+    assert answers == [2 * i for i in range(10)]
+    assert handle.groups == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+async def test_a_lone_item_waits_at_most_max_wait() -> None:
+    batcher = Batcher(Doubler(), max_size=100, max_wait=0.02)
+    started = asyncio.get_running_loop().time()
+    assert await batcher.submit(21) == 42
+    assert asyncio.get_running_loop().time() - started < 0.5
+
+
+async def test_items_arriving_while_a_group_runs_make_the_next_group() -> None:
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=100, max_wait=0.0)
+    first = asyncio.create_task(batcher.submit(1))
+    await asyncio.sleep(0.001)  # the first group is being handled
+    rest = await asyncio.gather(*(batcher.submit(i) for i in (2, 3, 4)))
+    assert (await first, rest) == (2, [4, 6, 8])
+    assert handle.groups == [[1], [2, 3, 4]]
+
+
+async def test_a_failing_group_is_retried_item_by_item_and_only_the_bad_item_fails() -> None:
+    handle = Doubler(refuse=3)
+    batcher = Batcher(handle, max_size=10, max_wait=0.02)
+    answers = await asyncio.gather(
+        *(batcher.submit(i) for i in range(1, 6)), return_exceptions=True
+    )
+    assert answers[:2] == [2, 4] and answers[3:] == [8, 10]
+    assert isinstance(answers[2], ValueError)
+    assert handle.groups == [[1, 2, 3, 4, 5], [1], [2], [3], [4], [5]]
+
+
+async def test_a_handler_giving_the_wrong_number_of_answers_fails_its_callers() -> None:
+    async def short(items: Sequence[int]) -> list[int]:
+        return []
+
+    with pytest.raises(RuntimeError, match="0 answers for 1 items"):
+        await Batcher(short, max_size=5, max_wait=0).submit(1)
+
+
+def test_a_batch_needs_room_for_one_item() -> None:
+    with pytest.raises(ValueError):
+        Batcher(Doubler(), max_size=0, max_wait=0)
