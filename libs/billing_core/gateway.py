@@ -8,14 +8,15 @@ caller keeps the attempt count and retries later with the same idempotency key.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from billing_core.domain.charge_result import ChargeOutcome, classify
-from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Response
+from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Line, Response
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,9 @@ class ChargeResult:
         return self.http_status in (401, 403)
 
 
-class PaymentGateway(Protocol):
+class GatewayLine(Protocol):
+    """A connection to the gateway, held by one caller until it charges on it."""
+
     async def charge(
         self,
         customer_id: int,
@@ -60,6 +63,13 @@ class PaymentGateway(Protocol):
         idempotency_key: str,
         metadata: Mapping[str, int | str],
     ) -> ChargeResult: ...
+
+
+class PaymentGateway(Protocol):
+    def line(self) -> AbstractAsyncContextManager[GatewayLine]:
+        """Get connected now, charge later: a call paced to a send slot must not spend its
+        slot waiting for a connection."""
+        ...
 
 
 class HttpPaymentGateway:
@@ -87,6 +97,28 @@ class HttpPaymentGateway:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    @asynccontextmanager
+    async def line(self) -> AsyncIterator[_HttpLine]:
+        async with self._http.line() as line:
+            yield _HttpLine(line)
+
+    async def charge(
+        self,
+        customer_id: int,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: Mapping[str, int | str],
+    ) -> ChargeResult:
+        """One call on a connection of its own (for callers that do not pace their calls)."""
+        async with self.line() as line:
+            return await line.charge(customer_id, amount, currency, idempotency_key, metadata)
+
+
+class _HttpLine:
+    def __init__(self, line: Line) -> None:
+        self._line = line
+
     async def charge(
         self,
         customer_id: int,
@@ -102,7 +134,7 @@ class HttpPaymentGateway:
             "metadata": dict(metadata),
         }
         try:
-            response = await self._http.post_json(
+            response = await self._line.post_json(
                 "/v1/charges",
                 json.dumps(request, separators=(",", ":")).encode(),
                 {"Idempotency-Key": idempotency_key},

@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -210,6 +211,29 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     return int(parts[1]), headers
 
 
+class Line:
+    """A connection held by one caller; requests on it go one after the other. Opening it may
+    have failed (or the server may close it while it is held): the next request opens another,
+    and raises if that fails too."""
+
+    def __init__(self, pool: Http1Pool, conn: _Connection | None) -> None:
+        self._pool = pool
+        self.conn = conn
+        self.reusable = True
+
+    async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        request = self._pool.request_bytes(path, body, headers)
+        if self.conn is None:
+            self.conn = await self._pool.checkout()
+        elif not self.conn.reusable:
+            self.conn.close()
+            self.conn = await self._pool.connect()
+        self.reusable = False  # until the answer is complete: a failure drops the connection
+        response = await self._pool.exchange(self.conn, request)
+        self.reusable = True
+        return response
+
+
 class Http1Pool:
     """Keep-alive connections to one origin, at most ``max_connections`` open at once."""
 
@@ -237,21 +261,38 @@ class Http1Pool:
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._closed = False
 
-    async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
-        request = self._request(path, body, headers)
-        conn = await self._checkout()
-        ok = False
+    @asynccontextmanager
+    async def line(self) -> AsyncIterator[Line]:
+        """A connection held for the caller: opened (or taken idle) now, so that a request sent
+        on it later goes out at once, without a connect in between."""
         try:
-            answer = conn.send(request)
-            try:
-                async with asyncio.timeout(self._read_timeout):
-                    response = await answer
-            except TimeoutError:
-                raise HttpTimeout("ReadTimeout") from None
-            ok = True
-            return response
+            conn: _Connection | None = await self.checkout()
+        except HttpError:
+            conn = None  # the request will try again, and say why it cannot be sent
+        line = Line(self, conn)
+        try:
+            yield line
         finally:
-            self._checkin(conn, reuse=ok)
+            if line.conn is not None:
+                self._checkin(line.conn, reuse=line.reusable)
+
+    async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        line = Line(self, None)
+        try:
+            return await line.post_json(path, body, headers)
+        finally:
+            if line.conn is not None:
+                self._checkin(line.conn, reuse=line.reusable)
+
+    async def exchange(self, conn: _Connection, request: bytes) -> Response:
+        answer = conn.send(request)
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                response = await answer
+        except TimeoutError:
+            raise HttpTimeout("ReadTimeout") from None
+        conn.done_with_answer()
+        return response
 
     async def aclose(self) -> None:
         self._closed = True
@@ -262,7 +303,7 @@ class Http1Pool:
             if not waiter.done():
                 waiter.cancel()
 
-    def _request(self, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:
+    def request_bytes(self, path: str, body: bytes, headers: Mapping[str, str]) -> bytes:
         lines = [
             f"POST {self._prefix}{path} HTTP/1.1",
             f"Host: {self._host_header}",
@@ -276,7 +317,7 @@ class Http1Pool:
             lines.append(f"{name}: {value}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
-    async def _checkout(self) -> _Connection:
+    async def checkout(self) -> _Connection:
         while True:
             if self._closed:
                 raise HttpTransportError("client closed")
@@ -288,7 +329,7 @@ class Http1Pool:
             if self._open < self._max:
                 self._open += 1
                 try:
-                    return await self._connect()
+                    return await self.connect()
                 except BaseException:
                     self._open -= 1
                     self._wake_one()
@@ -302,7 +343,7 @@ class Http1Pool:
                     self._wake_one()  # pass the turn it was given on
                 raise
 
-    async def _connect(self) -> _Connection:
+    async def connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(self._connect_timeout):
@@ -320,7 +361,6 @@ class Http1Pool:
         return conn
 
     def _checkin(self, conn: _Connection, *, reuse: bool) -> None:
-        conn.done_with_answer()
         if reuse and conn.reusable and not self._closed:
             self._idle.append(conn)
         else:

@@ -21,8 +21,9 @@ from services.collector.window import CallWindow
 
 
 def build(settings: CollectorSettings) -> process.WorkerProcess:
-    # Each call in flight records its answer on a connection of its own, up to a point.
-    engine = create_engine(settings, pool_size=max(5, min(settings.collector_max_in_flight, 40)))
+    # Results and pre-call checks go in groups: a few connections serve every call in flight.
+    # No pre-ping (a round trip per group): a dead connection fails one group, which is retried.
+    engine = create_engine(settings, pool_size=8, pre_ping=False)
     redis = aioredis.from_url(
         settings.redis_url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=5
     )

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from billing_core.clock import Clock
 from billing_core.domain.charge_result import GatewayReport
 from billing_core.domain.dunning import DunningPolicy
-from billing_core.gateway import ChargeResult, PaymentGateway
+from billing_core.gateway import ChargeResult, GatewayLine, PaymentGateway
 from billing_core.logging import get_logger
 from billing_core.ratelimit import GlobalRateLimiter, Slot
 from billing_core.repo.collection import (
@@ -157,35 +157,46 @@ class Collector:
         await self._record(invoice, result)
 
     async def _send(self, invoice: LeasedInvoice) -> ChargeResult | None:
-        """A place in the window, a send slot, the check that the invoice is still ours (read
-        while the slot comes, so it is fresh and does not delay the call), then the call; None
-        when the invoice changed or the lease got too old to call. A slot that comes with the
-        window full, or that the check made us miss, goes unused."""
+        """A place in the window, a connection, a send slot, the check that the invoice is still
+        ours (read while the slot comes, so it is fresh and does not delay the call), then the
+        call at the slot; None when the invoice changed or the lease got too old to call."""
         started = time.monotonic()
+        await self._window.wait_for_room()
+        async with self._gateway.line() as line:
+            if not await self._take_a_slot(invoice):
+                return None
+            metrics.LIMITER_WAIT.observe(time.monotonic() - started)
+            if self._clock.now() > invoice.lease_until - self._call_budget:
+                await self._window.release(None)
+                metrics.ABANDONED.inc()
+                log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
+                return None
+            return await self._call(line, invoice)
+
+    async def _take_a_slot(self, invoice: LeasedInvoice) -> bool:
+        """Wait for a usable send slot and a place in the window (taken); False when the
+        invoice is no longer ours to charge. A slot that comes with the window full, or that
+        the check made us miss, goes unused."""
         checked_at = -self._check_fresh
         while True:
             await self._window.wait_for_room()
             slot = await self._limiter.reserve()
             if time.monotonic() - checked_at > self._check_fresh:
                 if not await self._checked_by(slot, invoice):
-                    return None
+                    return False
                 checked_at = time.monotonic()
             else:
                 await self._limiter.wait_until(slot)
             if not self._limiter.usable(slot):
                 continue
             if self._window.take():
-                break
+                return True
             metrics.WINDOW_FULL_SLOTS.inc()
-        metrics.LIMITER_WAIT.observe(time.monotonic() - started)
-        if self._clock.now() > invoice.lease_until - self._call_budget:
-            await self._window.release(None)
-            metrics.ABANDONED.inc()
-            log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
-            return None
+
+    async def _call(self, line: GatewayLine, invoice: LeasedInvoice) -> ChargeResult:
         call_started = time.monotonic()
         try:
-            result = await self._gateway.charge(
+            result = await line.charge(
                 invoice.customer_id,
                 invoice.amount,
                 invoice.currency,

@@ -228,3 +228,34 @@ async def test_a_refused_connection_is_a_transport_error_and_unsafe_headers_are_
     with pytest.raises(ValueError):
         await client.post_json("/", b"{}", {"X": "a\r\nInjected: yes"})
     await client.aclose()
+
+
+async def test_a_held_line_is_connected_before_the_request_and_replaced_if_dropped() -> None:
+    async with serving(ok(), close_after=True) as server:
+        client = pool(server)
+        async with client.line() as line:
+            await asyncio.sleep(0.05)
+            assert server.connections == 1 and server.requests == []  # connected, nothing sent
+            first = await line.post_json("/", b"{}", {})
+            await asyncio.sleep(0.05)  # the server closes it after answering
+            second = await line.post_json("/", b"{}", {})
+        await client.aclose()
+    assert (first.status, second.status) == (200, 200)
+    assert server.connections == 2
+
+
+async def test_a_line_that_could_not_connect_says_so_when_used() -> None:
+    listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    listener.close()
+    await listener.wait_closed()
+    client = Http1Pool(
+        f"http://127.0.0.1:{port}", max_connections=1, connect_timeout=1, read_timeout=1
+    )
+    async with client.line() as line:
+        with pytest.raises(HttpTransportError):
+            await line.post_json("/", b"{}", {})
+    async with client.line() as line:  # the failed line gave its place back
+        with pytest.raises(HttpTransportError):
+            await line.post_json("/", b"{}", {})
+    await client.aclose()
