@@ -16,7 +16,7 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from billing_core.domain.charge_result import ChargeOutcome, classify
-from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Line, Response
+from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Line, Response, SendMissed
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class ChargeResult:
         return self.http_status in (401, 403)
 
 
+class NotSent(Exception):
+    """The call was not made: its send deadline passed before it could go out."""
+
+
 class GatewayLine(Protocol):
     """A connection to the gateway, held by one caller until it charges on it."""
 
@@ -62,7 +66,12 @@ class GatewayLine(Protocol):
         currency: str,
         idempotency_key: str,
         metadata: Mapping[str, int | str],
-    ) -> ChargeResult: ...
+        *,
+        send_by: float | None = None,
+    ) -> ChargeResult:
+        """``send_by`` (``time.monotonic()``): raise :class:`NotSent`, having sent nothing,
+        rather than send later than that."""
+        ...
 
 
 class PaymentGateway(Protocol):
@@ -126,6 +135,8 @@ class _HttpLine:
         currency: str,
         idempotency_key: str,
         metadata: Mapping[str, int | str],
+        *,
+        send_by: float | None = None,
     ) -> ChargeResult:
         request = {
             "customerId": customer_id,
@@ -138,7 +149,10 @@ class _HttpLine:
                 "/v1/charges",
                 json.dumps(request, separators=(",", ":")).encode(),
                 {"Idempotency-Key": idempotency_key},
+                send_by=send_by,
             )
+        except SendMissed:
+            raise NotSent from None
         except HttpTimeout as exc:
             return ChargeResult(ChargeOutcome.UNKNOWN, error=f"timeout: {exc.phase}")
         except HttpError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -39,6 +40,10 @@ class HttpTimeout(HttpError):
 
 class HttpTransportError(HttpError):
     pass
+
+
+class SendMissed(Exception):
+    """Nothing was sent: the request's send deadline had passed when it could go out."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +98,10 @@ class _Connection(asyncio.Protocol):
     def reusable(self) -> bool:
         return not self.closed and self._keep_alive and self._answer is None
 
-    def send(self, request: bytes) -> asyncio.Future[Response]:
+    def send(self, request: bytes, send_by: float | None) -> asyncio.Future[Response]:
         assert self.transport is not None and self._answer is None
+        if send_by is not None and time.monotonic() > send_by:
+            raise SendMissed
         self._answer = asyncio.get_running_loop().create_future()
         self._head = None
         self.transport.write(request)
@@ -221,15 +228,25 @@ class Line:
         self.conn = conn
         self.reusable = True
 
-    async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
+    async def post_json(
+        self,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        send_by: float | None = None,
+    ) -> Response:
+        """``send_by``: a ``time.monotonic()`` after which the request must not be sent at all
+        (it raises :class:`SendMissed`; the line stays usable)."""
         request = self._pool.request_bytes(path, body, headers)
         if self.conn is None:
             self.conn = await self._pool.checkout()
         elif not self.conn.reusable:
             self.conn.close()
             self.conn = await self._pool.connect()
+        answer = self.conn.send(request, send_by)
         self.reusable = False  # until the answer is complete: a failure drops the connection
-        response = await self._pool.exchange(self.conn, request)
+        response = await self._pool.answer(self.conn, answer)
         self.reusable = True
         return response
 
@@ -284,8 +301,7 @@ class Http1Pool:
             if line.conn is not None:
                 self._checkin(line.conn, reuse=line.reusable)
 
-    async def exchange(self, conn: _Connection, request: bytes) -> Response:
-        answer = conn.send(request)
+    async def answer(self, conn: _Connection, answer: asyncio.Future[Response]) -> Response:
         try:
             async with asyncio.timeout(self._read_timeout):
                 response = await answer

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from billing_core.clock import Clock
 from billing_core.domain.charge_result import GatewayReport
 from billing_core.domain.dunning import DunningPolicy
-from billing_core.gateway import ChargeResult, GatewayLine, PaymentGateway
+from billing_core.gateway import ChargeResult, GatewayLine, NotSent, PaymentGateway
 from billing_core.logging import get_logger
 from billing_core.ratelimit import GlobalRateLimiter, Slot
 from billing_core.repo.collection import (
@@ -62,8 +62,8 @@ class Collector:
         unauthorized_pause_seconds: float = 30.0,
         key_prefix: str = "",
         reads: async_sessionmaker[AsyncSession] | None = None,
-        group_max: int = 100,
-        group_wait_seconds: float = 0.01,
+        group_max: int = 20,
+        group_wait_seconds: float = 0.05,
         check_fresh_seconds: float = 0.25,
     ) -> None:
         # One-statement reads outside any transaction (AUTOCOMMIT: no BEGIN/ROLLBACK round trips).
@@ -163,18 +163,21 @@ class Collector:
         started = time.monotonic()
         await self._window.wait_for_room()
         async with self._gateway.line() as line:
-            if not await self._take_a_slot(invoice):
-                return None
-            metrics.LIMITER_WAIT.observe(time.monotonic() - started)
-            if self._clock.now() > invoice.lease_until - self._call_budget:
-                await self._window.release(None)
-                metrics.ABANDONED.inc()
-                log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
-                return None
-            return await self._call(line, invoice)
+            while (slot := await self._take_a_slot(invoice)) is not None:
+                metrics.LIMITER_WAIT.observe(time.monotonic() - started)
+                if self._clock.now() > invoice.lease_until - self._call_budget:
+                    await self._window.release(None)
+                    metrics.ABANDONED.inc()
+                    log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
+                    return None
+                try:
+                    return await self._call(line, invoice, slot)
+                except NotSent:  # the process stalled between the slot and the send
+                    self._limiter.late_drops += 1
+            return None
 
-    async def _take_a_slot(self, invoice: LeasedInvoice) -> bool:
-        """Wait for a usable send slot and a place in the window (taken); False when the
+    async def _take_a_slot(self, invoice: LeasedInvoice) -> Slot | None:
+        """Wait for a usable send slot and a place in the window (taken); None when the
         invoice is no longer ours to charge. A slot that comes with the window full, or that
         the check made us miss, goes unused."""
         checked_at = -self._check_fresh
@@ -183,18 +186,20 @@ class Collector:
             slot = await self._limiter.reserve()
             if time.monotonic() - checked_at > self._check_fresh:
                 if not await self._checked_by(slot, invoice):
-                    return False
+                    return None
                 checked_at = time.monotonic()
             else:
                 await self._limiter.wait_until(slot)
             if not self._limiter.usable(slot):
                 continue
             if self._window.take():
-                return True
+                return slot
             metrics.WINDOW_FULL_SLOTS.inc()
 
-    async def _call(self, line: GatewayLine, invoice: LeasedInvoice) -> ChargeResult:
+    async def _call(self, line: GatewayLine, invoice: LeasedInvoice, slot: Slot) -> ChargeResult:
+        """The call, sent no later than the slot allows (or not at all: ``NotSent``)."""
         call_started = time.monotonic()
+        latency: float | None = None
         try:
             result = await line.charge(
                 invoice.customer_id,
@@ -202,12 +207,18 @@ class Collector:
                 invoice.currency,
                 invoice.idempotency_key,
                 {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
+                send_by=slot.latest,
             )
-            metrics.CALL_SECONDS.observe(time.monotonic() - call_started)
-            return result
-        finally:
             latency = time.monotonic() - call_started
-            if self._window.is_late(latency):
+            metrics.CALL_SECONDS.observe(latency)
+            return result
+        except NotSent:
+            raise
+        except BaseException:  # cancelled mid-call: it was sent
+            latency = time.monotonic() - call_started
+            raise
+        finally:
+            if latency is not None and self._window.is_late(latency):
                 await self._use_up_a_slot()
             await self._window.release(latency)
             metrics.WINDOW.set(self._window.size)

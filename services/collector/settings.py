@@ -34,16 +34,18 @@ class CollectorSettings(CoreSettings):
         "the window of calls outstanding (limit x latency x 1.25 + 8).",
     )
     collector_group_max: int = Field(
-        default=100,
+        default=20,
         ge=1,
         le=1000,
-        description="Results recorded (and pre-call checks read) in one statement, at most.",
+        description="Results recorded (and pre-call checks read) in one statement, at most: "
+        "a larger group holds the event loop longer, and send slots are missed meanwhile.",
     )
     collector_group_wait_ms: int = Field(
-        default=10,
+        default=50,
         ge=0,
         le=1000,
-        description="How long a result waits for others to be recorded with it.",
+        description="How long a result waits for others to be recorded with it (fewer "
+        "statements per call at low rates; the lease is far longer).",
     )
     collector_lease_seconds: int = Field(default=120, ge=5)
     collector_poll_interval_seconds: float = Field(default=1.0, gt=0)

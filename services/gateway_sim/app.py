@@ -23,6 +23,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from billing_core.logging import get_logger
+from billing_core.runtime.pauses import quiet_garbage_collector
 from services.gateway_sim.behaviour import Behaviour, DeclineCode
 from services.gateway_sim.charges import Gateway, problem
 from services.gateway_sim.ledger import ChargeInput
@@ -244,6 +245,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         await gateway.webhooks.start()
+        quiet_garbage_collector()  # its clock stamps arrivals: no long pause may bunch them
         log.info(
             "gateway_sim_listening",
             host=settings.host,

@@ -4,12 +4,13 @@ be framed, every way it can go wrong, and how connections are reused and bounded
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import pytest
 
-from billing_core.http1 import Http1Pool, HttpTimeout, HttpTransportError
+from billing_core.http1 import Http1Pool, HttpTimeout, HttpTransportError, SendMissed
 
 Answer = Callable[[bytes], bytes | None]  # request bytes -> raw answer (None: say nothing)
 
@@ -259,3 +260,15 @@ async def test_a_line_that_could_not_connect_says_so_when_used() -> None:
         with pytest.raises(HttpTransportError):
             await line.post_json("/", b"{}", {})
     await client.aclose()
+
+
+async def test_a_request_past_its_send_deadline_is_not_sent_and_the_line_stays_usable() -> None:
+    async with serving(ok()) as server:
+        client = pool(server)
+        async with client.line() as line:
+            with pytest.raises(SendMissed):
+                await line.post_json("/", b"{}", {}, send_by=time.monotonic() - 0.001)
+            response = await line.post_json("/", b"{}", {}, send_by=time.monotonic() + 1)
+        await client.aclose()
+    assert response.status == 200
+    assert len(server.requests) == 1 and server.connections == 1

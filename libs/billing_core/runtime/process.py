@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.db.engine import database_answers
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime.http import Check, HealthServer
+from billing_core.runtime.pauses import quiet_garbage_collector
 from billing_core.runtime.startup import load_settings, require_database
 from billing_core.runtime.worker import Worker, stop_on_signals
 from billing_core.settings import CoreSettings
@@ -83,6 +84,7 @@ async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
             asyncio.create_task(_every(job, worker.stop_event), name=job.name)
             for job in process.periodic
         ]
+        quiet_garbage_collector()
         log.info(f"{process.name}_started", health_port=process.health.port, **process.started)
         with stop_on_signals(worker.stop):
             await worker.run()
