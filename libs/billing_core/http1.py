@@ -66,6 +66,7 @@ class _Connection(asyncio.Protocol):
         self._body_mode = ""  # "length", "chunked" or "close"
         self._length = 0
         self._chunks = bytearray()
+        self.idle_since = 0.0
 
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -261,7 +262,12 @@ class Http1Pool:
         max_connections: int,
         connect_timeout: float,
         read_timeout: float,
+        max_idle: float = 2.0,
     ) -> None:
+        """``max_idle``: a connection unused for longer is closed rather than reused. Servers
+        close idle keep-alive connections after a few seconds (uvicorn 5 s); a request written
+        as the server's close crosses it is lost, so its result is unknown. Reconnecting
+        costs less than that."""
         url = urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -273,6 +279,7 @@ class Http1Pool:
         self._max = max(1, max_connections)
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
+        self._max_idle = max_idle
         self._idle: list[_Connection] = []
         self._open = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -337,11 +344,13 @@ class Http1Pool:
         while True:
             if self._closed:
                 raise HttpTransportError("client closed")
+            now = time.monotonic()
             while self._idle:
                 conn = self._idle.pop()
-                if conn.reusable:
+                if conn.reusable and now - conn.idle_since <= self._max_idle:
                     return conn
-                self._open -= 1  # the server closed it while idle
+                conn.close()  # closed by the server while idle, or idle too long
+                self._open -= 1
             if self._open < self._max:
                 self._open += 1
                 try:
@@ -378,6 +387,7 @@ class Http1Pool:
 
     def _checkin(self, conn: _Connection, *, reuse: bool) -> None:
         if reuse and conn.reusable and not self._closed:
+            conn.idle_since = time.monotonic()
             self._idle.append(conn)
         else:
             conn.close()

@@ -272,3 +272,20 @@ async def test_a_request_past_its_send_deadline_is_not_sent_and_the_line_stays_u
         await client.aclose()
     assert response.status == 200
     assert len(server.requests) == 1 and server.connections == 1
+
+
+async def test_a_connection_idle_longer_than_max_idle_is_replaced_not_reused() -> None:
+    async with serving(ok()) as server:
+        client = Http1Pool(
+            f"http://127.0.0.1:{server.port}",
+            max_connections=2,
+            connect_timeout=1,
+            read_timeout=1,
+            max_idle=0.05,
+        )
+        await client.post_json("/", b"{}", {})
+        await client.post_json("/", b"{}", {})  # at once: the same connection
+        await asyncio.sleep(0.1)
+        await client.post_json("/", b"{}", {})  # idle too long: a new one
+        await client.aclose()
+    assert server.connections == 2 and len(server.requests) == 3
