@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.clock import Clock
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
+from billing_core.runtime.batcher import Batcher
 from services.api import problems
 from services.api.context import AppContext, KeyCache
 from services.api.idempotency import purge_loop
@@ -59,6 +60,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         context.reads_ = session_factory(
             context.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
+        context.webhooks_ = Batcher(context.record_webhooks, max_size=50, max_wait=0)
         purge: asyncio.Task[None] | None = None
         if settings.idempotency_purge_interval_seconds > 0:
             purge = asyncio.create_task(
@@ -76,6 +78,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             await context.engine.dispose()
             context.sessions_ = None
             context.reads_ = None
+            context.webhooks_ = None
             log.info("api_stopped")
 
     app = FastAPI(

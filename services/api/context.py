@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -12,6 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from billing_core.clock import Clock
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo.api_clients import ApiClient
+from billing_core.runtime.batcher import Batcher
+from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.settings import ApiSettings
 
 
@@ -49,6 +52,7 @@ class AppContext:
     engine: AsyncEngine | None = None
     sessions_: async_sessionmaker[AsyncSession] | None = None
     reads_: async_sessionmaker[AsyncSession] | None = None
+    webhooks_: Batcher[WebhookToRecord, str] | None = None
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:
@@ -63,6 +67,20 @@ class AppContext:
         if self.reads_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.reads_
+
+    @property
+    def webhooks(self) -> Batcher[WebhookToRecord, str]:
+        """Webhook events recorded in groups: those that arrive while a group is recorded
+        are recorded together next, in one transaction."""
+        if self.webhooks_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.webhooks_
+
+    async def record_webhooks(self, webhooks: Sequence[WebhookToRecord]) -> list[str]:
+        async with self.sessions.begin() as session:
+            return await record_webhooks(
+                session, webhooks, now=self.clock.now(), rng=self.rng, policy=self.policy
+            )
 
 
 def get_context(request: Request) -> AppContext:

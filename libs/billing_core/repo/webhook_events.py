@@ -3,41 +3,56 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-_RECORD = text(
+
+@dataclass(frozen=True)
+class ReceivedEvent:
+    event_id: str
+    event_type: str
+    invoice_id: int | None
+    payload: dict[str, Any]
+
+
+_RECORD_MANY = text(
     """
     INSERT INTO webhook_event (event_id, event_type, invoice_id, payload, received_at)
-    VALUES (:event_id, :event_type, :invoice_id, CAST(:payload AS jsonb), :received_at)
+    SELECT e.event_id, e.event_type, e.invoice_id, CAST(e.payload AS jsonb), :received_at
+    FROM unnest(
+        CAST(:event_ids AS text[]), CAST(:event_types AS text[]),
+        CAST(:invoice_ids AS bigint[]), CAST(:payloads AS text[])
+    ) WITH ORDINALITY AS e(event_id, event_type, invoice_id, payload, n)
+    ORDER BY e.n
     ON CONFLICT (event_id) DO NOTHING
     RETURNING event_id
     """
 )
 
 
-async def record_once(
-    session: AsyncSession,
+async def record_many(
+    session: AsyncSession | AsyncConnection,
+    events: Sequence[ReceivedEvent],
     *,
-    event_id: str,
-    event_type: str,
-    invoice_id: int | None,
-    payload: dict[str, Any],
     received_at: datetime,
-) -> bool:
-    """Insert the event; False when it was seen before (a concurrent duplicate waits for the
-    first delivery's transaction, then sees the row)."""
-    result = await session.execute(
-        _RECORD,
+) -> set[str]:
+    """Insert the events (distinct ids) in one statement; the ids seen for the first time (a
+    concurrent duplicate waits for the first delivery's transaction, then sees the row)."""
+    if not events:
+        return set()
+    rows = await session.execute(
+        _RECORD_MANY,
         {
-            "event_id": event_id,
-            "event_type": event_type,
-            "invoice_id": invoice_id,
-            "payload": json.dumps(payload, separators=(",", ":")),
+            "event_ids": [e.event_id for e in events],
+            "event_types": [e.event_type for e in events],
+            "invoice_ids": [e.invoice_id for e in events],
+            "payloads": [json.dumps(e.payload, separators=(",", ":")) for e in events],
             "received_at": received_at,
         },
     )
-    return result.first() is not None
+    return {str(r[0]) for r in rows}

@@ -1,8 +1,9 @@
 """The payment gateway's asynchronous results: ``POST /webhooks/payments``.
 
 Order of work: the raw body is read (size-limited) and its signature verified before any
-parsing; then, in one transaction, the gateway event id is recorded (a duplicate stops there)
-and the result goes through the same ``record_charge_result`` the collector uses, which decides
+parsing; then, in one transaction — shared with the events that arrive while the previous group
+is recorded — the gateway event id is recorded (a duplicate stops there) and the result goes
+through the same ``record_charge_results`` the collector uses, which decides
 from the invoice's current state: a PAID invoice stays PAID, an older attempt's result never
 rolls anything back, a success for a FAILED/VOID invoice is kept for reconciliation, and an
 event whose attempt, amount, currency or customer does not match the invoice is recorded (with
@@ -11,17 +12,18 @@ what the gateway said) but never applied.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.charge_result import ChargeOutcome, GatewayReport
 from billing_core.domain.charge_result import idempotency_key as gateway_key
 from billing_core.logging import get_logger
-from billing_core.repo import webhook_events
-from billing_core.usecases.payment_result import record_charge_result
+from billing_core.repo.payment_results import AttemptToRecord
+from billing_core.repo.webhook_events import ReceivedEvent
+from billing_core.usecases.webhook_results import WebhookToRecord
 from services.api import signatures
 from services.api.context import get_context
 from services.api.problems import MALFORMED_JSON, VALIDATION, WEBHOOK_SIGNATURE, ApiProblem
@@ -94,41 +96,31 @@ async def payment_webhook(
             errors=[{"field": "body.data.idempotencyKey", "message": "mismatch", "code": None}],
         )
 
-    result: str
-    async with ctx.sessions.begin() as session:
-        now = ctx.clock.now()
-        payload: dict[str, Any] = event.model_dump(mode="json", by_alias=True)
-        first = await webhook_events.record_once(
-            session,
-            event_id=event.id,
-            event_type=event.type,
-            invoice_id=data.invoice_id,
-            payload=payload,
-            received_at=now,
-        )
-        outcome = OUTCOMES.get(event.type)
-        if not first:
-            result = "DUPLICATE"
-        elif outcome is None:
-            result = "IGNORED"
-        else:
-            recorded = await record_charge_result(
-                session,
-                invoice_id=data.invoice_id,
+    outcome = OUTCOMES.get(event.type)
+    report = None
+    if outcome is not None:
+        report = AttemptToRecord(
+            data.invoice_id,
+            GatewayReport(
                 attempt_number=data.attempt,
                 outcome=outcome,
-                source="WEBHOOK",
+                from_webhook=True,
                 idempotency_key=data.idempotency_key,
-                now=now,
-                rng=ctx.rng,
-                policy=ctx.policy,
                 decline_code=data.decline_code,
                 gateway_reference=data.charge_id,
                 amount=data.amount,
                 currency=data.currency,
                 customer_id=data.customer_id,
-            )
-            result = str(recorded)
+            ),
+            None,
+        )
+    received = ReceivedEvent(
+        event_id=event.id,
+        event_type=event.type,
+        invoice_id=data.invoice_id,
+        payload=event.model_dump(mode="json", by_alias=True),
+    )
+    result = await ctx.webhooks.submit(WebhookToRecord(received, report))
     log.info(
         "webhook_processed",
         event_id=event.id,
