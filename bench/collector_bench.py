@@ -48,14 +48,14 @@ def late_permits(health_port: int) -> int:
     return 0
 
 
-def gateway_on_its_own_cpu(sim: Proc) -> None:
+def gateway_on_its_own_cpu(pid: int) -> None:
     """A real gateway runs on its own machines: its timing does not suffer from our processes'
     load. Here it shares two cores with them, and at 1 000/s its event loop, starved for tens of
     milliseconds, stamps calls that arrived apart as if they arrived together, more than the
     guard is there to absorb. Its scheduling priority is raised so that it gets the CPU first
     (when the bench may; otherwise it says so)."""
     try:
-        os.setpriority(os.PRIO_PROCESS, sim.process.pid, -10)
+        os.setpriority(os.PRIO_PROCESS, pid, -10)
     except PermissionError:
         print("note: the simulator shares the CPU at normal priority", file=sys.stderr)
 
@@ -94,7 +94,7 @@ async def phase(
         timeout=120,
     )
     sim_url = f"http://127.0.0.1:{sim_port}"
-    gateway_on_its_own_cpu(sim)
+    gateway_on_its_own_cpu(sim.process.pid)
     key = f"bench:{time.time_ns()}:permits"
     collectors: list[Proc] = []
     health_ports: list[int] = []

@@ -19,9 +19,10 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlsplit
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -67,11 +68,12 @@ class _Connection(asyncio.Protocol):
         self._length = 0
         self._chunks = bytearray()
         self.idle_since = 0.0
+        self.lost = False  # the transport is gone (not only asked to close)
+        self.on_lost: Callable[[], None] | None = None
 
     # asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
         if self._answer is None or self._answer.done():
@@ -85,6 +87,9 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.lost = True
+        if self.on_lost is not None:
+            self.on_lost()
         answer = self._answer
         if answer is None or answer.done():
             return
@@ -243,8 +248,9 @@ class Line:
         if self.conn is None:
             self.conn = await self._pool.checkout()
         elif not self.conn.reusable:
-            self.conn.close()
-            self.conn = await self._pool.connect()
+            self._pool.discard(self.conn)
+            self.conn = None
+            self.conn = await self._pool.checkout()
         answer = self.conn.send(request, send_by)
         self.reusable = False  # until the answer is complete: a failure drops the connection
         response = await self._pool.answer(self.conn, answer)
@@ -349,8 +355,7 @@ class Http1Pool:
                 conn = self._idle.pop()
                 if conn.reusable and now - conn.idle_since <= self._max_idle:
                     return conn
-                conn.close()  # closed by the server while idle, or idle too long
-                self._open -= 1
+                self.discard(conn)  # closed by the server while idle, or idle too long
             if self._open < self._max:
                 self._open += 1
                 try:
@@ -389,9 +394,21 @@ class Http1Pool:
         if reuse and conn.reusable and not self._closed:
             conn.idle_since = time.monotonic()
             self._idle.append(conn)
+            self._wake_one()
         else:
+            self.discard(conn)
+
+    def discard(self, conn: _Connection) -> None:
+        """Close ``conn``; its place is free once it is really closed (a receiver that counts
+        connections never sees more than the bound)."""
+        if conn.lost:
+            self._connection_gone()
+        else:
+            conn.on_lost = self._connection_gone
             conn.close()
-            self._open -= 1
+
+    def _connection_gone(self) -> None:
+        self._open -= 1
         self._wake_one()
 
     def _wake_one(self) -> None:
