@@ -245,11 +245,10 @@ class Line:
         """``send_by``: a ``time.monotonic()`` after which the request must not be sent at all
         (it raises :class:`SendMissed`; the line stays usable)."""
         request = self._pool.request_bytes(path, body, headers)
-        if self.conn is None:
-            self.conn = await self._pool.checkout()
-        elif not self.conn.reusable:
+        if self.conn is not None and not self.conn.reusable:
             self._pool.discard(self.conn)
             self.conn = None
+        if self.conn is None:
             self.conn = await self._pool.checkout()
         answer = self.conn.send(request, send_by)
         self.reusable = False  # until the answer is complete: a failure drops the connection
@@ -303,16 +302,14 @@ class Http1Pool:
         try:
             yield line
         finally:
-            if line.conn is not None:
-                self._checkin(line.conn, reuse=line.reusable)
+            self._give_back(line)
 
     async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
         line = Line(self, None)
         try:
             return await line.post_json(path, body, headers)
         finally:
-            if line.conn is not None:
-                self._checkin(line.conn, reuse=line.reusable)
+            self._give_back(line)
 
     async def answer(self, conn: _Connection, answer: asyncio.Future[Response]) -> Response:
         try:
@@ -389,6 +386,10 @@ class Http1Pool:
         except OSError as exc:
             raise HttpTransportError(f"connect failed: {exc!r}") from exc
         return conn
+
+    def _give_back(self, line: Line) -> None:
+        if line.conn is not None:
+            self._checkin(line.conn, reuse=line.reusable)
 
     def _checkin(self, conn: _Connection, *, reuse: bool) -> None:
         if reuse and conn.reusable and not self._closed:

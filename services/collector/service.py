@@ -235,9 +235,8 @@ class Collector:
     async def _still_ours(self, invoice: LeasedInvoice) -> bool:
         """Looked at once the send slot is known, at most a horizon before it (the wait in the
         queue for a slot may be long): a cancel meanwhile voided the invoice, and the card must
-        not be charged. A check that
-        fails (database down) skips the call: the lease runs out and the invoice is tried
-        again, with the same key."""
+        not be charged. A check that fails (database down) skips the call: the lease runs out
+        and the invoice is tried again, with the same key."""
         try:
             ours = await self._checks.submit(invoice)
         except Exception as exc:

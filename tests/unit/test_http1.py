@@ -11,6 +11,8 @@ from contextlib import asynccontextmanager
 import pytest
 
 from billing_core.http1 import Http1Pool, HttpTimeout, HttpTransportError, SendMissed
+from tests.support.http_receiver import read_request
+from tests.support.processes import free_port
 
 Answer = Callable[[bytes], bytes | None]  # request bytes -> raw answer (None: say nothing)
 
@@ -27,13 +29,7 @@ class Server:
         self.connections += 1
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                request = head + await reader.readexactly(length)
+                request = await read_request(reader)
                 self.requests.append(request)
                 raw = self.answer(request)
                 if raw is None:
@@ -193,8 +189,7 @@ async def test_at_most_max_connections_are_open_and_the_others_wait_their_turn()
         most = max(most, open_now)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                await reader.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r")[0]))
+                await read_request(reader)
                 await asyncio.sleep(0.05)
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
         except asyncio.IncompleteReadError:
@@ -217,12 +212,8 @@ async def test_at_most_max_connections_are_open_and_the_others_wait_their_turn()
 
 
 async def test_a_refused_connection_is_a_transport_error_and_unsafe_headers_are_refused() -> None:
-    listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = listener.sockets[0].getsockname()[1]
-    listener.close()
-    await listener.wait_closed()
     client = Http1Pool(
-        f"http://127.0.0.1:{port}", max_connections=1, connect_timeout=1, read_timeout=1
+        f"http://127.0.0.1:{free_port()}", max_connections=1, connect_timeout=1, read_timeout=1
     )
     with pytest.raises(HttpTransportError):
         await client.post_json("/", b"{}", {})
@@ -246,12 +237,8 @@ async def test_a_held_line_is_connected_before_the_request_and_replaced_if_dropp
 
 
 async def test_a_line_that_could_not_connect_says_so_when_used() -> None:
-    listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = listener.sockets[0].getsockname()[1]
-    listener.close()
-    await listener.wait_closed()
     client = Http1Pool(
-        f"http://127.0.0.1:{port}", max_connections=1, connect_timeout=1, read_timeout=1
+        f"http://127.0.0.1:{free_port()}", max_connections=1, connect_timeout=1, read_timeout=1
     )
     async with client.line() as line:
         with pytest.raises(HttpTransportError):

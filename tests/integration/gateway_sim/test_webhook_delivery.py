@@ -23,6 +23,7 @@ from tests.integration.gateway_sim.conftest import (
     start_simulator,
     stop_simulator,
 )
+from tests.support.http_receiver import read_request
 from tests.support.processes import free_port
 
 pytestmark = pytest.mark.timing  # measures real time: run alone, never beside other tests
@@ -56,13 +57,7 @@ class CountingReceiver:
         self.max_connections = max(self.max_connections, self.connections)
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                await reader.readexactly(length)
+                await read_request(reader)
                 self.received += 1
                 self.requests += 1
                 self.max_requests = max(self.max_requests, self.requests)
