@@ -90,6 +90,7 @@ class Gateway:
         self.configure(self._initial)
         self.stall.reset()
         self.ledger.clear()
+        self.ledger_started_at = self.behaviour.now()
         self.limiter.clear()
         self.declines: dict[int, CustomerDecline] = {}
         self._outcome_rng = random.Random(f"{self._seed}:outcomes")
@@ -106,7 +107,11 @@ class Gateway:
         self._calls[outcome].inc()
 
     def summary(self) -> dict[str, object]:
-        return {**self.ledger.summary(), **self.stall.summary()}
+        return {
+            **self.ledger.summary(),
+            **self.stall.summary(),
+            "ledger_started_at": self.ledger_started_at.isoformat(),
+        }
 
     def admit(self) -> tuple[bool, int]:
         """Rate limit a call arriving now: (admitted, arrival ns); both kinds are recorded."""

@@ -19,9 +19,11 @@ invoice with an amount > 0 needs a SUCCESS attempt (an imported one counts). In 
 than one idempotency key recording a SUCCESS for one invoice is a ``double_charge_recorded``
 (an imported payment has its own key, ``import-inv-{id}``).
 
-``since``: history before it is taken as given — an invoice PAID before it needs no charge (a
-gateway simulator's ledger starts empty with the process). Double charges and charges without
-payment are checked whatever their time.
+``since``: history before it is taken as given — an invoice PAID before it needs no charge.
+A ledger that began after an invoice was PAID (a simulator restarted since: its ledger starts
+empty with the process) cannot vouch for that payment: such invoices are checked against the
+payment attempts instead, as without a ledger. Double charges and charges without payment are
+checked whatever their time.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ _PAID_WITHOUT_ATTEMPT = text(
     SELECT i.id, i.amount FROM invoice i
     WHERE i.status = 'PAID' AND i.amount > 0
       AND (CAST(:since AS timestamptz) IS NULL OR i.paid_at IS NULL OR i.paid_at >= :since)
+      AND (CAST(:until AS timestamptz) IS NULL OR i.paid_at < :until)
       AND NOT EXISTS (
         SELECT 1 FROM payment_attempt a WHERE a.invoice_id = i.id AND a.outcome = 'SUCCESS')
     ORDER BY i.id
@@ -134,6 +137,32 @@ def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> t
     return in_flight, tolerated
 
 
+_PAID_IN = text(
+    """
+    SELECT count(*) FROM invoice i
+    WHERE i.status = 'PAID' AND i.amount > 0 AND i.paid_at < :until
+      AND (CAST(:since AS timestamptz) IS NULL OR i.paid_at >= :since)
+    """
+)
+
+
+async def _check_paid_against_attempts(
+    check: Check, conn: AsyncConnection, *, since: datetime | None, until: datetime | None
+) -> int:
+    """PAID invoices (paid in ``[since, until)``) need a SUCCESS payment attempt; return how
+    many PAID invoices that window holds when it is bounded."""
+    for r in await conn.execute(_PAID_WITHOUT_ATTEMPT, {"since": since, "until": until}):
+        check.add(
+            "paid_without_charge",
+            "invoice",
+            r.id,
+            f"PAID ({r.amount}) with no SUCCESS payment attempt",
+        )
+    if until is None:
+        return 0
+    return int((await conn.execute(_PAID_IN, {"since": since, "until": until})).scalar_one())
+
+
 async def check_charges(
     conn: AsyncConnection,
     ledger: LedgerEvidence | None,
@@ -153,21 +182,26 @@ async def check_charges(
         )
     if ledger is None:
         check.notes.append("no gateway ledger: PAID checked against the payment attempts")
-        for r in await conn.execute(_PAID_WITHOUT_ATTEMPT, {"since": since}):
-            check.add(
-                "paid_without_charge",
-                "invoice",
-                r.id,
-                f"PAID ({r.amount}) with no SUCCESS payment attempt",
-            )
+        await _check_paid_against_attempts(check, conn, since=since, until=None)
         return check
 
+    ledger_since = since
+    if ledger.started_at is not None:
+        ledger_since = ledger.started_at if since is None else max(since, ledger.started_at)
+        before = await _check_paid_against_attempts(
+            check, conn, since=since, until=ledger.started_at
+        )
+        if before:
+            check.notes.append(
+                f"{before} invoices PAID before the gateway ledger began "
+                f"({ledger.started_at:%Y-%m-%d %H:%M:%S}): checked against the payment attempts"
+            )
     invoice_ids = sorted(ledger.successes)
     params = {
         "invoice_ids": invoice_ids,
         "counts": [ledger.successes[i] for i in invoice_ids],
         "reconciled": sorted(reconciled),
-        "since": since,
+        "since": ledger_since,
     }
     in_flight, tolerated = _judge_against_ledger(
         check, await conn.execute(_AGAINST_LEDGER, params), now

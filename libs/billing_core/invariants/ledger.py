@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import httpx
 
@@ -18,6 +19,9 @@ import httpx
 class LedgerEvidence:
     successes: Mapping[int, int]  # invoice id -> successful charges, over all its keys
     duplicate_success_invoices: list[int] = field(default_factory=list)  # the gateway's audit
+    # When the gateway's ledger began (a simulator's starts empty with its process or a reset):
+    # a payment made before it has no evidence there.
+    started_at: datetime | None = None
 
     @classmethod
     def from_charges(cls, charges: Iterable[Mapping[str, object]]) -> LedgerEvidence:
@@ -39,4 +43,12 @@ async def fetch_ledger(gateway_url: str, *, timeout: float = 120.0) -> LedgerEvi
     return LedgerEvidence(
         successes={int(invoice): int(n) for invoice, n in counts},
         duplicate_success_invoices=[int(i) for i in summary["duplicate_success_invoices"]],
+        started_at=_instant(summary.get("ledger_started_at")),
     )
+
+
+def _instant(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo is not None else None
