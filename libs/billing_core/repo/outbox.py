@@ -4,13 +4,19 @@ Each event gets the next per-subscription sequence number from ``subscription.ev
 UPDATE that hands the numbers out takes the subscription's row lock, so two transactions that
 emit events for one subscription are serialised: sequence order is commit order, which is what
 lets the relay publish one subscription's events in order.
+
+``append_events`` hands the numbers out itself. A writer that updates the subscriptions anyway
+(the renewer) reserves them in that same UPDATE (``event_seq = event_seq + count``, counts from
+:func:`event_counts`) and inserts with :func:`insert_numbered_events`: one row update per
+subscription instead of two.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from sqlalchemy import text
@@ -41,6 +47,60 @@ _APPEND = text(
 )
 
 
+_INSERT_NUMBERED = text(
+    """
+    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
+    SELECT e.event_id, e.aggregate_id, e.sequence, e.event_type, e.payload, :occurred_at
+    FROM unnest(
+        CAST(:event_ids AS uuid[]), CAST(:aggregate_ids AS bigint[]),
+        CAST(:sequences AS bigint[]), CAST(:types AS text[]), CAST(:payloads AS jsonb[])
+    ) AS e(event_id, aggregate_id, sequence, event_type, payload)
+    """
+)
+
+
+def _payload(event: DomainEvent) -> str:
+    return json.dumps(event.payload, separators=(",", ":"))
+
+
+def event_counts(events: Sequence[DomainEvent]) -> Counter[int]:
+    """How many sequence numbers each subscription needs for ``events``."""
+    return Counter(e.subscription_id for e in events)
+
+
+async def insert_numbered_events(
+    db: AsyncSession | AsyncConnection,
+    events: Sequence[DomainEvent],
+    reserved_after: Mapping[int, int],
+    occurred_at: datetime,
+) -> list[uuid.UUID]:
+    """Insert ``events`` whose numbers the caller reserved under the subscriptions' row locks:
+    ``reserved_after[s]`` is subscription ``s``'s ``event_seq`` before it was moved forward by
+    its count, so its events take the numbers after it, in the order given."""
+    if not events:
+        return []
+    if occurred_at.tzinfo is None:
+        raise ValueError("occurred_at must be timezone-aware")
+    last = dict(reserved_after)
+    sequences: list[int] = []
+    for e in events:
+        last[e.subscription_id] += 1
+        sequences.append(last[e.subscription_id])
+    event_ids = [uuid.uuid4() for _ in events]
+    await db.execute(
+        _INSERT_NUMBERED,
+        {
+            "event_ids": event_ids,
+            "aggregate_ids": [e.subscription_id for e in events],
+            "sequences": sequences,
+            "types": [str(e.type) for e in events],
+            "payloads": [_payload(e) for e in events],
+            "occurred_at": occurred_at,
+        },
+    )
+    return event_ids
+
+
 async def append_events(
     db: AsyncSession | AsyncConnection, events: Sequence[DomainEvent], occurred_at: datetime
 ) -> list[uuid.UUID]:
@@ -55,7 +115,7 @@ async def append_events(
         {
             "aggregate_ids": [e.subscription_id for e in events],
             "types": [str(e.type) for e in events],
-            "payloads": [json.dumps(e.payload, separators=(",", ":")) for e in events],
+            "payloads": [_payload(e) for e in events],
             "event_ids": event_ids,
             "occurred_at": occurred_at,
         },

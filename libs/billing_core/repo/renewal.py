@@ -11,7 +11,7 @@ rows does not grow with the number of subscriptions that are not due.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -93,16 +93,17 @@ _UPDATE_SUBSCRIPTIONS = text(
     SET status = u.status, period_index = u.period_index,
         current_period_start = u.period_start, current_period_end = u.period_end,
         credit_balance = u.credit_balance, canceled_at = u.canceled_at,
-        version = u.version, updated_at = :now
+        version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count
     FROM unnest(
         CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
         CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),
         CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
-        CAST(:credit_balances AS bigint[]), CAST(:canceled_ats AS timestamptz[])
+        CAST(:credit_balances AS bigint[]), CAST(:canceled_ats AS timestamptz[]),
+        CAST(:event_counts AS int[])
     ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
-           credit_balance, canceled_at)
+           credit_balance, canceled_at, event_count)
     WHERE s.id = u.id AND s.version = u.expected_version
-    RETURNING s.id
+    RETURNING s.id, s.event_seq - u.event_count AS reserved_after
     """
 )
 
@@ -201,12 +202,18 @@ async def existing_renewals(
 
 
 async def write_subscriptions(
-    db: Db, writes: Sequence[RenewedSubscription], *, now: datetime
-) -> set[int]:
-    """Apply the new states in one statement; return the ids actually updated (a row whose
-    version is not ``expected_version`` is left alone and missing from the result)."""
+    db: Db,
+    writes: Sequence[RenewedSubscription],
+    *,
+    event_counts: Mapping[int, int],
+    now: datetime,
+) -> dict[int, int]:
+    """Apply the new states in one statement and reserve each subscription's next
+    ``event_counts[id]`` event sequence numbers (the outbox's numbering, under the row lock this
+    update holds). Return, for each id actually updated, its ``event_seq`` before the
+    reservation (a row whose version is not ``expected_version`` is left alone and missing)."""
     if not writes:
-        return set()
+        return {}
     result = await db.execute(
         _UPDATE_SUBSCRIPTIONS,
         {
@@ -219,10 +226,11 @@ async def write_subscriptions(
             "period_ends": [w.current_period_end for w in writes],
             "credit_balances": [w.credit_balance for w in writes],
             "canceled_ats": [w.canceled_at for w in writes],
+            "event_counts": [event_counts.get(w.id, 0) for w in writes],
             "now": now,
         },
     )
-    return {int(row.id) for row in result}
+    return {int(row.id): int(row.reserved_after) for row in result}
 
 
 async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:

@@ -9,8 +9,8 @@
    savepoint, the existing periods are looked up and the batch is planned again with them: an
    existing period is advanced over without a second invoice and without consuming credit. So a
    period is never advanced without its invoice, and no invoice is inserted twice.
-4. Advance every subscription (version bump), record the credit used and append the outbox events
-   — each one statement for the whole batch.
+4. Advance every subscription (version bump, and the event sequence numbers its events take),
+   record the credit used and insert the outbox events — each one statement for the whole batch.
 
 Because all of this is one transaction, a process killed at any point leaves nothing half done:
 PostgreSQL rolls the batch back, the row locks are released and another renewer takes the rows.
@@ -147,12 +147,6 @@ async def renew_due_batch(
 
     plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked)
     ids = {(i.subscription_id, i.period_index): i.id for i in inserted}
-    writes = [plan.write for plan in plans]
-    updated = await renewal_repo.write_subscriptions(db, writes, now=now)
-    if len(updated) != len(writes):
-        missing = sorted({w.id for w in writes} - updated)
-        raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
-
     credit_uses: list[renewal_repo.CreditUse] = []
     events: list[DomainEvent] = []
     for plan in plans:
@@ -173,7 +167,14 @@ async def renew_due_batch(
                 subscription_id=plan.due.id,
                 period_indexes=plan.already_invoiced,
             )
+    writes = [plan.write for plan in plans]
+    reserved = await renewal_repo.write_subscriptions(
+        db, writes, event_counts=outbox_repo.event_counts(events), now=now
+    )
+    if len(reserved) != len(writes):
+        missing = sorted({w.id for w in writes} - reserved.keys())
+        raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
     await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
-    await outbox_repo.append_events(db, events, now)
+    await outbox_repo.insert_numbered_events(db, events, reserved, now)
     result.events = len(events)
     return result
