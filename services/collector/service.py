@@ -336,7 +336,12 @@ class Collector:
         metrics.RECORD_GROUP.observe(len(attempts))
         async with self._sessions.begin() as session:
             return await record_charge_results(
-                session, attempts, now=self._clock.now(), rng=self._rng, policy=self._policy
+                session,
+                attempts,
+                now=self._clock.now(),
+                rng=self._rng,
+                policy=self._policy,
+                key_prefix=self._key_prefix,
             )
 
     async def drain(self, timeout: float) -> None:
