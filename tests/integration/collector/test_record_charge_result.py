@@ -242,8 +242,7 @@ async def test_success_for_a_void_invoice_is_refunded(
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE invoice SET status = 'VOID' WHERE id = :i"), {"i": inv})
     assert (
-        await record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK")
-        == RecordOutcome.REFUND
+        await record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK") == RecordOutcome.REFUND
     )
     assert await events(engine, sub) == []  # PaymentRefunded comes with the gateway's answer
     assert (await row(engine, "SELECT status FROM invoice WHERE id = :i", i=inv))[
