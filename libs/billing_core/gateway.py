@@ -16,6 +16,7 @@ from email.utils import parsedate_to_datetime
 from typing import Protocol
 
 from billing_core.domain.charge_result import ChargeOutcome, classify
+from billing_core.domain.refund import RefundOutcome, classify_refund
 from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Line, Response, SendMissed
 
 
@@ -52,6 +53,26 @@ class ChargeResult:
         return self.http_status in (401, 403)
 
 
+@dataclass(frozen=True)
+class RefundResult:
+    """The gateway's answer to a refund: SUCCEEDED, FAILED (refused for good, with the
+    gateway's words in ``error``) or UNKNOWN (ask again later with the same key)."""
+
+    outcome: RefundOutcome
+    gateway_reference: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    retry_after_seconds: float | None = None
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.http_status == 429
+
+    @property
+    def unauthorized(self) -> bool:
+        return self.http_status in (401, 403)
+
+
 class NotSent(Exception):
     """The call was not made: its send deadline passed before it could go out."""
 
@@ -71,6 +92,18 @@ class GatewayLine(Protocol):
     ) -> ChargeResult:
         """``send_by`` (``time.monotonic()``): raise :class:`NotSent`, having sent nothing,
         rather than send later than that."""
+        ...
+
+    async def refund(
+        self,
+        charge_reference: str,
+        amount: int,
+        idempotency_key: str,
+        *,
+        send_by: float | None = None,
+    ) -> RefundResult:
+        """Give back ``amount`` of the charge ``charge_reference``; the same key always means
+        the same refund (a retry after an uncertain answer gets the first one's result)."""
         ...
 
 
@@ -123,6 +156,13 @@ class HttpPaymentGateway:
         async with self.line() as line:
             return await line.charge(customer_id, amount, currency, idempotency_key, metadata)
 
+    async def refund(
+        self, charge_reference: str, amount: int, idempotency_key: str
+    ) -> RefundResult:
+        """One refund on a connection of its own (for callers that do not pace their calls)."""
+        async with self.line() as line:
+            return await line.refund(charge_reference, amount, idempotency_key)
+
 
 class _HttpLine:
     def __init__(self, line: Line) -> None:
@@ -159,6 +199,30 @@ class _HttpLine:
             return ChargeResult(ChargeOutcome.UNKNOWN, error=f"transport: {exc!r}")
         return _result(response)
 
+    async def refund(
+        self,
+        charge_reference: str,
+        amount: int,
+        idempotency_key: str,
+        *,
+        send_by: float | None = None,
+    ) -> RefundResult:
+        request = {"chargeId": charge_reference, "amount": amount}
+        try:
+            response = await self._line.post_json(
+                "/v1/refunds",
+                json.dumps(request, separators=(",", ":")).encode(),
+                {"Idempotency-Key": idempotency_key},
+                send_by=send_by,
+            )
+        except SendMissed:
+            raise NotSent from None
+        except HttpTimeout as exc:
+            return RefundResult(RefundOutcome.UNKNOWN, error=f"timeout: {exc.phase}")
+        except HttpError as exc:
+            return RefundResult(RefundOutcome.UNKNOWN, error=f"transport: {exc!r}")
+        return _refund_result(response)
+
 
 def _result(response: Response) -> ChargeResult:
     body: Mapping[str, object] | None
@@ -179,6 +243,27 @@ def _result(response: Response) -> ChargeResult:
         http_status=response.status,
         error=None if outcome != ChargeOutcome.UNKNOWN else _error(response.status, body),
         retry_after_seconds=retry_after,
+    )
+
+
+def _refund_result(response: Response) -> RefundResult:
+    body: Mapping[str, object] | None
+    try:
+        parsed = json.loads(response.body)
+        body = parsed if isinstance(parsed, dict) else None
+    except ValueError:
+        body = None
+    outcome, words = classify_refund(response.status, body)
+    reference = body.get("id") if body else None
+    status = response.status
+    return RefundResult(
+        outcome,
+        gateway_reference=reference if isinstance(reference, str) else None,
+        http_status=status,
+        error=words if outcome != RefundOutcome.UNKNOWN or words else _error(status, body),
+        retry_after_seconds=(
+            retry_after_seconds(response.headers.get("retry-after")) if status == 429 else None
+        ),
     )
 
 

@@ -79,7 +79,12 @@ class AppContext:
     async def record_webhooks(self, webhooks: Sequence[WebhookToRecord]) -> list[str]:
         async with self.sessions.begin() as session:
             return await record_webhooks(
-                session, webhooks, now=self.clock.now(), rng=self.rng, policy=self.policy
+                session,
+                webhooks,
+                now=self.clock.now(),
+                rng=self.rng,
+                policy=self.policy,
+                key_prefix=self.settings.gateway_key_prefix,
             )
 
 

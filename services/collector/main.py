@@ -15,6 +15,7 @@ from billing_core.gateway import HttpPaymentGateway
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
+from services.collector.refunds import RefundSender
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
@@ -42,22 +43,24 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         horizon_ms=settings.collector_rate_limit_horizon_ms,
     )
     stopping = asyncio.Event()
+    window = CallWindow(
+        limit_per_second=settings.collector_rate_limit_per_second,
+        max_window=settings.collector_max_in_flight,
+        expected_latency_seconds=settings.collector_expected_latency_seconds,
+    )
+    clock = clock_from_offset(settings.clock_offset_seconds)
     collector = Collector(
         sessions=session_factory(engine),
         reads=session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
         gateway=gateway,
         limiter=limiter,
         redis=redis,
-        clock=clock_from_offset(settings.clock_offset_seconds),
+        clock=clock,
         policy=settings.dunning_policy(),
         rng=random.Random(settings.collector_rng_seed),
         batch_size=settings.collector_batch_size,
         max_in_flight=settings.collector_max_in_flight,
-        window=CallWindow(
-            limit_per_second=settings.collector_rate_limit_per_second,
-            max_window=settings.collector_max_in_flight,
-            expected_latency_seconds=settings.collector_expected_latency_seconds,
-        ),
+        window=window,
         lease=timedelta(seconds=settings.collector_lease_seconds),
         call_budget=timedelta(
             seconds=settings.collector_connect_timeout_seconds
@@ -69,6 +72,17 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         key_prefix=settings.gateway_key_prefix,
         group_max=settings.collector_group_max,
         group_wait_seconds=settings.collector_group_wait_ms / 1000,
+    )
+    refunds = RefundSender(
+        sessions=session_factory(engine),
+        gateway=gateway,
+        limiter=limiter,
+        window=window,
+        clock=clock,
+        policy=settings.dunning_policy(),
+        lease=timedelta(seconds=settings.collector_lease_seconds),
+        stopping=stopping,
+        unauthorized_pause_seconds=settings.collector_unauthorized_pause_seconds,
     )
     budget = settings.collector_shutdown_timeout_seconds
     worker = Worker(
@@ -89,7 +103,11 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         worker=worker,
         engine=engine,
         health_port=settings.collector_health_port,
-        periodic=[process.Periodic("collector-backlog", 5.0, collector.refresh_backlog)],
+        periodic=[
+            process.Periodic("collector-backlog", 5.0, collector.refresh_backlog),
+            process.Periodic("collector-refunds", 1.0, refunds.send_due),
+            process.Periodic("collector-void-requests", 1.0, refunds.end_lapsed_void_requests),
+        ],
         drain=drain,
         close=[limiter.close, gateway.aclose, redis.aclose],
         started={

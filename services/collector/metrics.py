@@ -60,3 +60,12 @@ RECORD_GROUP = Histogram(
     "Results recorded together in one transaction",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
 )
+REFUNDS = Counter(
+    "billing_collector_refunds_total",
+    "Refund calls by outcome (SUCCEEDED, FAILED: refused for good, UNKNOWN: asked again)",
+    ["outcome"],
+)
+VOIDS_ENDED = Counter(
+    "billing_collector_requested_voids_ended_total",
+    "Invoices canceled during a call, voided when that call's lease ended without a result",
+)

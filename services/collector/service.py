@@ -28,6 +28,7 @@ from billing_core.repo.collection import (
     LeasedInvoice,
     claim_due_invoices,
     due_backlog,
+    release_void_requested,
     still_ours_to_charge,
 )
 from billing_core.runtime.batcher import Batcher
@@ -245,7 +246,17 @@ class Collector:
         if not ours:
             metrics.SKIPPED.inc()
             log.info("invoice_changed_skipping_call", invoice_id=invoice.id)
+            await self._release_if_void_requested(invoice)
         return ours
+
+    async def _release_if_void_requested(self, invoice: LeasedInvoice) -> None:
+        """Canceled before its call was sent: the lease ends now, so the requested void is
+        decided at once (``end_lapsed_void_requests``), not when the lease would have ended."""
+        try:
+            async with self._sessions.begin() as session:
+                await release_void_requested(session, invoice, now=self._clock.now())
+        except Exception as exc:  # the void is decided when the lease ends anyway
+            log.warning("void_request_release_failed", invoice_id=invoice.id, error=repr(exc))
 
     async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
         async with self._reads() as session:
@@ -336,7 +347,12 @@ class Collector:
         metrics.RECORD_GROUP.observe(len(attempts))
         async with self._sessions.begin() as session:
             return await record_charge_results(
-                session, attempts, now=self._clock.now(), rng=self._rng, policy=self._policy
+                session,
+                attempts,
+                now=self._clock.now(),
+                rng=self._rng,
+                policy=self._policy,
+                key_prefix=self._key_prefix,
             )
 
     async def drain(self, timeout: float) -> None:

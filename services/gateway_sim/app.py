@@ -26,7 +26,7 @@ from billing_core.logging import get_logger
 from billing_core.runtime.pauses import quiet_garbage_collector
 from services.gateway_sim.behaviour import Behaviour, DeclineCode
 from services.gateway_sim.charges import Gateway, problem
-from services.gateway_sim.ledger import ChargeInput
+from services.gateway_sim.ledger import ChargeInput, RefundInput
 from services.gateway_sim.settings import GatewaySimSettings
 
 log = get_logger(__name__)
@@ -109,6 +109,29 @@ def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
     )
 
 
+def parse_refund(key: str | None, raw: bytes) -> RefundInput:
+    """Validate a ``POST /v1/refunds`` request (header + JSON body) or raise InvalidCharge."""
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidCharge(f"an Idempotency-Key header of 1 to {MAX_KEY_LENGTH} chars is required")
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidCharge("the body is not JSON") from exc
+    if not isinstance(body, dict):
+        raise InvalidCharge("the body must be a JSON object")
+    charge_id = body.get("chargeId")
+    if not isinstance(charge_id, str) or not 0 < len(charge_id) <= MAX_KEY_LENGTH:
+        raise InvalidCharge("chargeId must be the id of a charge")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.blake2b(canonical, digest_size=8).digest()
+    return RefundInput(
+        key=key,
+        charge_id=charge_id,
+        amount=_int(body.get("amount"), "amount", 1),
+        fingerprint=int.from_bytes(digest, "big", signed=True),
+    )
+
+
 class Handlers:
     """The simulator's HTTP endpoints, over one :class:`Gateway`."""
 
@@ -142,6 +165,48 @@ class Handlers:
             await asyncio.sleep(reply.late_s)
         headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
         return _json(reply.status, reply.body, headers)
+
+    async def create_refund(self, request: Request) -> Response:
+        """Refunds go through the same gate as charges: the rolling-second limit, the
+        credentials, a stall."""
+        gateway = self.gateway
+        await gateway.stall.hold_arrival()
+        admitted, now_ns = gateway.admit()
+        if not admitted:
+            wait = gateway.limiter.retry_after_seconds(now_ns)
+            return _problem(
+                429,
+                "Too Many Requests",
+                f"More than {gateway.limiter.limit} calls in the last second; nothing refunded.",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        if gateway.behaviour.reject_credentials:
+            gateway.ledger.unauthorized += 1
+            return _problem(401, "Unauthorized", "The API key was revoked; nothing refunded.")
+        try:
+            refund = parse_refund(request.headers.get("idempotency-key"), await request.body())
+        except InvalidCharge as exc:
+            gateway.ledger.invalid += 1
+            return _problem(400, "Invalid refund request", str(exc))
+        reply = await gateway.refund(refund)
+        if reply.late_s:
+            await asyncio.sleep(reply.late_s)
+        headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
+        return _json(reply.status, reply.body, headers)
+
+    async def ledger_refunds(self, request: Request) -> Response:
+        ledger = self.gateway.ledger
+        try:
+            invoice = int(request.query_params["invoiceId"])
+        except (KeyError, ValueError):
+            return _problem(400, "Invalid query", "give invoiceId, an integer")
+        return _json(
+            200, [ledger.refund(i, self.gateway.salt) for i in ledger.refunds_of_invoice(invoice)]
+        )
+
+    async def refunds_by_invoice(self, _: Request) -> Response:
+        counts = self.gateway.ledger.refunds_by_invoice()
+        return _json(200, [[invoice, n] for invoice, n in sorted(counts.items())])
 
     async def ledger_summary(self, _: Request) -> Response:
         return _json(200, self.gateway.summary())
@@ -261,6 +326,9 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/charges", h.create_charge, methods=["POST"]),
+            Route("/v1/refunds", h.create_refund, methods=["POST"]),
+            Route("/v1/ledger/refunds", h.ledger_refunds, methods=["GET"]),
+            Route("/v1/ledger/refunds-by-invoice", h.refunds_by_invoice, methods=["GET"]),
             Route("/v1/ledger/summary", h.ledger_summary, methods=["GET"]),
             Route("/v1/ledger/charges", h.ledger_charges, methods=["GET"]),
             Route("/v1/ledger/calls-per-second", h.calls_per_second, methods=["GET"]),

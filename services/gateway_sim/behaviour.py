@@ -40,6 +40,7 @@ class Behaviour(BaseModel):
     timeout_delay_seconds: float = Field(default=30.0, ge=0.0, le=3600.0)
     error_rate: Rate = 0.0
     reject_credentials: bool = False  # every charge answered 401 (revoked API key), none made
+    refund_failure_rate: Rate = 0.0  # refunds refused for good (stored: a retry gets the same)
     rate_limit_per_second: int = Field(default=200, ge=0, le=1_000_000)
     clock_offset_seconds: int = 0
     webhook_url: str = ""
@@ -106,3 +107,22 @@ def decide(behaviour: Behaviour, rng: random.Random, forced_decline: str | None)
     if code is None and behaviour.decline_rate and rng.random() < behaviour.decline_rate:
         code = rng.choice(behaviour.decline_codes)
     return Decision(None, code, late)
+
+
+class RefundDecision(NamedTuple):
+    """One refund's fate: a 5xx (``error_status``, nothing refunded or stored), or a refund
+    made (or refused for good when ``failed``), answered too late when ``late``."""
+
+    error_status: int | None
+    failed: bool
+    late: bool
+
+
+def decide_refund(behaviour: Behaviour, rng: random.Random) -> RefundDecision:
+    """Draw a refund's outcome with the charges' fault knobs (``error_rate``, ``timeout_rate``)
+    and its own ``refund_failure_rate``, from the same seeded draws."""
+    if behaviour.error_rate and rng.random() < behaviour.error_rate:
+        return RefundDecision(rng.choice(SERVER_ERROR_STATUSES), False, False)
+    late = bool(behaviour.timeout_rate) and rng.random() < behaviour.timeout_rate
+    failed = bool(behaviour.refund_failure_rate) and rng.random() < behaviour.refund_failure_rate
+    return RefundDecision(None, failed, late)

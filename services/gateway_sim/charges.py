@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.gateway_sim.behaviour import Behaviour, decide, latency_seconds
-from services.gateway_sim.ledger import ChargeInput, Ledger
+from services.gateway_sim.behaviour import Behaviour, decide, decide_refund, latency_seconds
+from services.gateway_sim.ledger import ChargeInput, Ledger, RefundInput
 from services.gateway_sim.limiter import RollingSecondLimiter
 from services.gateway_sim.stall import Stall
 from services.gateway_sim.webhooks import WebhookSender
@@ -33,6 +33,18 @@ OUTCOMES = (
     "rate_limited",
     "invalid",
     "unauthorized",
+)
+
+
+REFUND_OUTCOMES = (
+    "succeeded",
+    "failed",
+    "timeout",
+    "replayed",
+    "conflict",
+    "server_error",
+    "not_found",
+    "not_refundable",
 )
 
 
@@ -65,6 +77,13 @@ class Gateway:
             registry=self.registry,
         )
         self._calls = {outcome: calls.labels(outcome) for outcome in OUTCOMES}
+        refunds = Counter(
+            "billing_gateway_sim_refunds_total",
+            "Refund calls by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._refund_calls = {outcome: refunds.labels(outcome) for outcome in REFUND_OUTCOMES}
         self._rate_limited = Counter(
             "billing_gateway_sim_rate_limited_total",
             "Charge calls refused with 429 (over the rolling-second limit).",
@@ -80,6 +99,7 @@ class Gateway:
         )
         self._seed = seed
         self._inflight: dict[str, asyncio.Future[None]] = {}
+        self._refunds_inflight: dict[str, asyncio.Future[None]] = {}
         self.stall = Stall()
         self.behaviour = behaviour
         self._initial = behaviour
@@ -188,6 +208,75 @@ class Gateway:
             return reply._replace(late_s=behaviour.timeout_delay_seconds)
         self.count("succeeded" if decision.decline_code is None else "declined")
         return self._answer(index, replayed=False)
+
+    async def refund(self, request: RefundInput) -> Reply:
+        """The charges' rules, for a refund: a stored key answers its stored result (a refund
+        made, or refused for good), another body under it is a conflict, a key in flight makes
+        later requests wait for it; a 5xx stores nothing. An unknown charge is 404, more than
+        is left to refund of it (or a declined one) 422 — nothing stored."""
+        ledger = self.ledger
+        while True:
+            index = ledger.find_refund(request.key)
+            if index is not None:
+                if ledger.stored_refund(index).fingerprint != request.fingerprint:
+                    ledger.refund_conflicts += 1
+                    self._refund_calls["conflict"].inc()
+                    return Reply(409, _conflict(request.key), False, 0.0)
+                ledger.refund_replays += 1
+                self._refund_calls["replayed"].inc()
+                return self._refund_answer(index, replayed=True)
+            pending = self._refunds_inflight.get(request.key)
+            if pending is None:
+                break
+            await asyncio.shield(pending)
+
+        done = asyncio.get_running_loop().create_future()
+        self._refunds_inflight[request.key] = done
+        try:
+            behaviour = self.behaviour
+            delay = latency_seconds(behaviour, self._latency_rng)
+            if delay:
+                await asyncio.sleep(delay)
+            await self.stall.hold_answer()
+            behaviour = self.behaviour
+            charge = ledger.charge_index(request.charge_id, self.salt)
+            if charge is None:
+                self._refund_calls["not_found"].inc()
+                detail = f"No charge {request.charge_id!r}; nothing refunded."
+                return Reply(404, problem(404, "No such charge", detail), False, 0.0)
+            left = ledger.refundable(charge)
+            if request.amount > left:
+                self._refund_calls["not_refundable"].inc()
+                detail = f"{left} is left to refund of {request.charge_id}; nothing refunded."
+                return Reply(422, problem(422, "Not refundable", detail), False, 0.0)
+            decision = decide_refund(behaviour, self._outcome_rng)
+            if decision.error_status is not None:
+                ledger.server_errors += 1
+                self._refund_calls["server_error"].inc()
+                return Reply(decision.error_status, _server_error(decision.error_status), False, 0)
+            index = ledger.store_refund(
+                request,
+                charge,
+                failed=decision.failed,
+                late=decision.late,
+                created=int(behaviour.now().timestamp()),
+            )
+        finally:
+            del self._refunds_inflight[request.key]
+            done.set_result(None)
+        reply = self._refund_answer(index, replayed=False)
+        if decision.late:
+            self._refund_calls["timeout"].inc()
+            return reply._replace(late_s=behaviour.timeout_delay_seconds)
+        self._refund_calls["failed" if decision.failed else "succeeded"].inc()
+        return reply
+
+    def _refund_answer(self, index: int, *, replayed: bool) -> Reply:
+        body = self.ledger.refund(index, self.salt)
+        if body["status"] == "succeeded":
+            return Reply(200, body, replayed, 0.0)
+        refused = problem(402, "Refund failed", "The bank refused the refund; nothing refunded.")
+        return Reply(402, {**body, **refused, "status": "failed"}, replayed, 0.0)
 
     def _answer(self, index: int, *, replayed: bool) -> Reply:
         body = self.ledger.charge(index, self.salt)

@@ -37,6 +37,27 @@ class ChargeInput:
     fingerprint: int
 
 
+@dataclass(frozen=True, slots=True)
+class RefundInput:
+    """A validated refund request. ``fingerprint``: a hash of the canonical JSON body."""
+
+    key: str
+    charge_id: str
+    amount: int
+    fingerprint: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRefund:
+    key: str
+    fingerprint: int
+    charge: int  # the charge's index
+    amount: int
+    failed: bool
+    late: bool
+    created: int
+
+
 class ArrivalClock:
     """Monotonic nanoseconds, anchored to the wall clock once."""
 
@@ -97,6 +118,11 @@ class Ledger:
         self.timeouts = 0
         self.invalid = 0
         self.unauthorized = 0
+        self._refunds: list[StoredRefund] = []
+        self._refund_by_key: dict[str, int] = {}
+        self._refunded: dict[int, int] = {}  # charge index -> amount refunded
+        self.refund_replays = 0
+        self.refund_conflicts = 0
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -187,6 +213,75 @@ class Ledger:
                 counts[invoice] = counts.get(invoice, 0) + 1
         return counts
 
+    # -- refunds ---------------------------------------------------------------------------
+
+    def charge_index(self, charge_id: str, salt: str) -> int | None:
+        """The index of the charge ``charge_id`` names, or None when there is no such charge."""
+        prefix = f"ch_{salt}"
+        if not charge_id.startswith(prefix):
+            return None
+        try:
+            index = int(charge_id[len(prefix) :], 16)
+        except ValueError:
+            return None
+        return index if 0 <= index < len(self._keys) else None
+
+    def find_refund(self, key: str) -> int | None:
+        return self._refund_by_key.get(key)
+
+    def stored_refund(self, index: int) -> StoredRefund:
+        return self._refunds[index]
+
+    def refundable(self, charge: int) -> int:
+        """What is left to refund of a charge (0 for a declined one)."""
+        if self._outcome[charge] != SUCCEEDED:
+            return 0
+        return self._amount[charge] - self._refunded.get(charge, 0)
+
+    def store_refund(
+        self, request: RefundInput, charge: int, *, failed: bool, late: bool, created: int
+    ) -> int:
+        """Store a refund result under its key (the caller made sure the key is new)."""
+        index = len(self._refunds)
+        self._refunds.append(
+            StoredRefund(
+                request.key, request.fingerprint, charge, request.amount, failed, late, created
+            )
+        )
+        self._refund_by_key[request.key] = index
+        if not failed:
+            self._refunded[charge] = self._refunded.get(charge, 0) + request.amount
+        return index
+
+    def refund(self, index: int, salt: str) -> dict[str, object]:
+        """The stored refund as the gateway answers it (and as the ledger lists it)."""
+        stored = self._refunds[index]
+        charge = stored.charge
+        return {
+            "id": f"re_{salt}{index:08x}",
+            "object": "refund",
+            "status": "failed" if stored.failed else "succeeded",
+            "chargeId": self.charge_id(charge, salt),
+            "amount": stored.amount,
+            "currency": self._currencies[self._currency[charge]],
+            "idempotencyKey": stored.key,
+            "metadata": {"invoiceId": self._invoice[charge], "attempt": self._attempt[charge]},
+            "created": stored.created,
+        }
+
+    def refunds_of_invoice(self, invoice_id: int) -> list[int]:
+        charges = set(self.charges_of_invoice(invoice_id))
+        return [i for i, r in enumerate(self._refunds) if r.charge in charges]
+
+    def refunds_by_invoice(self) -> dict[int, int]:
+        """Successful refunds per invoice (the auditor's evidence that money went back)."""
+        counts: dict[int, int] = {}
+        for refund in self._refunds:
+            if not refund.failed:
+                invoice = self._invoice[refund.charge]
+                counts[invoice] = counts.get(invoice, 0) + 1
+        return counts
+
     # -- audits ----------------------------------------------------------------------------
 
     def summary(self) -> dict[str, object]:
@@ -213,7 +308,20 @@ class Ledger:
             "invalid_requests": self.invalid,
             "unauthorized": self.unauthorized,
             "amount_succeeded": amounts,
+            "refunds_succeeded": sum(1 for r in self._refunds if not r.failed),
+            "refunds_failed": sum(1 for r in self._refunds if r.failed),
+            "refund_replays": self.refund_replays,
+            "refund_conflicts": self.refund_conflicts,
+            "amount_refunded": self._amount_refunded(),
         }
+
+    def _amount_refunded(self) -> dict[str, int]:
+        amounts: dict[str, int] = {}
+        for refund in self._refunds:
+            if not refund.failed:
+                currency = self._currencies[self._currency[refund.charge]]
+                amounts[currency] = amounts.get(currency, 0) + refund.amount
+        return amounts
 
     def calls_per_second(self) -> list[dict[str, int]]:
         calls = _per_second(self._arrivals)

@@ -72,6 +72,9 @@ class GatewaySimSettings(CoreSettings):
     reject_credentials: bool = _sim(
         False, "reject_credentials", "Answer every charge 401 (a revoked API key; none made)."
     )
+    refund_failure_rate: Rate = _sim(
+        0.0, "refund_failure_rate", "Share of refunds refused for good (402, stored, replayed)."
+    )
     rate_limit_per_second: int = _sim(
         200,
         "rate_limit_per_second",

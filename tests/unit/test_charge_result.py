@@ -20,6 +20,7 @@ from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.errors import InvalidPolicy, NaiveDatetime
 from billing_core.domain.events import EventType
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
+from billing_core.domain.refund import RefundReason
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 from billing_core.gateway import ChargeResult
 
@@ -115,15 +116,18 @@ def apply(
     now: datetime = NOW,
     rng: random.Random | None = None,
     policy: DunningPolicy = DunningPolicy(),  # noqa: B008
+    history: KeyHistory = KeyHistory(),  # noqa: B008
+    void_requested: bool = False,
 ) -> ResultEffect:
     return apply_result(
-        open_invoice(count, invoice_status),
+        replace(open_invoice(count, invoice_status), void_requested=void_requested),
         sub_state(status),
         report(outcome, count if attempt is None else attempt, webhook=webhook),
         other_invoices_in_dunning=others,
         now=now,
         rng=rng or random.Random(1),
         policy=policy,
+        key_history=history,
     )
 
 
@@ -232,15 +236,102 @@ def test_apply_table(
 def test_a_settled_invoice_never_changes(
     invoice_status: InvoiceStatus, outcome: ChargeOutcome
 ) -> None:
-    e = apply(outcome, 1, invoice_status=invoice_status)
+    """Its state never changes; money taken for a FAILED/VOID invoice is refunded; a PAID
+    invoice's success reported again (its key succeeded before) is a replay, nothing more."""
+    seen = KeyHistory(succeeded_before=True)
+    e = apply(outcome, 1, invoice_status=invoice_status, history=seen)
     assert e.invoice == open_invoice(1, invoice_status)
     assert e.subscription == sub_state()
+    assert e.reconciliation is None
     if outcome == S and invoice_status != InvoiceStatus.PAID:
-        assert e.outcome == RecordOutcome.RECONCILIATION
-        assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
-        assert e.events[0].payload["invoiceStatus"] == str(invoice_status)
+        assert (e.outcome, e.refund, e.events) == (
+            RecordOutcome.REFUND,
+            RefundReason.CHARGED_CLOSED_INVOICE,
+            [],
+        )
     else:
-        assert (e.outcome, e.events) == (RecordOutcome.ALREADY_SETTLED, [])
+        assert (e.outcome, e.events, e.refund) == (RecordOutcome.ALREADY_SETTLED, [], None)
+
+
+def test_a_second_success_for_a_paid_invoice_under_another_key_is_refunded() -> None:
+    e = apply(S, 1, invoice_status=InvoiceStatus.PAID, history=KeyHistory(succeeded_before=False))
+    assert (e.outcome, e.refund, e.events) == (
+        RecordOutcome.REFUND,
+        RefundReason.DUPLICATE_CHARGE,
+        [],
+    )
+    assert e.invoice == open_invoice(1, InvoiceStatus.PAID)
+    # A decline or an uncertain answer for a PAID invoice is nothing to give back.
+    for other in (D, U):
+        assert apply(other, 1, invoice_status=InvoiceStatus.PAID).refund is None
+
+
+@pytest.mark.parametrize("attempt", [0, 1])
+@pytest.mark.parametrize("webhook", [False, True])
+def test_a_success_for_an_invoice_canceled_during_its_call_voids_it_and_refunds(
+    attempt: int, webhook: bool
+) -> None:
+    e = apply(S, 1, attempt=attempt, webhook=webhook, void_requested=True)
+    assert (e.outcome, e.refund) == (RecordOutcome.REFUND, RefundReason.CANCELED_IN_FLIGHT)
+    assert (
+        e.invoice.status,
+        e.invoice.next_attempt_at,
+        e.invoice.closed_at,
+        e.invoice.paid_at,
+    ) == (
+        InvoiceStatus.VOID,
+        None,
+        NOW,
+        None,
+    )
+    assert types(e) == [EventType.INVOICE_VOIDED]
+    assert e.subscription == sub_state()
+
+
+@pytest.mark.parametrize("outcome", [D, U])
+def test_a_decline_or_uncertain_answer_of_the_call_in_flight_voids_a_canceled_invoice(
+    outcome: ChargeOutcome,
+) -> None:
+    e = apply(outcome, 1, void_requested=True)
+    assert (e.outcome, e.refund, e.invoice.status, e.invoice.attempt_count) == (
+        RecordOutcome.APPLIED,
+        None,
+        InvoiceStatus.VOID,
+        1,
+    )
+    assert types(e) == [EventType.INVOICE_VOIDED]  # no dunning, no PaymentFailed
+
+
+@pytest.mark.parametrize(
+    ("outcome", "attempt", "webhook"), [(D, 0, False), (U, 0, False), (U, 1, True), (D, 0, True)]
+)
+def test_other_attempts_results_leave_a_requested_void_to_the_call_in_flight(
+    outcome: ChargeOutcome, attempt: int, webhook: bool
+) -> None:
+    e = apply(outcome, 1, attempt=attempt, webhook=webhook, void_requested=True)
+    assert (e.outcome, e.invoice, e.events) == (
+        RecordOutcome.STALE_ATTEMPT,
+        replace(open_invoice(1), void_requested=True),
+        [],
+    )
+
+
+def test_a_mismatched_success_on_a_canceled_invoice_is_for_a_person_not_a_refund() -> None:
+    mismatched = replace(report(S, 5), amount=1)
+    e = apply_result(
+        replace(open_invoice(1), void_requested=True),
+        sub_state(),
+        mismatched,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
+    assert (e.outcome, e.refund, e.invoice.status) == (
+        RecordOutcome.MISMATCH,
+        None,
+        InvoiceStatus.OPEN,
+    )
+    assert e.reconciliation is not None and e.reconciliation.startswith("report_mismatch: ")
 
 
 @pytest.mark.parametrize(

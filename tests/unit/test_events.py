@@ -25,6 +25,7 @@ WIRE_NAMES = [
     "PaymentFailed",
     "InvoiceVoided",
     "PaymentReconciliationNeeded",
+    "PaymentRefunded",
 ]
 
 ALL = [
@@ -42,6 +43,17 @@ ALL = [
     ev.payment_failed(1, 9, 1, "card_declined", LATER),
     ev.invoice_voided(1, 9, NOW),
     ev.payment_reconciliation_needed(1, 9, "VOID", "inv-9-try-0", "ch_1"),
+    ev.payment_refunded(
+        1,
+        9,
+        refund_id=3,
+        amount=1999,
+        currency="EUR",
+        reason="canceled_in_flight",
+        charge_reference="ch_1",
+        gateway_reference="re_1",
+        refunded_at=NOW,
+    ),
 ]
 
 

@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
 from billing_core.domain.period import Interval
+from billing_core.domain.refund import RefundStatus
 from billing_core.domain.subscription import SubscriptionStatus
 
 NAMING_CONVENTION = {
@@ -51,6 +52,7 @@ ATTEMPT_OUTCOMES = tuple(str(o) for o in ChargeOutcome)
 # IMPORT: a payment made before (outside) this system, imported with the history.
 ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK", "IMPORT")
 CREDIT_REASONS = ("DOWNGRADE", "INVOICE", "VOID_REFUND", "ADJUSTMENT")
+REFUND_STATUSES = tuple(str(s) for s in RefundStatus)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -129,6 +131,9 @@ invoice = Table(
     Column("leased_at", TZ),
     Column("paid_at", TZ),
     Column("closed_at", TZ),
+    # A cancel while a gateway call may be in flight: still OPEN, and the call's result (or the
+    # end of its lease) decides — VOID, or VOID with the money refunded.
+    Column("void_requested_at", TZ),
     Column("created_at", TZ, nullable=False, server_default=NOW),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
     CheckConstraint(_in("status", INVOICE_STATUSES), name="status"),
@@ -148,6 +153,11 @@ invoice = Table(
         postgresql_where=text("kind = 'RENEWAL'"),
     ),
     Index("idx_inv_retry", "next_attempt_at", postgresql_where=text("status = 'OPEN'")),
+    Index(
+        "idx_inv_void_requested",
+        "next_attempt_at",
+        postgresql_where=text("status = 'OPEN' AND void_requested_at IS NOT NULL"),
+    ),
     Index("ix_invoice_subscription_id_id", "subscription_id", "id"),
 )
 
@@ -260,6 +270,59 @@ processed_event = Table(
     Column("event_id", UUID(as_uuid=True), nullable=False),
     Column("processed_at", TZ, nullable=False, server_default=NOW),
     PrimaryKeyConstraint("consumer", "event_id"),
+)
+
+refund = Table(
+    "refund",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id"), nullable=False),
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), nullable=False),
+    # The SUCCESS payment attempt that asked for it; the refund's key is ref-{this id}.
+    Column("payment_attempt_id", BigInteger, ForeignKey("payment_attempt.id"), nullable=False),
+    # The charge given back: one refund per charge, however often its success is reported.
+    Column("charge_key", String(100), nullable=False, unique=True),
+    Column("charge_reference", Text),
+    Column("idempotency_key", String(100), nullable=False, unique=True),
+    Column("amount", BigInteger, nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("reason", String(40), nullable=False),
+    Column("status", String(20), nullable=False),
+    Column("gateway_reference", Text),
+    Column("error", Text),
+    Column("uncertain_answers", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ),
+    Column("requested_at", TZ, nullable=False),
+    Column("completed_at", TZ),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("amount > 0", name="amount_positive"),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
+    CheckConstraint(_in("status", REFUND_STATUSES), name="status"),
+    Index("idx_refund_due", "next_attempt_at", postgresql_where=text("status = 'REQUESTED'")),
+    Index("ix_refund_invoice_id", "invoice_id"),
+)
+
+# What needs a person: a success that could not be applied, an attempt held after uncertain or
+# refused answers, a refund the gateway refused. Resolving one is audited here.
+reconciliation_item = Table(
+    "reconciliation_item",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id"), nullable=False),
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), nullable=False),
+    Column("kind", String(40), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("idempotency_key", String(100)),
+    Column("gateway_reference", Text),
+    Column("payment_attempt_id", BigInteger, ForeignKey("payment_attempt.id")),
+    Column("refund_id", BigInteger, ForeignKey("refund.id")),
+    Column("created_at", TZ, nullable=False),
+    Column("resolved_at", TZ),
+    Column("resolved_by", Text),
+    Column("resolution", Text),
+    CheckConstraint("(resolved_at IS NULL) = (resolved_by IS NULL)", name="resolved_with_who"),
+    Index("idx_reconciliation_open", "id", postgresql_where=text("resolved_at IS NULL")),
+    Index("ix_reconciliation_item_invoice_id", "invoice_id"),
 )
 
 ALL_TABLES = [t.name for t in metadata.sorted_tables]

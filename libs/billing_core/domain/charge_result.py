@@ -23,6 +23,7 @@ from billing_core.domain.dunning import DunningPolicy, next_attempt, uncertainty
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.instant import require_aware
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
+from billing_core.domain.refund import RefundReason
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 
 
@@ -92,6 +93,7 @@ class RecordOutcome(StrEnum):
     STALE_ATTEMPT = "STALE_ATTEMPT"
     RECONCILIATION = "RECONCILIATION"
     MISMATCH = "MISMATCH"  # the report does not match the invoice: never applied
+    REFUND = "REFUND"  # money the invoice cannot keep: a refund is requested
     NOT_FOUND = "NOT_FOUND"
 
 
@@ -120,6 +122,9 @@ class KeyHistory:
 
     uncertain_answers: int = 0
     first_used_at: datetime | None = None
+    # A success of this key, for this invoice's amount and currency, was recorded before: a
+    # success reported again for a PAID invoice is then the same charge, not a second one.
+    succeeded_before: bool = False
 
 
 def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
@@ -143,14 +148,17 @@ def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
 
 @dataclass(frozen=True)
 class ResultEffect:
-    """The new invoice and subscription states, the events, and whether the subscription's other
-    OPEN invoices are to be voided (cancel for non-payment)."""
+    """The new invoice and subscription states, the events, whether the subscription's other
+    OPEN invoices are to be voided (cancel for non-payment), whether the charge reported is to
+    be refunded (and why), and why a person must look (a reconciliation item), if so."""
 
     outcome: RecordOutcome
     invoice: InvoiceState
     subscription: SubscriptionState
     events: list[DomainEvent] = field(default_factory=list)
     void_other_open_invoices: bool = False
+    refund: RefundReason | None = None
+    reconciliation: str | None = None
 
 
 def apply_result(
@@ -169,8 +177,12 @@ def apply_result(
 
     * A report that does not match the invoice (``report_mismatch``): never applied; a SUCCESS
       of it needs reconciliation.
-    * PAID: ignored (a PAID invoice stays PAID).
-    * FAILED/VOID: a SUCCESS needs reconciliation (money was taken for a settled invoice).
+    * PAID: stays PAID; a SUCCESS under a key that had not succeeded before is a second charge:
+      refunded (``RefundReason.DUPLICATE_CHARGE``).
+    * FAILED/VOID: a SUCCESS is refunded (money was taken for a closed invoice).
+    * OPEN with its void requested (canceled while the call was in flight): a SUCCESS for any
+      attempt voids it and refunds the money; a DECLINED/UNKNOWN answer of the current attempt
+      (from the call) voids it; an older attempt's or a webhook's UNKNOWN only is recorded.
     * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
       subscription is reactivated when no other invoice of it is in dunning.
     * OPEN, DECLINED/UNKNOWN for an older attempt, or UNKNOWN from a webhook: only recorded.
@@ -181,9 +193,11 @@ def apply_result(
       by itself: the gateway may have forgotten the key and would charge again).
     """
     require_aware(now, "now")
-    refused = _not_applicable(invoice, subscription, report)
+    refused = _not_applicable(invoice, subscription, report, key_history)
     if refused is not None:
         return refused
+    if invoice.void_requested:
+        return _void_requested(invoice, subscription, report, now)
     if report.outcome == ChargeOutcome.SUCCESS:
         paid = invoice_rules.pay(invoice, now)
         events = [ev.invoice_paid(subscription.id, invoice.id, paid.amount, paid.currency, now)]
@@ -215,26 +229,61 @@ def apply_result(
 
 
 def _not_applicable(
-    invoice: InvoiceState, subscription: SubscriptionState, report: GatewayReport
+    invoice: InvoiceState,
+    subscription: SubscriptionState,
+    report: GatewayReport,
+    history: KeyHistory,
 ) -> ResultEffect | None:
-    """The cases where the report changes nothing (at most asks for reconciliation)."""
+    """The cases where the report changes no state (at most asks for a refund or a person)."""
     mismatch = report_mismatch(invoice, report)
     success = report.outcome == ChargeOutcome.SUCCESS
     if mismatch is not None:
+        if not success:
+            return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription)
         reason = f"report_mismatch: {mismatch}"
-        events = [_reconciliation(invoice, subscription, report, reason)] if success else []
-        return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription, events)
-    if invoice.status == InvoiceStatus.PAID or (invoice.is_settled and not success):
+        needed = _reconciliation(invoice, subscription, report, reason)
+        return ResultEffect(
+            RecordOutcome.MISMATCH, invoice, subscription, [needed], reconciliation=reason
+        )
+    if invoice.status == InvoiceStatus.PAID and success and not history.succeeded_before:
+        return ResultEffect(
+            RecordOutcome.REFUND, invoice, subscription, refund=RefundReason.DUPLICATE_CHARGE
+        )
+    if invoice.is_settled and (invoice.status == InvoiceStatus.PAID or not success):
         return ResultEffect(RecordOutcome.ALREADY_SETTLED, invoice, subscription)
     if invoice.is_settled:
-        needed = _reconciliation(invoice, subscription, report, "charged_settled_invoice")
-        return ResultEffect(RecordOutcome.RECONCILIATION, invoice, subscription, [needed])
+        return ResultEffect(
+            RecordOutcome.REFUND,
+            invoice,
+            subscription,
+            refund=RefundReason.CHARGED_CLOSED_INVOICE,
+        )
     current = report.attempt_number == invoice.attempt_count
     if (report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook) or (
         not current and not success
     ):
         return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
     return None
+
+
+def _void_requested(
+    invoice: InvoiceState, subscription: SubscriptionState, report: GatewayReport, now: datetime
+) -> ResultEffect:
+    """The result of the call that was in flight when the invoice was canceled decides."""
+    voided = invoice_rules.void(invoice, now)
+    announced = [ev.invoice_voided(subscription.id, invoice.id, now)]
+    if report.outcome == ChargeOutcome.SUCCESS:
+        return ResultEffect(
+            RecordOutcome.REFUND,
+            voided,
+            subscription,
+            announced,
+            refund=RefundReason.CANCELED_IN_FLIGHT,
+        )
+    current = report.attempt_number == invoice.attempt_count
+    if not current or (report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook):
+        return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
+    return ResultEffect(RecordOutcome.APPLIED, voided, subscription, announced)
 
 
 def _uncertain(
@@ -249,7 +298,9 @@ def _uncertain(
         held = invoice_rules.hold_for_reconciliation(invoice)
         reason = f"gateway_rejected: {report.rejected_because}"
         needed = _reconciliation(held, subscription, report, reason)
-        return ResultEffect(RecordOutcome.RECONCILIATION, held, subscription, [needed])
+        return ResultEffect(
+            RecordOutcome.RECONCILIATION, held, subscription, [needed], reconciliation=reason
+        )
     answers = history.uncertain_answers + 1
     if not uncertainty_exhausted(answers, history.first_used_at, now, policy):
         later = invoice_rules.retry_later(invoice, now + policy.unknown_retry)
@@ -261,7 +312,9 @@ def _uncertain(
     )
     held = invoice_rules.hold_for_reconciliation(invoice)
     needed = _reconciliation(held, subscription, report, reason)
-    return ResultEffect(RecordOutcome.RECONCILIATION, held, subscription, [needed])
+    return ResultEffect(
+        RecordOutcome.RECONCILIATION, held, subscription, [needed], reconciliation=reason
+    )
 
 
 def _reconciliation(

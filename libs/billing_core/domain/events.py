@@ -30,6 +30,7 @@ class EventType(StrEnum):
     PAYMENT_FAILED = "PaymentFailed"
     INVOICE_VOIDED = "InvoiceVoided"
     PAYMENT_RECONCILIATION_NEEDED = "PaymentReconciliationNeeded"
+    PAYMENT_REFUNDED = "PaymentRefunded"
 
 
 @dataclass(frozen=True)
@@ -234,5 +235,36 @@ def payment_reconciliation_needed(
             "idempotencyKey": idempotency_key,
             "gatewayReference": gateway_reference,
             "reason": reason,
+        },
+    )
+
+
+def payment_refunded(
+    subscription_id: int,
+    invoice_id: int,
+    *,
+    refund_id: int,
+    amount: int,
+    currency: str,
+    reason: str,
+    charge_reference: str | None,
+    gateway_reference: str | None,
+    refunded_at: datetime,
+) -> DomainEvent:
+    """Money taken for an invoice that could not keep it is back with the customer. The refund
+    id is the number of the customer's credit note."""
+    return DomainEvent(
+        EventType.PAYMENT_REFUNDED,
+        subscription_id,
+        {
+            "subscriptionId": subscription_id,
+            "invoiceId": invoice_id,
+            "refundId": refund_id,
+            "amount": amount,
+            "currency": currency,
+            "reason": reason,
+            "chargeReference": charge_reference,
+            "gatewayReference": gateway_reference,
+            "refundedAt": iso(refunded_at),
         },
     )

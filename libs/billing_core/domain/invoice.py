@@ -45,6 +45,9 @@ class InvoiceState:
     paid_at: datetime | None = None
     closed_at: datetime | None = None
     customer_id: int | None = None
+    # Canceled while a gateway call may be in flight: the call's result decides (VOID, or VOID
+    # with the money refunded); no new call is made for it.
+    void_requested: bool = False
 
     @property
     def is_settled(self) -> bool:
@@ -135,12 +138,27 @@ def hold_for_reconciliation(state: InvoiceState) -> InvoiceState:
 
 
 def void(state: InvoiceState, now: datetime) -> InvoiceState:
-    """OPEN -> VOID (nothing more is charged); voiding a VOID invoice is a no-op."""
+    """OPEN -> VOID (nothing more is charged); voiding a VOID invoice is a no-op. Also how a
+    requested void ends when its call's lease ran out without a result (no more is known than
+    after an uncertain answer; a success reported later is refunded)."""
     if state.status == InvoiceStatus.VOID:
         return state
     if state.status != InvoiceStatus.OPEN:
         raise IllegalTransition(f"a {state.status} invoice cannot be voided")
     return replace(state, status=InvoiceStatus.VOID, next_attempt_at=None, closed_at=now)
+
+
+def cancel(state: InvoiceState, now: datetime, *, call_in_flight: bool) -> InvoiceState:
+    """What a cancel (the customer's, or for non-payment) does to an OPEN invoice: VOID at once,
+    unless a gateway call for it may be in flight (leased, its lease still running) — then the
+    void is only requested, and that call's result decides (``charge_result.apply_result``):
+    a decline or an uncertain answer voids it, a success voids it and refunds the money. A
+    settled invoice, or one whose void is already requested, is left as it is."""
+    if state.status != InvoiceStatus.OPEN or state.void_requested:
+        return state
+    if call_in_flight:
+        return replace(state, void_requested=True)
+    return void(state, now)
 
 
 def credit_returned_by_void(credit_applied: int) -> int:

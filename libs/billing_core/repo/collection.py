@@ -39,7 +39,7 @@ _CLAIM = text(
     """
     WITH due AS (
         SELECT id FROM invoice
-        WHERE status = 'OPEN' AND next_attempt_at <= :now
+        WHERE status = 'OPEN' AND next_attempt_at <= :now AND void_requested_at IS NULL
         ORDER BY next_attempt_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -98,7 +98,7 @@ _STILL_OURS = text(
     ) AS c(id, lease_until, attempt_count)
     JOIN invoice i ON i.id = c.id
     WHERE i.status = 'OPEN' AND i.next_attempt_at = c.lease_until
-      AND i.attempt_count = c.attempt_count
+      AND i.attempt_count = c.attempt_count AND i.void_requested_at IS NULL
     """
 )
 
@@ -108,8 +108,9 @@ async def still_ours_to_charge(
 ) -> set[int]:
     """The ids of ``invoices`` still OPEN, at the attempt they were claimed at, under our lease.
 
-    A cancel (VOID), a webhook that settled or rescheduled one, or another replica that took it
-    after the lease ran out all change that; its call must then not be made.
+    A cancel (VOID, or a void requested while the invoice was leased), a webhook that settled
+    or rescheduled one, or another replica that took it after the lease ran out all change
+    that; its call must then not be made.
     """
     rows = await db.execute(
         _STILL_OURS,
@@ -120,6 +121,25 @@ async def still_ours_to_charge(
         },
     )
     return {int(r[0]) for r in rows}
+
+
+_RELEASE_VOID_REQUESTED = text(
+    """
+    UPDATE invoice SET next_attempt_at = :now, updated_at = :now
+    WHERE id = :id AND status = 'OPEN' AND void_requested_at IS NOT NULL
+      AND next_attempt_at = :lease_until
+    """
+)
+
+
+async def release_void_requested(
+    db: AsyncSession | AsyncConnection, invoice: LeasedInvoice, *, now: datetime
+) -> None:
+    """A call not made for an invoice whose void was requested meanwhile: its lease ends now
+    (nothing was sent), so the void is decided at once instead of when the lease would end."""
+    await db.execute(
+        _RELEASE_VOID_REQUESTED, {"id": invoice.id, "now": now, "lease_until": invoice.lease_until}
+    )
 
 
 async def due_backlog(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
@@ -34,14 +34,6 @@ class Invoice:
     paid_at: datetime | None
     closed_at: datetime | None
     created_at: datetime
-
-
-@dataclass(frozen=True)
-class VoidedInvoice:
-    id: int
-    amount: int
-    credit_applied: int
-    currency: str
 
 
 _i = t.invoice
@@ -109,26 +101,103 @@ async def insert_invoice(
     return Invoice(**result.mappings().one())
 
 
-async def void_open_invoices(
+@dataclass(frozen=True)
+class CancelableInvoice:
+    """An OPEN invoice as a cancel sees it (row-locked), and the credit it consumed."""
+
+    state: invoice_rules.InvoiceState
+    credit_applied: int
+    call_in_flight: bool  # leased, and the lease still running: its call may be at the gateway
+
+
+_OPEN_FOR_CANCEL = text(
+    """
+    SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at, paid_at,
+           closed_at, credit_applied, void_requested_at,
+           (leased_at IS NOT NULL AND next_attempt_at > :now) AS call_in_flight
+    FROM invoice
+    WHERE subscription_id = :subscription_id AND status = 'OPEN'
+      AND (CAST(:keep AS bigint) IS NULL OR id <> :keep)
+    ORDER BY id
+    FOR UPDATE
+    """
+)
+
+
+async def lock_open_invoices(
     session: Db, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
-) -> list[VoidedInvoice]:
-    """VOID every OPEN invoice of the subscription but ``keep_invoice_id`` (the state
-    ``domain.invoice.void`` gives: no next attempt, closed now, and no lease left)."""
-    query = update(_i).where(
-        _i.c.subscription_id == subscription_id, _i.c.status == str(InvoiceStatus.OPEN)
+) -> list[CancelableInvoice]:
+    """Row-lock the subscription's OPEN invoices (but ``keep_invoice_id``), in id order."""
+    rows = await session.execute(
+        _OPEN_FOR_CANCEL,
+        {"subscription_id": subscription_id, "now": now, "keep": keep_invoice_id},
     )
-    if keep_invoice_id is not None:
-        query = query.where(_i.c.id != keep_invoice_id)
-    result = await session.execute(
-        query.values(
-            status=str(InvoiceStatus.VOID),
-            next_attempt_at=None,
-            leased_at=None,
-            closed_at=now,
-            updated_at=now,
-        ).returning(_i.c.id, _i.c.amount, _i.c.credit_applied, _i.c.currency)
-    )
-    return sorted((VoidedInvoice(**row) for row in result.mappings()), key=lambda v: v.id)
+    return [
+        CancelableInvoice(
+            invoice_rules.InvoiceState(
+                id=int(r["id"]),
+                customer_id=int(r["customer_id"]),
+                status=InvoiceStatus(r["status"]),
+                attempt_count=int(r["attempt_count"]),
+                amount=int(r["amount"]),
+                currency=str(r["currency"]),
+                next_attempt_at=r["next_attempt_at"],
+                paid_at=r["paid_at"],
+                closed_at=r["closed_at"],
+                void_requested=r["void_requested_at"] is not None,
+            ),
+            int(r["credit_applied"]),
+            bool(r["call_in_flight"]),
+        )
+        for r in rows.mappings()
+    ]
+
+
+_VOID = text(
+    """
+    UPDATE invoice
+    SET status = 'VOID', next_attempt_at = NULL, leased_at = NULL, closed_at = :now,
+        updated_at = :now
+    WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'OPEN'
+    """
+)
+
+_REQUEST_VOID = text(
+    """
+    UPDATE invoice SET void_requested_at = :now, updated_at = :now
+    WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'OPEN' AND void_requested_at IS NULL
+    """
+)
+
+
+async def void_invoices(session: Db, ids: list[int], *, now: datetime) -> None:
+    """VOID the (locked, OPEN) invoices: the state ``domain.invoice.void`` gives, no lease."""
+    if ids:
+        await session.execute(_VOID, {"ids": ids, "now": now})
+
+
+async def request_voids(session: Db, ids: list[int], *, now: datetime) -> None:
+    """Record that the (locked, OPEN) invoices are to be voided once their call's result (or
+    the end of its lease) is known."""
+    if ids:
+        await session.execute(_REQUEST_VOID, {"ids": ids, "now": now})
+
+
+_LAPSED_VOID_REQUESTS = text(
+    """
+    SELECT id, subscription_id FROM invoice
+    WHERE status = 'OPEN' AND void_requested_at IS NOT NULL AND next_attempt_at <= :now
+    ORDER BY next_attempt_at
+    LIMIT :limit
+    """
+)
+
+
+async def lapsed_void_requests(session: Db, *, now: datetime, limit: int) -> dict[int, int]:
+    """Invoices whose void was requested and whose call's lease ended without a recorded
+    result: invoice id -> subscription id (read without locks; lock before deciding)."""
+    rows = await session.execute(_LAPSED_VOID_REQUESTS, {"now": now, "limit": limit})
+    return {int(r[0]): int(r[1]) for r in rows}
 
 
 async def list_for_subscription(

@@ -35,12 +35,15 @@ class AttemptToRecord:
 
 @dataclass(frozen=True)
 class LockedInvoice:
-    """An invoice as it was before the result, what its key had seen, and how many other OPEN
-    invoices of its subscription are in dunning (it decides a cancel for non-payment)."""
+    """An invoice as it was before the result, what its key had seen, how many other OPEN
+    invoices of its subscription are in dunning (it decides a cancel for non-payment), the
+    credit it consumed (given back if it is voided) and the id of the result's audit row."""
 
     state: InvoiceState
     key_history: KeyHistory
     other_invoices_in_dunning: int
+    credit_applied: int = 0
+    payment_attempt_id: int = 0
 
 
 _LOCK_SUBSCRIPTIONS = text(
@@ -82,7 +85,7 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
     ),
     inv AS (
         SELECT id, subscription_id, customer_id, status, attempt_count, amount, currency,
-               next_attempt_at, paid_at, closed_at
+               next_attempt_at, paid_at, closed_at, credit_applied, void_requested_at
         FROM invoice WHERE id IN (SELECT invoice_id FROM r)
         ORDER BY id
         FOR UPDATE
@@ -95,17 +98,22 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
                coalesce(r.amount, inv.amount), coalesce(r.currency, inv.currency),
                r.decline_code, r.reference, r.error, :now
         FROM r JOIN inv ON inv.id = r.invoice_id
+        RETURNING id AS attempt_id, invoice_id
     )
-    SELECT inv.*,
+    SELECT inv.*, attempt.attempt_id,
            (SELECT count(*) FROM payment_attempt a
             WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
               AND a.outcome = 'UNKNOWN') AS uncertain_answers,
            (SELECT min(a.recorded_at) FROM payment_attempt a
             WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key) AS key_first_used_at,
+           EXISTS (SELECT 1 FROM payment_attempt a
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
+              AND a.outcome = 'SUCCESS' AND a.amount = inv.amount
+              AND a.currency = inv.currency) AS key_succeeded_before,
            (SELECT count(*) FROM invoice o
             WHERE o.subscription_id = inv.subscription_id AND o.status = 'OPEN'
               AND o.attempt_count > 0 AND o.id <> inv.id) AS others_in_dunning
-    FROM inv JOIN r ON r.invoice_id = inv.id
+    FROM inv JOIN r ON r.invoice_id = inv.id JOIN attempt ON attempt.invoice_id = inv.id
     """
 )
 
@@ -149,9 +157,20 @@ def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
         next_attempt_at=row["next_attempt_at"],
         paid_at=row["paid_at"],
         closed_at=row["closed_at"],
+        void_requested=row["void_requested_at"] is not None,
     )
-    history = KeyHistory(int(row["uncertain_answers"]), row["key_first_used_at"])
-    return LockedInvoice(state, history, int(row["others_in_dunning"]))
+    history = KeyHistory(
+        int(row["uncertain_answers"]),
+        row["key_first_used_at"],
+        bool(row["key_succeeded_before"]),
+    )
+    return LockedInvoice(
+        state,
+        history,
+        int(row["others_in_dunning"]),
+        int(row["credit_applied"]),
+        int(row["attempt_id"]),
+    )
 
 
 _WRITE_INVOICES = text(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
@@ -227,3 +227,15 @@ async def return_credit(
         invoice_id=invoice_id,
         now=now,
     )
+
+
+async def lock_subscriptions(session: AsyncSession | AsyncConnection, ids: list[int]) -> None:
+    """Row-lock the subscriptions, in id order (the lock order of every writer)."""
+    if ids:
+        await session.execute(
+            text(
+                "SELECT id FROM subscription WHERE id = ANY(CAST(:ids AS bigint[])) "
+                "ORDER BY id FOR UPDATE"
+            ),
+            {"ids": sorted(ids)},
+        )

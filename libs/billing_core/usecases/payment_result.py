@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
+from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
@@ -25,11 +26,15 @@ from billing_core.domain.charge_result import (
 )
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.events import DomainEvent
-from billing_core.domain.invoice import InvoiceState
+from billing_core.domain.invoice import InvoiceState, InvoiceStatus
+from billing_core.domain.refund import refund_key
 from billing_core.domain.subscription import SubscriptionState
 from billing_core.repo import payment_results as results_repo
+from billing_core.repo import reconciliation as reconciliation_repo
+from billing_core.repo import refunds as refunds_repo
+from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.outbox import append_events
-from billing_core.repo.payment_results import AttemptToRecord
+from billing_core.repo.payment_results import AttemptToRecord, LockedInvoice
 from billing_core.usecases.voiding import void_open_invoices
 
 __all__ = [
@@ -61,6 +66,7 @@ async def record_charge_result(
     currency: str | None = None,
     customer_id: int | None = None,
     rejected_because: str | None = None,
+    key_prefix: str = "",
 ) -> RecordOutcome:
     """One result. ``amount``, ``currency``, ``customer_id``: what the gateway reports it
     charged, when it does (webhooks); a report that does not match the invoice is recorded,
@@ -78,7 +84,12 @@ async def record_charge_result(
         rejected_because=rejected_because,
     )
     (recorded,) = await record_charge_results(
-        session, [AttemptToRecord(invoice_id, report, error)], now=now, rng=rng, policy=policy
+        session,
+        [AttemptToRecord(invoice_id, report, error)],
+        now=now,
+        rng=rng,
+        policy=policy,
+        key_prefix=key_prefix,
     )
     return recorded
 
@@ -90,8 +101,12 @@ async def record_charge_results(
     now: datetime,
     rng: random.Random,
     policy: DunningPolicy,
+    key_prefix: str = "",
 ) -> list[RecordOutcome]:
-    """Record ``attempts`` in order; what each did, in the same order."""
+    """Record ``attempts`` in order; what each did, in the same order. A charge that is to be
+    given back gets a REQUESTED ``refund`` row (its key ``ref-{attempt id}`` with
+    ``key_prefix``, the deployment's); the collector sends it. What needs a person gets a
+    ``reconciliation_item``."""
     outcomes: list[RecordOutcome] = [RecordOutcome.NOT_FOUND] * len(attempts)
     events: list[DomainEvent] = []
     pending = list(range(len(attempts)))
@@ -108,6 +123,7 @@ async def record_charge_results(
             rng=rng,
             policy=policy,
             events=events,
+            key_prefix=key_prefix,
         )
         for i, outcome in zip(this_round, recorded, strict=True):
             outcomes[i] = outcome
@@ -150,6 +166,7 @@ async def _record_round(
     rng: random.Random,
     policy: DunningPolicy,
     events: list[DomainEvent],
+    key_prefix: str,
 ) -> list[RecordOutcome]:
     """At most one result per invoice and per subscription; appends the events to ``events``."""
     locked = await results_repo.lock_invoices_and_record_attempts(session, attempts, now=now)
@@ -157,6 +174,9 @@ async def _record_round(
     invoice_writes: list[InvoiceState] = []
     subscription_writes: list[SubscriptionState] = []
     voids: list[tuple[int, int]] = []
+    refunds: list[refunds_repo.RefundToRequest] = []
+    items: list[reconciliation_repo.NewItem] = []
+    credit_back: list[tuple[int, LockedInvoice]] = []
     for attempt in attempts:
         invoice = locked.get(attempt.invoice_id)
         if invoice is None:
@@ -181,8 +201,48 @@ async def _record_round(
         events += effect.events
         if effect.void_other_open_invoices:
             voids.append((subscription.id, attempt.invoice_id))
+        if effect.invoice.status == InvoiceStatus.VOID != invoice.state.status:
+            credit_back.append((subscription.id, invoice))  # a requested void, decided
+        report = attempt.report
+        if effect.refund is not None:
+            refunds.append(
+                refunds_repo.RefundToRequest(
+                    invoice_id=attempt.invoice_id,
+                    subscription_id=subscription.id,
+                    payment_attempt_id=invoice.payment_attempt_id,
+                    charge_key=report.idempotency_key,
+                    charge_reference=report.gateway_reference,
+                    idempotency_key=refund_key(invoice.payment_attempt_id, key_prefix),
+                    amount=report.amount if report.amount is not None else invoice.state.amount,
+                    currency=report.currency or invoice.state.currency,
+                    reason=str(effect.refund),
+                )
+            )
+        if effect.reconciliation is not None:
+            items.append(
+                reconciliation_repo.NewItem(
+                    invoice_id=attempt.invoice_id,
+                    subscription_id=subscription.id,
+                    reason=effect.reconciliation,
+                    idempotency_key=report.idempotency_key,
+                    gateway_reference=report.gateway_reference,
+                    payment_attempt_id=invoice.payment_attempt_id,
+                )
+            )
     await results_repo.write_invoices(session, invoice_writes, now=now)
     await results_repo.write_subscriptions(session, subscription_writes, now=now)
+    await refunds_repo.request_refunds(session, refunds, now=now)
+    await reconciliation_repo.add_items(session, items, now=now)
+    for subscription_id, voided in credit_back:
+        credit = invoice_rules.credit_returned_by_void(voided.credit_applied)
+        if credit:
+            await subscriptions_repo.return_credit(
+                session,
+                subscription_id=subscription_id,
+                amount=credit,
+                invoice_id=voided.state.id,
+                now=now,
+            )
     for subscription_id, kept in voids:
         events += await void_open_invoices(session, subscription_id, now=now, keep_invoice_id=kept)
     return outcomes

@@ -33,6 +33,7 @@ async def record_webhooks(
     now: datetime,
     rng: random.Random,
     policy: DunningPolicy,
+    key_prefix: str = "",
 ) -> list[str]:
     """One answer per webhook, in order: DUPLICATE, IGNORED, or what recording its result did."""
     distinct: dict[str, WebhookToRecord] = {}
@@ -53,7 +54,9 @@ async def record_webhooks(
         else:
             to_record.append(webhook.result)
             positions.append(position)
-    outcomes = await record_charge_results(session, to_record, now=now, rng=rng, policy=policy)
+    outcomes = await record_charge_results(
+        session, to_record, now=now, rng=rng, policy=policy, key_prefix=key_prefix
+    )
     for position, outcome in zip(positions, outcomes, strict=True):
         answers[position] = str(outcome)
     return answers

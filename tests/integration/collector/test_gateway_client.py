@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.refund import RefundOutcome
 from billing_core.gateway import ChargeResult, HttpPaymentGateway
 from tests.integration.collector.conftest import Simulator
 from tests.support.processes import free_port
@@ -87,3 +88,42 @@ async def test_connection_refused_is_unknown() -> None:
     assert result.outcome == ChargeOutcome.UNKNOWN
     assert result.http_status is None
     assert result.error is not None and result.error.startswith("transport")
+
+
+async def test_refund_answers_are_classified(simulator: Simulator) -> None:
+    gateway = HttpPaymentGateway(simulator.url, max_connections=4)
+    try:
+        charged = await charge(gateway, "inv-40-try-0")
+        assert charged.gateway_reference is not None
+        reference = charged.gateway_reference
+        done = await gateway.refund(reference, 990, "ref-1")
+        replay = await gateway.refund(reference, 990, "ref-1")
+        reused = await gateway.refund(reference, 500, "ref-1")
+        unknown_charge = await gateway.refund("ch_nothing", 990, "ref-2")
+        fresh = await charge(gateway, "inv-42-try-0")
+        assert fresh.gateway_reference is not None
+        simulator.config(error_rate=1.0)
+        server_error = await gateway.refund(fresh.gateway_reference, 990, "ref-3")
+        simulator.config(error_rate=0.0, refund_failure_rate=1.0)
+        other = await charge(gateway, "inv-41-try-0")
+        assert other.gateway_reference is not None
+        refused = await gateway.refund(other.gateway_reference, 990, "ref-4")
+    finally:
+        await gateway.aclose()
+    assert (done.outcome, done.http_status, done.error) == (RefundOutcome.SUCCEEDED, 200, None)
+    assert done.gateway_reference is not None and done.gateway_reference.startswith("re_")
+    assert (replay.outcome, replay.gateway_reference) == (
+        RefundOutcome.SUCCEEDED,
+        done.gateway_reference,
+    )
+    assert reused.outcome == RefundOutcome.FAILED
+    assert reused.error is not None and reused.error.startswith("http 409: ")
+    assert unknown_charge.outcome == RefundOutcome.FAILED
+    assert unknown_charge.error is not None and "No charge" in unknown_charge.error
+    assert (server_error.outcome, server_error.error) == (
+        RefundOutcome.UNKNOWN,
+        f"http {server_error.http_status}",
+    )
+    assert refused.outcome == RefundOutcome.FAILED
+    assert refused.error is not None and refused.error.startswith("http 402: ")
+    assert simulator.summary()["refunds_succeeded"] == 1

@@ -235,20 +235,28 @@ async def test_success_after_a_decline_reactivates_the_subscription(
     ]
 
 
-async def test_success_for_a_void_invoice_is_kept_for_reconciliation(
+async def test_success_for_a_void_invoice_is_refunded(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
     sub, (inv,) = await setup(engine)
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE invoice SET status = 'VOID' WHERE id = :i"), {"i": inv})
     assert (
-        await record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK")
-        == RecordOutcome.RECONCILIATION
+        await record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK") == RecordOutcome.REFUND
     )
-    assert await events(engine, sub) == ["PaymentReconciliationNeeded"]
+    assert await events(engine, sub) == []  # PaymentRefunded comes with the gateway's answer
     assert (await row(engine, "SELECT status FROM invoice WHERE id = :i", i=inv))[
         "status"
     ] == "VOID"
+    refund = await row(engine, "SELECT * FROM refund WHERE invoice_id = :i", i=inv)
+    attempt = await row(engine, "SELECT id FROM payment_attempt WHERE invoice_id = :i", i=inv)
+    assert (refund["status"], refund["amount"], refund["reason"], refund["charge_key"]) == (
+        "REQUESTED",
+        990,
+        "charged_closed_invoice",
+        idempotency_key(inv, 0),
+    )
+    assert refund["idempotency_key"] == f"ref-{attempt['id']}"
 
 
 async def test_unknown_from_a_webhook_is_only_recorded(

@@ -145,8 +145,18 @@ async def snapshot(engine: AsyncEngine, world: World) -> dict[str, Any]:
                 {"ids": world.invoices[1:]},
             )
         ).all()
+        refunds = (
+            await conn.execute(
+                text(
+                    "SELECT invoice_id, charge_key, reason, status, amount FROM refund "
+                    "WHERE invoice_id = ANY(:ids) ORDER BY id"
+                ),
+                {"ids": world.invoices[1:]},
+            )
+        ).all()
     sub_pos = {sub: n for n, sub in enumerate(world.subscriptions)}
     return {
+        "refunds": [(inv_pos[r[0]], r[1].split("-try-")[1], *r[2:]) for r in refunds],
         "invoices": [(inv_pos[r[0]], *r[1:]) for r in invoices],
         "subscriptions": [tuple(r) for r in subs],
         "events": [(sub_pos[r[0]], r[1], r[2]) for r in events],
@@ -195,12 +205,13 @@ async def test_a_group_decides_what_recording_one_by_one_decides(
         RecordOutcome.APPLIED,
         RecordOutcome.NOT_FOUND,
         RecordOutcome.STALE_ATTEMPT,
-        RecordOutcome.RECONCILIATION,
+        RecordOutcome.REFUND,
         RecordOutcome.MISMATCH,
         RecordOutcome.APPLIED,
     ]
     want, have = await snapshot(engine, one_by_one), await snapshot(engine, grouped)
     assert have == want
+    assert [r[2:] for r in want["refunds"]] == [("charged_closed_invoice", "REQUESTED", 990)]
     assert [s[0] for s in want["subscriptions"]] == [
         "ACTIVE",
         "PAST_DUE",

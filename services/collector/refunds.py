@@ -1,0 +1,159 @@
+"""The collector's refund loop: sends the REQUESTED refunds, through the same global rate limit
+and call window as the charges (the gateway counts every call), each with its fixed key.
+
+A refund is leased like an invoice (``repo.refunds.claim_due_refunds``, committed before the
+call): a process that dies before the call, during it or before recording the answer leaves it
+to come due again when the lease ends, and the next try sends the same key — the gateway
+answers with the first refund instead of making a second one. An uncertain answer is asked
+again after ``unknown_retry`` (same key), at most ``unknown_max_retries`` times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from billing_core.clock import Clock
+from billing_core.domain.dunning import DunningPolicy
+from billing_core.domain.refund import RefundAnswer, RefundOutcome, RefundState
+from billing_core.gateway import NotSent, PaymentGateway, RefundResult
+from billing_core.logging import get_logger
+from billing_core.ratelimit import GlobalRateLimiter
+from billing_core.repo.refunds import claim_due_refunds
+from billing_core.usecases.refunds import record_refund_answer
+from billing_core.usecases.voiding import end_lapsed_void_requests
+from services.collector import metrics
+from services.collector.window import CallWindow
+
+log = get_logger(__name__)
+
+
+class RefundSender:
+    def __init__(
+        self,
+        *,
+        sessions: async_sessionmaker[AsyncSession],
+        gateway: PaymentGateway,
+        limiter: GlobalRateLimiter,
+        window: CallWindow,
+        clock: Clock,
+        policy: DunningPolicy,
+        lease: timedelta,
+        stopping: asyncio.Event,
+        batch_size: int = 20,
+        unauthorized_pause_seconds: float = 30.0,
+    ) -> None:
+        self._sessions = sessions
+        self._gateway = gateway
+        self._limiter = limiter
+        self._window = window
+        self._clock = clock
+        self._policy = policy
+        self._lease = lease
+        self._stopping = stopping
+        self._batch_size = batch_size
+        self._unauthorized_pause = unauthorized_pause_seconds
+
+    async def send_due(self) -> int:
+        """Claim the due refunds and send them (concurrently, each at its own send slot);
+        returns how many were sent. Nothing is claimed while the limiter is closed (Redis
+        down: fail closed, as for charges) or the process is stopping."""
+        if self._stopping.is_set() or self._limiter.closed:
+            return 0
+        async with self._sessions.begin() as session:
+            due = await claim_due_refunds(
+                session, now=self._clock.now(), limit=self._batch_size, lease=self._lease
+            )
+        if not due:
+            return 0
+        sent = await asyncio.gather(*(self._send(refund) for refund in due))
+        return sum(sent)
+
+    async def end_lapsed_void_requests(self) -> int:
+        """VOID the invoices canceled during a call whose lease ended without a result."""
+        async with self._sessions.begin() as session:
+            ended = await end_lapsed_void_requests(session, now=self._clock.now(), limit=100)
+        metrics.VOIDS_ENDED.inc(ended)
+        return ended
+
+    async def _send(self, refund: RefundState) -> bool:
+        if refund.charge_reference is None:
+            await self._record(refund, RefundAnswer(RefundOutcome.FAILED, error="no charge id"))
+            return False
+        result = await self._call(refund, refund.charge_reference)
+        if result is None:
+            return False
+        metrics.REFUNDS.labels(str(result.outcome)).inc()
+        if result.unauthorized:
+            # Our credentials, not this refund: nothing recorded, it comes due again when its
+            # lease ends (same key); every replica pauses, as for a charge.
+            metrics.UNAUTHORIZED.inc()
+            log.error("gateway_refuses_credentials_refund", refund_id=refund.id)
+            await self._pause(self._unauthorized_pause)
+            return True
+        if result.rate_limited:
+            metrics.RATE_LIMITED.inc()
+            await self._window.on_rate_limited()
+            await self._pause(min(result.retry_after_seconds or 1.0, 60.0))
+        answer = RefundAnswer(result.outcome, result.gateway_reference, result.error)
+        await self._record(refund, answer)
+        return True
+
+    async def _call(self, refund: RefundState, charge_reference: str) -> RefundResult | None:
+        """At a send slot of the shared limit, with a place in the window; None when the lease
+        got too old to make the call."""
+        lease_until = self._clock.now() + self._lease
+        async with self._gateway.line() as line:
+            while True:
+                await self._window.wait_for_room()
+                slot = await self._limiter.reserve()
+                await self._limiter.wait_until(slot)
+                if not self._limiter.usable(slot) or not self._window.take():
+                    continue
+                if self._clock.now() > lease_until - self._lease / 2:
+                    await self._window.release(None)
+                    return None
+                started = time.monotonic()
+                latency: float | None = None
+                try:
+                    result = await line.refund(
+                        charge_reference, refund.amount, refund.idempotency_key, send_by=slot.latest
+                    )
+                    latency = time.monotonic() - started
+                    return result
+                except NotSent:
+                    self._limiter.late_drops += 1
+                except BaseException:
+                    latency = time.monotonic() - started
+                    raise
+                finally:
+                    await self._window.release(latency)
+
+    async def _record(self, refund: RefundState, answer: RefundAnswer) -> None:
+        async with self._sessions.begin() as session:
+            after = await record_refund_answer(
+                session,
+                refund.id,
+                answer,
+                now=self._clock.now(),
+                retry_after=self._policy.unknown_retry,
+                max_uncertain_answers=self._policy.unknown_max_retries,
+            )
+        log.info(
+            "refund_answer_recorded",
+            refund_id=refund.id,
+            invoice_id=refund.invoice_id,
+            key=refund.idempotency_key,
+            outcome=str(answer.outcome),
+            status=None if after is None else str(after.status),
+            error=answer.error,
+        )
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await self._limiter.pause(seconds)
+        except Exception as exc:
+            log.warning("refund_pause_failed", error=repr(exc))
