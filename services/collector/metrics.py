@@ -60,3 +60,9 @@ RECORD_GROUP = Histogram(
     "Results recorded together in one transaction",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
 )
+LOOKUPS = Counter(
+    "billing_collector_lookups_total",
+    "Look-ups by key after an uncertain answer, by what they said: succeeded, declined, "
+    "not_found (the call is made, same key), unknown (still uncertain)",
+    ["result"],
+)

@@ -109,6 +109,18 @@ def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
     )
 
 
+def parse_lookup(raw: bytes) -> str:
+    """The key of a ``POST /v1/charges/lookup`` request, or raise InvalidCharge."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidCharge("the body is not JSON") from exc
+    key = body.get("idempotencyKey") if isinstance(body, dict) else None
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise InvalidCharge(f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} chars")
+    return key
+
+
 class Handlers:
     """The simulator's HTTP endpoints, over one :class:`Gateway`."""
 
@@ -142,6 +154,33 @@ class Handlers:
             await asyncio.sleep(reply.late_s)
         headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
         return _json(reply.status, reply.body, headers)
+
+    async def lookup_charge(self, request: Request) -> Response:
+        """``POST /v1/charges/lookup {"idempotencyKey": K}``: a call like a charge (rate
+        limited, counted, refused without credentials), answered from the ledger by key."""
+        gateway = self.gateway
+        await gateway.stall.hold_arrival()
+        admitted, now_ns = gateway.admit()
+        if not admitted:
+            wait = gateway.limiter.retry_after_seconds(now_ns)
+            return _problem(
+                429,
+                "Too Many Requests",
+                f"More than {gateway.limiter.limit} calls in the last second.",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        if gateway.behaviour.reject_credentials:
+            gateway.ledger.unauthorized += 1
+            gateway.count("unauthorized")
+            return _problem(401, "Unauthorized", "The API key was revoked.")
+        try:
+            key = parse_lookup(await request.body())
+        except InvalidCharge as exc:
+            gateway.ledger.invalid += 1
+            gateway.count("invalid")
+            return _problem(400, "Invalid look-up request", str(exc))
+        reply = await gateway.lookup(key)
+        return _json(reply.status, reply.body)
 
     async def ledger_summary(self, _: Request) -> Response:
         return _json(200, self.gateway.summary())
@@ -261,6 +300,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/charges", h.create_charge, methods=["POST"]),
+            Route("/v1/charges/lookup", h.lookup_charge, methods=["POST"]),
             Route("/v1/ledger/summary", h.ledger_summary, methods=["GET"]),
             Route("/v1/ledger/charges", h.ledger_charges, methods=["GET"]),
             Route("/v1/ledger/calls-per-second", h.calls_per_second, methods=["GET"]),

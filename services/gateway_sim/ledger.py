@@ -97,6 +97,9 @@ class Ledger:
         self.timeouts = 0
         self.invalid = 0
         self.unauthorized = 0
+        self.lookups = 0
+        self.lookups_found = 0
+        self.lookup_errors = 0
 
     # -- calls -----------------------------------------------------------------------------
 
@@ -212,6 +215,9 @@ class Ledger:
             "timeouts": self.timeouts,
             "invalid_requests": self.invalid,
             "unauthorized": self.unauthorized,
+            "lookups": self.lookups,
+            "lookups_found": self.lookups_found,
+            "lookup_errors": self.lookup_errors,
             "amount_succeeded": amounts,
         }
 

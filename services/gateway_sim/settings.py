@@ -72,6 +72,9 @@ class GatewaySimSettings(CoreSettings):
     reject_credentials: bool = _sim(
         False, "reject_credentials", "Answer every charge 401 (a revoked API key; none made)."
     )
+    lookup_error_rate: Rate = _sim(
+        0.0, "lookup_error_rate", "Share of look-ups by key answered 503 (nothing learned)."
+    )
     rate_limit_per_second: int = _sim(
         200,
         "rate_limit_per_second",
