@@ -52,6 +52,12 @@ log = get_logger(__name__)
 
 T = TypeVar("T")
 
+_LOOKUP_LABELS = {
+    ChargeOutcome.SUCCESS: "succeeded",
+    ChargeOutcome.DECLINED: "declined",
+    ChargeOutcome.UNKNOWN: "unknown",
+}
+
 
 class Collector:
     def __init__(
@@ -181,15 +187,13 @@ class Collector:
         found = await self._send(invoice, self._lookup_call(invoice))
         if found is None:
             return True
-        if found.never_seen:
+        if found.outcome is None:  # never seen
             metrics.LOOKUPS.labels("not_found").inc()
             log.info(
                 "lookup_never_seen_calling", invoice_id=invoice.id, key=invoice.idempotency_key
             )
             return False
-        metrics.LOOKUPS.labels(
-            "unknown" if found.outcome == ChargeOutcome.UNKNOWN else str(found.outcome).lower()
-        ).inc()
+        metrics.LOOKUPS.labels(_LOOKUP_LABELS[found.outcome]).inc()
         if found.unauthorized:
             await self._on_unauthorized(invoice, found.http_status)
             return True
