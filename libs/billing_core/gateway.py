@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
-from billing_core.domain.charge_result import ChargeOutcome, classify
+from billing_core.domain.charge_result import ChargeOutcome, classify, classify_lookup
 from billing_core.domain.refund import RefundOutcome, classify_refund
 from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Line, Response, SendMissed
 
@@ -73,6 +73,38 @@ class RefundResult:
         return self.http_status in (401, 403)
 
 
+@dataclass(frozen=True)
+class LookupResult:
+    """What the gateway knows about one idempotency key.
+
+    ``outcome`` is the stored charge's (SUCCESS or DECLINED) when the gateway has the key,
+    ``None`` when it has never seen it (nothing was charged under it), and UNKNOWN when the
+    look-up itself failed (timeout, 5xx, 429, the key still being processed, …): still unknown.
+    ``amount``, ``currency`` and ``customer_id`` are what the gateway says it charged."""
+
+    outcome: ChargeOutcome | None
+    decline_code: str | None = None
+    gateway_reference: str | None = None
+    amount: int | None = None
+    currency: str | None = None
+    customer_id: int | None = None
+    http_status: int | None = None
+    error: str | None = None
+    retry_after_seconds: float | None = None
+
+    @property
+    def never_seen(self) -> bool:
+        return self.outcome is None
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.http_status == 429
+
+    @property
+    def unauthorized(self) -> bool:
+        return self.http_status in (401, 403)
+
+
 class NotSent(Exception):
     """The call was not made: its send deadline passed before it could go out."""
 
@@ -104,6 +136,11 @@ class GatewayLine(Protocol):
     ) -> RefundResult:
         """Give back ``amount`` of the charge ``charge_reference``; the same key always means
         the same refund (a retry after an uncertain answer gets the first one's result)."""
+        ...
+
+    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+        """What happened to the charge made (or not) under ``idempotency_key``: a call of its
+        own at the gateway (it counts against the gateway's rate limit like a charge)."""
         ...
 
 
@@ -162,6 +199,11 @@ class HttpPaymentGateway:
         """One refund on a connection of its own (for callers that do not pace their calls)."""
         async with self.line() as line:
             return await line.refund(charge_reference, amount, idempotency_key)
+
+    async def lookup(self, idempotency_key: str) -> LookupResult:
+        """One look-up on a connection of its own."""
+        async with self.line() as line:
+            return await line.lookup(idempotency_key)
 
 
 class _HttpLine:
@@ -222,6 +264,62 @@ class _HttpLine:
         except HttpError as exc:
             return RefundResult(RefundOutcome.UNKNOWN, error=f"transport: {exc!r}")
         return _refund_result(response)
+
+    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+        """``POST /v1/charges/lookup {"idempotencyKey": …}``: 200 with the stored charge, 404
+        when the gateway has never seen the key. (A POST: the key travels in the body, whatever
+        characters it holds.)"""
+        try:
+            response = await self._line.post_json(
+                "/v1/charges/lookup",
+                json.dumps({"idempotencyKey": idempotency_key}, separators=(",", ":")).encode(),
+                {},
+                send_by=send_by,
+            )
+        except SendMissed:
+            raise NotSent from None
+        except HttpTimeout as exc:
+            return LookupResult(ChargeOutcome.UNKNOWN, error=f"lookup timeout: {exc.phase}")
+        except HttpError as exc:
+            return LookupResult(ChargeOutcome.UNKNOWN, error=f"lookup transport: {exc!r}")
+        return _lookup_result(response)
+
+
+def _lookup_result(response: Response) -> LookupResult:
+    body = _json_object(response.body)
+    outcome, decline_code = classify_lookup(response.status, body)
+    if outcome not in (ChargeOutcome.SUCCESS, ChargeOutcome.DECLINED):
+        retry_after = (
+            retry_after_seconds(response.headers.get("retry-after"))
+            if response.status == 429
+            else None
+        )
+        error = None if outcome is None else f"lookup {_error(response.status, body)}"
+        return LookupResult(
+            outcome, http_status=response.status, error=error, retry_after_seconds=retry_after
+        )
+    assert body is not None  # classify_lookup found a charge in it
+    reference, amount = body.get("id"), body.get("amount")
+    currency, customer = body.get("currency"), body.get("customerId")
+    return LookupResult(
+        outcome,
+        decline_code=decline_code,
+        gateway_reference=reference if isinstance(reference, str) else None,
+        amount=amount if isinstance(amount, int) and not isinstance(amount, bool) else None,
+        currency=currency if isinstance(currency, str) else None,
+        customer_id=customer
+        if isinstance(customer, int) and not isinstance(customer, bool)
+        else None,
+        http_status=response.status,
+    )
+
+
+def _json_object(raw: bytes) -> Mapping[str, object] | None:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _result(response: Response) -> ChargeResult:

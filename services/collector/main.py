@@ -56,6 +56,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         limiter=limiter,
         redis=redis,
         clock=clock,
+        clock_offset=timedelta(seconds=settings.clock_offset_seconds),
         policy=settings.dunning_policy(),
         rng=random.Random(settings.collector_rng_seed),
         batch_size=settings.collector_batch_size,

@@ -2,8 +2,10 @@
 
 Three separate steps, never one transaction: (1) a short transaction claims and leases a batch;
 (2) each invoice waits for a global permit and calls the gateway with
-``inv-{id}-try-{attemptCount}``; (3) the result is recorded in its own transaction. Many calls are
-in flight at once (bounded), so one replica can keep a 200 calls/s gateway busy at 300 ms latency.
+``inv-{id}-try-{attemptCount}`` — after an uncertain answer for that key, it first asks the
+gateway what happened to it (a look-up, through the same permits), and calls only if the gateway
+never saw the key; (3) the result is recorded in its own transaction. Many calls are in flight
+at once (bounded), so one replica can keep a 200 calls/s gateway busy at 300 ms latency.
 """
 
 from __future__ import annotations
@@ -12,22 +14,29 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import TypeVar
 
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
-from billing_core.domain.charge_result import GatewayReport
+from billing_core.domain.charge_result import ChargeOutcome, GatewayReport
 from billing_core.domain.dunning import DunningPolicy
-from billing_core.gateway import ChargeResult, GatewayLine, NotSent, PaymentGateway
+from billing_core.gateway import (
+    ChargeResult,
+    GatewayLine,
+    LookupResult,
+    NotSent,
+    PaymentGateway,
+)
 from billing_core.logging import get_logger
 from billing_core.ratelimit import GlobalRateLimiter, Slot
 from billing_core.repo.collection import (
     LeasedInvoice,
     claim_due_invoices,
-    due_backlog,
+    due_backlog_at,
     release_void_requested,
     still_ours_to_charge,
 )
@@ -41,6 +50,14 @@ from services.collector import metrics
 from services.collector.window import CallWindow
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
+
+_LOOKUP_LABELS = {
+    ChargeOutcome.SUCCESS: "succeeded",
+    ChargeOutcome.DECLINED: "declined",
+    ChargeOutcome.UNKNOWN: "unknown",
+}
 
 
 class Collector:
@@ -66,7 +83,10 @@ class Collector:
         group_max: int = 20,
         group_wait_seconds: float = 0.05,
         check_fresh_seconds: float = 0.25,
+        clock_offset: timedelta = timedelta(0),
     ) -> None:
+        # Leases are read and written on the database's clock, moved by the shared offset.
+        self._clock_offset = clock_offset
         # One-statement reads outside any transaction (AUTOCOMMIT: no BEGIN/ROLLBACK round trips).
         self._reads = reads or sessions
         self._key_prefix = key_prefix
@@ -113,7 +133,7 @@ class Collector:
         async with self._sessions.begin() as session:
             leased = await claim_due_invoices(
                 session,
-                now=self._clock.now(),
+                clock_offset=self._clock_offset,
                 limit=want,
                 lease=self._lease,
                 key_prefix=self._key_prefix,
@@ -146,33 +166,87 @@ class Collector:
         return True
 
     async def _charge(self, invoice: LeasedInvoice) -> None:
-        result = await self._send(invoice)
+        if invoice.uncertain_before and await self._settled_by_lookup(invoice):
+            return
+        result = await self._send(invoice, self._charge_call(invoice))
         if result is None:
             return
         metrics.CALLS.labels(str(result.outcome)).inc()
         if result.unauthorized:
-            await self._on_unauthorized(invoice, result)
+            await self._on_unauthorized(invoice, result.http_status)
             return
         if result.rate_limited:
             await self._on_rate_limited(result.retry_after_seconds)
-        await self._record(invoice, result)
+        await self._record(invoice, _charge_report(invoice, result), result.error)
 
-    async def _send(self, invoice: LeasedInvoice) -> ChargeResult | None:
+    async def _settled_by_lookup(self, invoice: LeasedInvoice) -> bool:
+        """The gateway answered this key uncertainly before: ask it what happened first. True
+        when that settled the call (its result recorded, with source LOOKUP), or when there is
+        nothing more to do under this lease; False when the gateway never saw the key, so the
+        call is made now — with the same key: should the earlier request still reach the
+        gateway, the key makes it and this call one charge."""
+        found = await self._send(invoice, self._lookup_call(invoice))
+        if found is None:
+            return True
+        if found.outcome is None:  # never seen
+            metrics.LOOKUPS.labels("not_found").inc()
+            log.info(
+                "lookup_never_seen_calling", invoice_id=invoice.id, key=invoice.idempotency_key
+            )
+            return False
+        metrics.LOOKUPS.labels(_LOOKUP_LABELS[found.outcome]).inc()
+        if found.unauthorized:
+            await self._on_unauthorized(invoice, found.http_status)
+            return True
+        if found.rate_limited:
+            await self._on_rate_limited(found.retry_after_seconds)
+        await self._record(invoice, _lookup_report(invoice, found), found.error)
+        return True
+
+    def _charge_call(
+        self, invoice: LeasedInvoice
+    ) -> Callable[[GatewayLine, float], Awaitable[ChargeResult]]:
+        def call(line: GatewayLine, send_by: float) -> Awaitable[ChargeResult]:
+            return line.charge(
+                invoice.customer_id,
+                invoice.amount,
+                invoice.currency,
+                invoice.idempotency_key,
+                {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
+                send_by=send_by,
+            )
+
+        return call
+
+    def _lookup_call(
+        self, invoice: LeasedInvoice
+    ) -> Callable[[GatewayLine, float], Awaitable[LookupResult]]:
+        def call(line: GatewayLine, send_by: float) -> Awaitable[LookupResult]:
+            return line.lookup(invoice.idempotency_key, send_by=send_by)
+
+        return call
+
+    async def _send(
+        self, invoice: LeasedInvoice, request: Callable[[GatewayLine, float], Awaitable[T]]
+    ) -> T | None:
         """A place in the window, a connection, a send slot, the check that the invoice is still
         ours (read while the slot comes, so it is fresh and does not delay the call), then the
-        call at the slot; None when the invoice changed or the lease got too old to call."""
+        call (a charge or a look-up: both count against the gateway's limit) at the slot; None
+        when the invoice changed or the lease got too old to call."""
         started = time.monotonic()
         await self._window.wait_for_room()
         async with self._gateway.line() as line:
             while (slot := await self._take_a_slot(invoice)) is not None:
                 metrics.LIMITER_WAIT.observe(time.monotonic() - started)
-                if self._clock.now() > invoice.lease_until - self._call_budget:
+                # The lease's end on this process's monotonic clock (the lease itself is on the
+                # database's): a call that could outlive it is not made.
+                if time.monotonic() > invoice.lease_deadline - self._call_budget.total_seconds():
                     await self._window.release(None)
                     metrics.ABANDONED.inc()
                     log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
                     return None
                 try:
-                    return await self._call(line, invoice, slot)
+                    return await self._call(line, slot, request)
                 except NotSent:  # the process stalled between the slot and the send
                     self._limiter.late_drops += 1
             return None
@@ -197,19 +271,17 @@ class Collector:
                 return slot
             metrics.WINDOW_FULL_SLOTS.inc()
 
-    async def _call(self, line: GatewayLine, invoice: LeasedInvoice, slot: Slot) -> ChargeResult:
+    async def _call(
+        self,
+        line: GatewayLine,
+        slot: Slot,
+        request: Callable[[GatewayLine, float], Awaitable[T]],
+    ) -> T:
         """The call, sent no later than the slot allows (or not at all: ``NotSent``)."""
         call_started = time.monotonic()
         latency: float | None = None
         try:
-            result = await line.charge(
-                invoice.customer_id,
-                invoice.amount,
-                invoice.currency,
-                invoice.idempotency_key,
-                {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
-                send_by=slot.latest,
-            )
+            result = await request(line, slot.latest)
             latency = time.monotonic() - call_started
             metrics.CALL_SECONDS.observe(latency)
             return result
@@ -274,14 +346,14 @@ class Collector:
         except Exception as exc:
             log.warning("late_answer_slot_not_used_up", error=repr(exc))
 
-    async def _on_unauthorized(self, invoice: LeasedInvoice, result: ChargeResult) -> None:
+    async def _on_unauthorized(self, invoice: LeasedInvoice, http_status: int | None) -> None:
         """Fail closed: revoked or wrong credentials are the operator's problem, not the
         invoice's. Nothing is recorded (the invoice keeps its attempt and comes due again when
         the lease ends), and every replica pauses, probing once a pause."""
         metrics.UNAUTHORIZED.inc()
         log.error(
             "gateway_refuses_credentials_pausing_all_replicas",
-            http_status=result.http_status,
+            http_status=http_status,
             invoice_id=invoice.id,
             pause_seconds=self._unauthorized_pause,
         )
@@ -299,25 +371,15 @@ class Collector:
         except Exception as exc:
             log.warning("rate_limit_pause_failed", error=repr(exc))
 
-    async def _record(self, invoice: LeasedInvoice, result: ChargeResult) -> None:
+    async def _record(
+        self, invoice: LeasedInvoice, report: GatewayReport, error: str | None
+    ) -> None:
         """Record in its own transaction; retried while the lease lasts (e.g. a DB restart).
 
         If it still fails, the lease expires and the next try reuses the same key: the gateway
         replays the result, nothing is charged twice.
         """
-        attempt = AttemptToRecord(
-            invoice.id,
-            GatewayReport(
-                attempt_number=invoice.attempt_count,
-                outcome=result.outcome,
-                from_webhook=False,
-                idempotency_key=invoice.idempotency_key,
-                decline_code=result.decline_code,
-                gateway_reference=result.gateway_reference,
-                rejected_because=result.error if result.rejected else None,
-            ),
-            result.error,
-        )
+        attempt = AttemptToRecord(invoice.id, report, error)
         delay = 0.2
         while True:
             try:
@@ -327,12 +389,13 @@ class Collector:
                     "charge_recorded",
                     invoice_id=invoice.id,
                     key=invoice.idempotency_key,
-                    outcome=str(result.outcome),
+                    outcome=str(report.outcome),
+                    source=report.source,
                     result=str(outcome),
                 )
                 return
             except Exception as exc:
-                if self._clock.now() + timedelta(seconds=delay) > invoice.lease_until:
+                if time.monotonic() + delay > invoice.lease_deadline:
                     log.error(
                         "record_failed_lease_will_retry", invoice_id=invoice.id, error=repr(exc)
                     )
@@ -368,9 +431,38 @@ class Collector:
             await asyncio.wait(pending, timeout=2)
 
     async def refresh_backlog(self) -> None:
-        now = self._clock.now()
         async with self._sessions() as session:
-            due, oldest = await due_backlog(session, now=now)
+            due, oldest, now = await due_backlog_at(session, clock_offset=self._clock_offset)
         metrics.BACKLOG.set(due)
         metrics.LATE_PERMITS.set(self._limiter.late_drops)
         metrics.OLDEST_DUE.set((now - oldest).total_seconds() if oldest else 0)
+
+
+def _charge_report(invoice: LeasedInvoice, result: ChargeResult) -> GatewayReport:
+    return GatewayReport(
+        attempt_number=invoice.attempt_count,
+        outcome=result.outcome,
+        from_webhook=False,
+        idempotency_key=invoice.idempotency_key,
+        decline_code=result.decline_code,
+        gateway_reference=result.gateway_reference,
+        rejected_because=result.error if result.rejected else None,
+    )
+
+
+def _lookup_report(invoice: LeasedInvoice, found: LookupResult) -> GatewayReport:
+    """What the look-up said, checked against the invoice like a webhook (the amount, currency
+    and customer the gateway says it charged)."""
+    outcome = found.outcome if found.outcome is not None else ChargeOutcome.UNKNOWN
+    return GatewayReport(
+        attempt_number=invoice.attempt_count,
+        outcome=outcome,
+        from_webhook=False,
+        from_lookup=True,
+        idempotency_key=invoice.idempotency_key,
+        decline_code=found.decline_code,
+        gateway_reference=found.gateway_reference,
+        amount=found.amount,
+        currency=found.currency,
+        customer_id=found.customer_id,
+    )

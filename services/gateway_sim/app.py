@@ -132,6 +132,18 @@ def parse_refund(key: str | None, raw: bytes) -> RefundInput:
     )
 
 
+def parse_lookup(raw: bytes) -> str:
+    """The key of a ``POST /v1/charges/lookup`` request, or raise InvalidCharge."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidCharge("the body is not JSON") from exc
+    key = body.get("idempotencyKey") if isinstance(body, dict) else None
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
+        raise InvalidCharge(f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} chars")
+    return key
+
+
 class Handlers:
     """The simulator's HTTP endpoints, over one :class:`Gateway`."""
 
@@ -207,6 +219,33 @@ class Handlers:
     async def refunds_by_invoice(self, _: Request) -> Response:
         counts = self.gateway.ledger.refunds_by_invoice()
         return _json(200, [[invoice, n] for invoice, n in sorted(counts.items())])
+
+    async def lookup_charge(self, request: Request) -> Response:
+        """``POST /v1/charges/lookup {"idempotencyKey": K}``: a call like a charge (rate
+        limited, counted, refused without credentials), answered from the ledger by key."""
+        gateway = self.gateway
+        await gateway.stall.hold_arrival()
+        admitted, now_ns = gateway.admit()
+        if not admitted:
+            wait = gateway.limiter.retry_after_seconds(now_ns)
+            return _problem(
+                429,
+                "Too Many Requests",
+                f"More than {gateway.limiter.limit} calls in the last second.",
+                headers={"Retry-After": str(max(1, math.ceil(wait)))},
+            )
+        if gateway.behaviour.reject_credentials:
+            gateway.ledger.unauthorized += 1
+            gateway.count("unauthorized")
+            return _problem(401, "Unauthorized", "The API key was revoked.")
+        try:
+            key = parse_lookup(await request.body())
+        except InvalidCharge as exc:
+            gateway.ledger.invalid += 1
+            gateway.count("invalid")
+            return _problem(400, "Invalid look-up request", str(exc))
+        reply = await gateway.lookup(key)
+        return _json(reply.status, reply.body)
 
     async def ledger_summary(self, _: Request) -> Response:
         return _json(200, self.gateway.summary())
@@ -326,6 +365,7 @@ def create_app(settings: GatewaySimSettings) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/charges", h.create_charge, methods=["POST"]),
+            Route("/v1/charges/lookup", h.lookup_charge, methods=["POST"]),
             Route("/v1/refunds", h.create_refund, methods=["POST"]),
             Route("/v1/ledger/refunds", h.ledger_refunds, methods=["GET"]),
             Route("/v1/ledger/refunds-by-invoice", h.refunds_by_invoice, methods=["GET"]),

@@ -40,6 +40,7 @@ class Behaviour(BaseModel):
     timeout_delay_seconds: float = Field(default=30.0, ge=0.0, le=3600.0)
     error_rate: Rate = 0.0
     reject_credentials: bool = False  # every charge answered 401 (revoked API key), none made
+    lookup_error_rate: Rate = 0.0  # look-ups by key answered 503 (nothing learned)
     refund_failure_rate: Rate = 0.0  # refunds refused for good (stored: a retry gets the same)
     rate_limit_per_second: int = Field(default=200, ge=0, le=1_000_000)
     clock_offset_seconds: int = 0

@@ -34,6 +34,7 @@ OUTCOMES = (
     "invalid",
     "unauthorized",
 )
+LOOKUP_OUTCOMES = ("found", "not_found", "in_progress", "server_error")
 
 
 REFUND_OUTCOMES = (
@@ -77,6 +78,13 @@ class Gateway:
             registry=self.registry,
         )
         self._calls = {outcome: calls.labels(outcome) for outcome in OUTCOMES}
+        lookups = Counter(
+            "billing_gateway_sim_lookups_total",
+            "Look-ups by idempotency key, by answer.",
+            ["result"],
+            registry=self.registry,
+        )
+        self._lookups = {result: lookups.labels(result) for result in LOOKUP_OUTCOMES}
         refunds = Counter(
             "billing_gateway_sim_refunds_total",
             "Refund calls by outcome.",
@@ -115,6 +123,8 @@ class Gateway:
         self.declines: dict[int, CustomerDecline] = {}
         self._outcome_rng = random.Random(f"{self._seed}:outcomes")
         self._latency_rng = random.Random(f"{self._seed}:latency")
+        # Look-ups draw from their own generators: charges' draws stay as without look-ups.
+        self._lookup_rng = random.Random(f"{self._seed}:lookups")
         self.webhooks.seed(f"{self._seed}:webhooks")
         self.salt = f"{random.Random(f'{self._seed}:ids').getrandbits(32):08x}"
         self._events = 0
@@ -278,6 +288,33 @@ class Gateway:
         refused = problem(402, "Refund failed", "The bank refused the refund; nothing refunded.")
         return Reply(402, {**body, **refused, "status": "failed"}, replayed, 0.0)
 
+    async def lookup(self, key: str) -> Reply:
+        """What happened under ``key``: 200 with the stored charge (as a charge call answers
+        it), 404 when the key was never stored (nothing charged: a 5xx stores nothing), 409
+        while a charge with it is still being processed, 503 with ``lookup_error_rate``. It
+        takes the charge latency; it never charges and never waits for a charge in flight."""
+        behaviour = self.behaviour
+        delay = latency_seconds(behaviour, self._lookup_rng)
+        if delay:
+            await asyncio.sleep(delay)
+        ledger = self.ledger
+        ledger.lookups += 1
+        if behaviour.lookup_error_rate and self._lookup_rng.random() < behaviour.lookup_error_rate:
+            self._lookups["server_error"].inc()
+            ledger.lookup_errors += 1
+            return Reply(503, _server_error(503), False, 0.0)
+        index = ledger.find(key)
+        if index is not None:
+            self._lookups["found"].inc()
+            ledger.lookups_found += 1
+            return Reply(200, ledger.charge(index, self.salt), False, 0.0)
+        if key in self._inflight:
+            self._lookups["in_progress"].inc()
+            ledger.lookup_errors += 1
+            return Reply(409, _in_progress(key), False, 0.0)
+        self._lookups["not_found"].inc()
+        return Reply(404, _not_found(key), False, 0.0)
+
     def _answer(self, index: int, *, replayed: bool) -> Reply:
         body = self.ledger.charge(index, self.salt)
         status = 200 if body["status"] == "succeeded" else 402
@@ -314,6 +351,18 @@ def _conflict(key: str) -> dict[str, object]:
         409,
         "Idempotency key reused",
         f"Idempotency-Key {key!r} was used with a different request body.",
+    )
+
+
+def _not_found(key: str) -> dict[str, object]:
+    return problem(404, "No such charge", f"No charge was ever made with Idempotency-Key {key!r}.")
+
+
+def _in_progress(key: str) -> dict[str, object]:
+    return problem(
+        409,
+        "Idempotency key in use",
+        f"A charge with Idempotency-Key {key!r} is still being processed; ask again later.",
     )
 
 

@@ -118,6 +118,9 @@ class Ledger:
         self.timeouts = 0
         self.invalid = 0
         self.unauthorized = 0
+        self.lookups = 0
+        self.lookups_found = 0
+        self.lookup_errors = 0
         self._refunds: list[StoredRefund] = []
         self._refund_by_key: dict[str, int] = {}
         self._refunded: dict[int, int] = {}  # charge index -> amount refunded
@@ -307,6 +310,9 @@ class Ledger:
             "timeouts": self.timeouts,
             "invalid_requests": self.invalid,
             "unauthorized": self.unauthorized,
+            "lookups": self.lookups,
+            "lookups_found": self.lookups_found,
+            "lookup_errors": self.lookup_errors,
             "amount_succeeded": amounts,
             "refunds_succeeded": sum(1 for r in self._refunds if not r.failed),
             "refunds_failed": sum(1 for r in self._refunds if r.failed),

@@ -75,6 +75,9 @@ class GatewaySimSettings(CoreSettings):
     refund_failure_rate: Rate = _sim(
         0.0, "refund_failure_rate", "Share of refunds refused for good (402, stored, replayed)."
     )
+    lookup_error_rate: Rate = _sim(
+        0.0, "lookup_error_rate", "Share of look-ups by key answered 503 (nothing learned)."
+    )
     rate_limit_per_second: int = _sim(
         200,
         "rate_limit_per_second",

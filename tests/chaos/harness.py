@@ -4,8 +4,9 @@ It starts its own PostgreSQL, Redis and Kafka (scripts/infra.sh in a temporary f
 ports), the gateway simulator (timeouts, 5xx, declines, duplicated and reordered webhooks), the
 API (webhooks), and two replicas of each worker. Subscriptions come due during the run; dunning
 delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a random worker
-replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL.
-When the system has drained, the invariant checker must find no violation.
+replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL,
+while customers cancel (now or at the period's end) and change plans (up and down) through the
+API process. When the system has drained, the invariant checker must find no violation.
 
 Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
 CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +34,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from billing_core.db import migrate
 from billing_core.domain.period import Interval, boundary
@@ -40,6 +42,7 @@ from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import fetch_ledger
 from billing_core.invariants.report import Report
 from billing_core.invariants.topic import read_topic
+from billing_core.repo import api_clients
 from tests.support.processes import ROOT, Proc, free_port, start
 
 WORKERS = ("renewer", "collector", "relay")
@@ -54,6 +57,9 @@ class ChaosConfig:
     outage_s: float = 20.0
     due_window_s: float = 30.0
     hard_decliner_share: float = 0.01
+    # Share of the subscriptions whose customer acts through the API during the run (a cancel,
+    # now or at period end, an upgrade or a downgrade; some do two of these).
+    customer_action_share: float = 0.05
     drain_timeout_s: float = 900.0
     seed: int = 2026
 
@@ -64,6 +70,8 @@ class Outcome:
     faults: dict[str, int]
     figures: dict[str, int]
     problems: list[str] = field(default_factory=list)
+    # Customer actions through the API: action -> final HTTP status (or "error") -> count.
+    customer_answers: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -198,6 +206,106 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
     return customers[: int(len(customers) * config.hard_decliner_share)]
 
 
+ACTIONS = ("cancel now", "cancel at period end", "upgrade", "downgrade")
+
+
+async def subscription_ids(engine: AsyncEngine) -> list[int]:
+    async with engine.connect() as conn:
+        return [int(i) for (i,) in await conn.execute(text("SELECT id FROM subscription"))]
+
+
+async def api_key(engine: AsyncEngine) -> str:
+    async with AsyncSession(engine) as session, session.begin():
+        _client, key = await api_clients.create(session, name="chaos", now=datetime.now(UTC))
+    return key
+
+
+def plan_customer_actions(
+    subscriptions: list[int], config: ChaosConfig, rng: random.Random
+) -> list[tuple[float, int, str]]:
+    """(seconds after the start, subscription, action), sorted: spread over twice the due
+    window, so they land before, during and after the renewals, and during the faults."""
+    chosen = rng.sample(subscriptions, int(len(subscriptions) * config.customer_action_share))
+    actions: list[tuple[float, int, str]] = []
+    for subscription in chosen:
+        at = rng.uniform(0, 2 * config.due_window_s)
+        actions.append((at, subscription, rng.choice(ACTIONS)))
+        if rng.random() < 0.3:  # a second one later: a plan change then a cancel, and so on
+            actions.append((at + rng.uniform(0.5, 5), subscription, rng.choice(ACTIONS)))
+    return sorted(actions)
+
+
+async def act(client: httpx.AsyncClient, subscription: int, action: str) -> str:
+    """One customer action through the API; retried with the same Idempotency-Key while the
+    API cannot answer (a PostgreSQL restart). "200", a refusal's status and title, or
+    ``error`` when the API never answered."""
+    if action.startswith("cancel"):
+        path = f"/subscriptions/{subscription}/cancel"
+        body: dict[str, object] = {"atPeriodEnd": action == "cancel at period end"}
+    else:
+        path = f"/subscriptions/{subscription}/change-plan"
+        plan = "BUSINESS_MONTHLY" if action == "upgrade" else "BASIC_MONTHLY"
+        body = {"planCode": plan}
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    for _ in range(30):
+        try:
+            response = await client.post(path, json=body, headers=headers)
+        except httpx.HTTPError:
+            await asyncio.sleep(1)
+            continue
+        if response.status_code == 200:
+            return "200"
+        if response.status_code < 500:  # a refusal: which one (e.g. 409 already canceled)
+            return f"{response.status_code} {_title(response)}"
+        await asyncio.sleep(1)
+    return "error"
+
+
+def _title(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    return str(body.get("title", "")) if isinstance(body, dict) else ""
+
+
+async def customers(
+    api_url: str,
+    key: str,
+    actions: list[tuple[float, int, str]],
+    answers: dict[str, dict[str, int]],
+) -> None:
+    """Issue the planned actions at their times, concurrently (a slow answer delays no other)."""
+    started = time.monotonic()
+    async with httpx.AsyncClient(
+        base_url=api_url, timeout=10, headers={"Authorization": f"Bearer {key}"}
+    ) as client:
+
+        async def one(subscription: int, action: str) -> None:
+            status = await act(client, subscription, action)
+            by_status = answers.setdefault(action, {})
+            by_status[status] = by_status.get(status, 0) + 1
+
+        pending: list[asyncio.Task[None]] = []
+        for at, subscription, action in actions:
+            await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
+            pending.append(asyncio.create_task(one(subscription, action)))
+        await asyncio.gather(*pending)
+
+
+def customer_figures(answers: dict[str, dict[str, int]], problems: list[str]) -> dict[str, int]:
+    """Per action: answered 200, and anything else; an action never answered is a problem."""
+    figures: dict[str, int] = {}
+    for action, by_status in sorted(answers.items()):
+        figures[f"API {action}: 200"] = by_status.get("200", 0)
+        figures[f"API {action}: other answers"] = sum(
+            n for status, n in by_status.items() if status != "200"
+        )
+    if any("error" in by_status for by_status in answers.values()):
+        problems.append(f"customer actions the API never answered: {answers}")
+    return figures
+
+
 async def counts(engine: AsyncEngine) -> dict[str, int]:
     async with engine.connect() as conn:
         row = (
@@ -329,6 +437,14 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
                     json={"until": until, "code": "insufficient_funds"},
                 )
         console.log(f"seeded {config.subscriptions} subscriptions ({len(hard)} hard decliners)")
+        planned = plan_customer_actions(await subscription_ids(engine), config, rng)
+        customer_answers: dict[str, dict[str, int]] = {}
+        acting = asyncio.create_task(
+            customers(
+                f"http://127.0.0.1:{api_port}", await api_key(engine), planned, customer_answers
+            )
+        )
+        console.log(f"{len(planned)} customer actions planned through the API")
 
         stop_kills = asyncio.Event()
 
@@ -374,6 +490,8 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
 
         await kills
         stop_kills.set()
+        await acting
+        console.log(f"customer actions answered: {customer_answers}")
         dead = system.dead()
         if dead:
             problems.append(f"processes died instead of recovering: {dead}")
@@ -420,7 +538,8 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "duplicate deliveries": evidence.duplicates,
             "violations": sum(len(c.violations) for c in report.checks),
         }
-        return Outcome(report, faults, figures, problems)
+        figures.update(customer_figures(customer_answers, problems))
+        return Outcome(report, faults, figures, problems, customer_answers)
     finally:
         for proc in system.procs.values():
             with contextlib.suppress(Exception):

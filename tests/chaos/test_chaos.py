@@ -24,5 +24,11 @@ async def test_short_chaos_run_keeps_every_invariant() -> None:
     assert outcome.faults["redis outage"] == outcome.faults["kafka outage"] == 1
     assert outcome.faults["postgres restart"] == 1
     assert outcome.figures["invoices"] >= 2 * config.subscriptions
+    # customers canceled and changed plans through the API process during the run
+    answered = {a: n.get("200", 0) for a, n in outcome.customer_answers.items()}
+    assert answered.get("cancel now", 0) > 0, outcome.customer_answers
+    assert answered.get("cancel at period end", 0) > 0, outcome.customer_answers
+    assert answered.get("upgrade", 0) > 0, outcome.customer_answers
+    assert answered.get("downgrade", 0) > 0, outcome.customer_answers
     assert outcome.report.ok, [(c.name, c.violations[:5]) for c in outcome.report.checks]
     assert outcome.problems == []

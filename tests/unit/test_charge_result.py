@@ -14,6 +14,7 @@ from billing_core.domain.charge_result import (
     ResultEffect,
     apply_result,
     classify,
+    classify_lookup,
     idempotency_key,
 )
 from billing_core.domain.dunning import DunningPolicy
@@ -22,7 +23,7 @@ from billing_core.domain.events import EventType
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.refund import RefundReason
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
-from billing_core.gateway import ChargeResult
+from billing_core.gateway import ChargeResult, LookupResult
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 S, D, U = ChargeOutcome.SUCCESS, ChargeOutcome.DECLINED, ChargeOutcome.UNKNOWN
@@ -544,3 +545,107 @@ def test_which_gateway_answers_are_refusals_for_good(
     result = ChargeResult(ChargeOutcome.UNKNOWN, http_status=status)
     assert (result.rejected, result.unauthorized) == (rejected, unauthorized)
     assert not ChargeResult(ChargeOutcome.DECLINED, "card_declined", http_status=402).rejected
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, {"status": "succeeded", "id": "ch_1"}, (S, None)),
+        (200, {"status": "declined", "declineCode": "expired_card"}, (D, "expired_card")),
+        (404, {"title": "No such charge"}, (None, None)),  # never seen: nothing charged
+        (404, None, (None, None)),
+        (409, {"title": "Idempotency key in use"}, (U, None)),  # still being processed
+        (200, {"status": "declined"}, (U, None)),
+        (200, {"status": "pending"}, (U, None)),
+        (200, None, (U, None)),
+        (402, {"status": "declined", "declineCode": "card_declined"}, (U, None)),
+        (429, None, (U, None)),
+        (500, {"status": "succeeded"}, (U, None)),
+        (503, None, (U, None)),
+        (401, None, (U, None)),
+        (None, None, (U, None)),
+    ],
+)
+def test_classify_lookup(
+    status: int | None,
+    body: dict[str, object] | None,
+    expected: tuple[ChargeOutcome | None, str | None],
+) -> None:
+    """Only a stored charge says what happened, and only a 404 says nothing was charged;
+    everything else leaves the key uncertain."""
+    assert classify_lookup(status, body) == expected
+
+
+def test_a_lookup_result_says_never_seen_only_when_the_gateway_has_no_such_key() -> None:
+    assert LookupResult(None, http_status=404).never_seen
+    assert not LookupResult(U, http_status=503).never_seen
+    assert LookupResult(U, http_status=401).unauthorized
+    assert LookupResult(U, http_status=429).rate_limited
+
+
+def lookup_report(outcome: ChargeOutcome, **changes: object) -> GatewayReport:
+    sent = replace(report(outcome, 1), from_lookup=True)
+    return replace(sent, **changes)  # type: ignore[arg-type]
+
+
+def test_a_lookup_success_pays_the_invoice_and_is_recorded_as_a_lookup() -> None:
+    sent = lookup_report(S, amount=990, currency="EUR", customer_id=7)
+    e = apply_result(
+        replace(open_invoice(1), customer_id=7),
+        sub_state(),
+        sent,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
+    assert (e.outcome, e.invoice.status) == (RecordOutcome.APPLIED, InvoiceStatus.PAID)
+    assert sent.source == "LOOKUP"
+    assert report(S).source == "COLLECTOR" and report(S, webhook=True).source == "WEBHOOK"
+
+
+def test_a_lookup_decline_runs_dunning_like_the_call_would_have() -> None:
+    e = apply_result(
+        open_invoice(1),
+        sub_state(),
+        lookup_report(D),
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
+    assert (e.outcome, e.invoice.attempt_count) == (RecordOutcome.APPLIED, 2)
+    assert e.invoice.next_attempt_at is not None and e.invoice.next_attempt_at > NOW
+
+
+def test_a_failed_lookup_is_one_more_uncertain_answer_within_the_same_bounds() -> None:
+    history = KeyHistory(2, NOW - timedelta(hours=1))
+    e = apply_result(
+        open_invoice(1),
+        sub_state(),
+        lookup_report(U),
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+        policy=BOUNDED,
+        key_history=history,
+    )
+    assert (e.outcome, e.invoice.next_attempt_at) == (RecordOutcome.RECONCILIATION, None)
+
+
+def test_a_lookup_that_finds_our_key_charged_on_other_terms_holds_the_invoice() -> None:
+    """No retry under that key can settle the invoice: held for a person, not re-looked-up
+    every lease."""
+    e = apply_result(
+        open_invoice(1),
+        sub_state(),
+        lookup_report(S, amount=1),
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
+    assert (e.outcome, e.invoice.status, e.invoice.next_attempt_at) == (
+        RecordOutcome.MISMATCH,
+        InvoiceStatus.OPEN,
+        None,
+    )
+    [needed] = e.events
+    assert str(needed.payload["reason"]).startswith("report_mismatch: amount 1")

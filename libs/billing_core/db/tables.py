@@ -50,7 +50,8 @@ INVOICE_KINDS = tuple(str(k) for k in InvoiceKind)
 INTERVALS = tuple(str(i) for i in Interval)
 ATTEMPT_OUTCOMES = tuple(str(o) for o in ChargeOutcome)
 # IMPORT: a payment made before (outside) this system, imported with the history.
-ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK", "IMPORT")
+# LOOKUP: what a look-up by key said about an earlier, uncertain charge call.
+ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK", "IMPORT", "LOOKUP")
 CREDIT_REASONS = ("DOWNGRADE", "INVOICE", "VOID_REFUND", "ADJUSTMENT")
 REFUND_STATUSES = tuple(str(s) for s in RefundStatus)
 

@@ -75,6 +75,26 @@ def classify(
     return ChargeOutcome.UNKNOWN, None
 
 
+def classify_lookup(
+    http_status: int | None, body: Mapping[str, object] | None
+) -> tuple[ChargeOutcome | None, str | None]:
+    """Map the answer of a look-up by idempotency key: the charge's outcome and decline code
+    when the gateway has the key (200 with the stored charge), ``None`` when it has never seen
+    it (404: nothing was charged under that key), UNKNOWN for anything else (no answer, 5xx,
+    429, a key still being processed, a malformed body): still uncertain."""
+    if http_status == 404:
+        return None, None
+    if http_status is None or not 200 <= http_status < 300 or not isinstance(body, Mapping):
+        return ChargeOutcome.UNKNOWN, None
+    status = body.get("status")
+    decline_code = _decline_code(body)
+    if status == "succeeded":
+        return ChargeOutcome.SUCCESS, None
+    if status == "declined" and decline_code:
+        return ChargeOutcome.DECLINED, decline_code
+    return ChargeOutcome.UNKNOWN, None
+
+
 def _decline_code(body: Mapping[str, object] | None) -> str | None:
     if not isinstance(body, Mapping):
         return None
@@ -114,6 +134,16 @@ class GatewayReport:
     # The gateway refused this call in a way no retry changes (a 4xx other than a decline):
     # recorded as UNKNOWN (nothing known to be charged) and held for a person.
     rejected_because: str | None = None
+    # The answer of a look-up by key (what the gateway did with an earlier, uncertain call),
+    # not of a charge call: recorded with source LOOKUP, decided like the collector's own.
+    from_lookup: bool = False
+
+    @property
+    def source(self) -> str:
+        """The ``payment_attempt.source`` of this report."""
+        if self.from_webhook:
+            return "WEBHOOK"
+        return "LOOKUP" if self.from_lookup else "COLLECTOR"
 
 
 @dataclass(frozen=True)
@@ -176,7 +206,8 @@ def apply_result(
     times:
 
     * A report that does not match the invoice (``report_mismatch``): never applied; a SUCCESS
-      of it needs reconciliation.
+      of it needs reconciliation. A look-up's (our own key, charged on other terms) holds the
+      OPEN invoice for reconciliation too: no retry under that key can settle it.
     * PAID: stays PAID; a SUCCESS under a key that had not succeeded before is a second charge:
       refunded (``RefundReason.DUPLICATE_CHARGE``).
     * FAILED/VOID: a SUCCESS is refunded (money was taken for a closed invoice).
@@ -241,6 +272,14 @@ def _not_applicable(
         if not success:
             return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription)
         reason = f"report_mismatch: {mismatch}"
+        if report.from_lookup and invoice.status == InvoiceStatus.OPEN:
+            # Our own key holds a charge on other terms: every retry under it would be refused
+            # (or replay that charge), so a person must look.
+            held = invoice_rules.hold_for_reconciliation(invoice)
+            needed = _reconciliation(held, subscription, report, reason)
+            return ResultEffect(
+                RecordOutcome.MISMATCH, held, subscription, [needed], reconciliation=reason
+            )
         needed = _reconciliation(invoice, subscription, report, reason)
         return ResultEffect(
             RecordOutcome.MISMATCH, invoice, subscription, [needed], reconciliation=reason

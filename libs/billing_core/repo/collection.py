@@ -4,10 +4,20 @@ The claim pushes ``next_attempt_at`` forward by the lease and commits BEFORE the
 no lock is held during the call. If the collector dies mid-call, the invoice comes due again when
 the lease ends, and the next try uses the same attempt count — the same idempotency key — so the
 gateway answers with the first result instead of charging again.
+
+**One clock for leases.** Whether an invoice is due, when its lease ends and when it was leased
+are read from the database's clock (``statement_timestamp()``, plus the system-wide
+``BILLING_CLOCK_OFFSET_SECONDS`` every process shares), never from the claiming process's own:
+a replica whose host clock runs ahead would otherwise see the leases of the others as ended and
+claim invoices whose calls are still in flight. The caller learns the lease's end as the
+database wrote it (for the pre-call check) and a local deadline on its monotonic clock that is
+never later than that end (for "is there still time to call").
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,34 +37,62 @@ class LeasedInvoice:
     amount: int
     currency: str
     attempt_count: int
-    lease_until: datetime
+    lease_until: datetime  # the lease's end as the database wrote it (``next_attempt_at``)
     key_prefix: str = ""
+    # ``time.monotonic()`` by which the lease has surely not ended yet (measured from before
+    # the claim statement reached the database, so it errs early, never late).
+    lease_deadline: float = math.inf
+    # The gateway answered this very key with an uncertain result before: ask it what happened
+    # (a look-up by key) before calling again.
+    uncertain_before: bool = False
 
     @property
     def idempotency_key(self) -> str:
         return idempotency_key(self.id, self.attempt_count, self.key_prefix)
 
 
+# ``:now`` NULL: the database's clock (moved by the shared offset); the tests pass instants.
 _CLAIM = text(
     """
-    WITH due AS (
+    WITH clock AS (
+        SELECT coalesce(
+            CAST(:now AS timestamptz),
+            statement_timestamp() + make_interval(secs => CAST(:offset_s AS double precision))
+        ) AS now
+    ),
+    due AS (
         SELECT id FROM invoice
-        WHERE status = 'OPEN' AND next_attempt_at <= :now AND void_requested_at IS NULL
+        WHERE status = 'OPEN' AND next_attempt_at <= (SELECT now FROM clock)
+          AND void_requested_at IS NULL
         ORDER BY next_attempt_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     )
     UPDATE invoice i
-    SET next_attempt_at = :lease_until, leased_at = :now, updated_at = :now
-    FROM due WHERE i.id = due.id
-    RETURNING i.id, i.subscription_id, i.customer_id, i.amount, i.currency, i.attempt_count
+    SET next_attempt_at = clock.now + make_interval(secs => CAST(:lease_s AS double precision)),
+        leased_at = clock.now, updated_at = clock.now
+    FROM due, clock WHERE i.id = due.id
+    RETURNING i.id, i.subscription_id, i.customer_id, i.amount, i.currency, i.attempt_count,
+              i.next_attempt_at AS lease_until,
+              EXISTS (
+                  SELECT 1 FROM payment_attempt a
+                  WHERE a.invoice_id = i.id AND a.outcome = 'UNKNOWN'
+                    AND a.attempt_number = i.attempt_count
+                    AND a.idempotency_key = CAST(:key_prefix AS text) || 'inv-' || i.id || '-try-'
+                                            || i.attempt_count
+              ) AS uncertain_before
     """
 )
 
 _BACKLOG = text(
     """
-    SELECT count(*) AS due, min(next_attempt_at) AS oldest
-    FROM invoice WHERE status = 'OPEN' AND next_attempt_at <= :now
+    WITH clock AS (
+        SELECT statement_timestamp()
+               + make_interval(secs => CAST(:offset_s AS double precision)) AS now
+    )
+    SELECT count(*) AS due, min(next_attempt_at) AS oldest, (SELECT now FROM clock) AS now
+    FROM invoice WHERE status = 'OPEN' AND next_attempt_at <= coalesce(
+        CAST(:now AS timestamptz), (SELECT now FROM clock))
     """
 )
 
@@ -62,15 +100,30 @@ _BACKLOG = text(
 async def claim_due_invoices(
     db: AsyncSession | AsyncConnection,
     *,
-    now: datetime,
     limit: int,
     lease: timedelta,
+    now: datetime | None = None,
+    clock_offset: timedelta = timedelta(0),
     key_prefix: str = "",
 ) -> list[LeasedInvoice]:
+    """Claim and lease up to ``limit`` due invoices, oldest due first.
+
+    ``now`` None (the collector): due, leased and lease end by the database's clock plus
+    ``clock_offset`` (the shared ``BILLING_CLOCK_OFFSET_SECONDS``); an instant: that one (tests).
+    """
     require_positive_limit(limit)
-    lease_until = now + lease
+    asked_at = time.monotonic()  # before the statement reaches the database: errs early
     rows = (
-        await db.execute(_CLAIM, {"now": now, "limit": limit, "lease_until": lease_until})
+        await db.execute(
+            _CLAIM,
+            {
+                "now": now,
+                "offset_s": clock_offset.total_seconds(),
+                "limit": limit,
+                "lease_s": lease.total_seconds(),
+                "key_prefix": key_prefix,
+            },
+        )
     ).mappings()
     leased = [
         LeasedInvoice(
@@ -80,8 +133,10 @@ async def claim_due_invoices(
             amount=r["amount"],
             currency=r["currency"],
             attempt_count=r["attempt_count"],
-            lease_until=lease_until,
+            lease_until=r["lease_until"],
             key_prefix=key_prefix,
+            lease_deadline=asked_at + lease.total_seconds(),
+            uncertain_before=bool(r["uncertain_before"]),
         )
         for r in rows
     ]
@@ -143,7 +198,27 @@ async def release_void_requested(
 
 
 async def due_backlog(
-    db: AsyncSession | AsyncConnection, *, now: datetime
+    db: AsyncSession | AsyncConnection,
+    *,
+    now: datetime | None = None,
+    clock_offset: timedelta = timedelta(0),
 ) -> tuple[int, datetime | None]:
-    row = (await db.execute(_BACKLOG, {"now": now})).mappings().one()
-    return int(row["due"]), row["oldest"]
+    """OPEN invoices due (``now`` None: by the database's clock, as the claim sees them) and the
+    oldest due time."""
+    due, oldest, _ = await due_backlog_at(db, now=now, clock_offset=clock_offset)
+    return due, oldest
+
+
+async def due_backlog_at(
+    db: AsyncSession | AsyncConnection,
+    *,
+    now: datetime | None = None,
+    clock_offset: timedelta = timedelta(0),
+) -> tuple[int, datetime | None, datetime]:
+    """:func:`due_backlog` and the database's "now" it was read at."""
+    row = (
+        (await db.execute(_BACKLOG, {"now": now, "offset_s": clock_offset.total_seconds()}))
+        .mappings()
+        .one()
+    )
+    return int(row["due"]), row["oldest"], now or row["now"]

@@ -132,7 +132,7 @@ async def lock_invoices_and_record_attempts(
                 "invoice_ids": [a.invoice_id for a in attempts],
                 "attempt_numbers": [r.attempt_number for r in reports],
                 "keys": [r.idempotency_key for r in reports],
-                "sources": ["WEBHOOK" if r.from_webhook else "COLLECTOR" for r in reports],
+                "sources": [r.source for r in reports],
                 "outcomes": [str(r.outcome) for r in reports],
                 "amounts": [r.amount for r in reports],
                 "currencies": [r.currency for r in reports],

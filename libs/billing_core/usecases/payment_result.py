@@ -45,7 +45,7 @@ __all__ = [
     "record_charge_results",
 ]
 
-Source = Literal["COLLECTOR", "WEBHOOK"]
+Source = Literal["COLLECTOR", "WEBHOOK", "LOOKUP"]
 
 
 async def record_charge_result(
@@ -75,6 +75,7 @@ async def record_charge_result(
         attempt_number=attempt_number,
         outcome=outcome,
         from_webhook=source == "WEBHOOK",
+        from_lookup=source == "LOOKUP",
         idempotency_key=idempotency_key,
         decline_code=decline_code,
         gateway_reference=gateway_reference,

@@ -76,7 +76,8 @@ class Collectors:
         self.database_url = database_url
         self.procs: list[Proc] = []
 
-    def start(self, **env: str) -> Proc:
+    def start(self, *, clock_skew_seconds: float = 0, **env: str) -> Proc:
+        """A collector process; ``clock_skew_seconds``: its host clock that far off."""
         port = free_port()
         settings = {
             "BILLING_DATABASE_URL": self.database_url,
@@ -87,9 +88,14 @@ class Collectors:
             "BILLING_COLLECTOR_RNG_SEED": "3",
             **env,
         }
+        module = "services.collector"
+        if clock_skew_seconds:
+            settings["TEST_CLOCK_SKEW_SECONDS"] = str(clock_skew_seconds)
+            settings["TEST_SKEWED_MODULE"] = module
+            module = "tests.support.skewed_clock"
         proc = start(
             f"collector-{len(self.procs)}",
-            "services.collector",
+            module,
             settings,
             self.log_dir,
             ready_url=f"http://127.0.0.1:{port}/readyz",

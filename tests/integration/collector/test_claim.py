@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
@@ -90,3 +91,77 @@ async def test_a_lease_hides_the_invoice_until_it_ends_then_the_same_key_comes_b
         assert await due_backlog(conn, now=later) == (1, later)
         (again,) = await claim_due_invoices(conn, now=later, limit=5, lease=LEASE)
     assert again.id == inv and again.idempotency_key == leased.idempotency_key == f"inv-{inv}-try-1"
+
+
+async def db_now(engine: AsyncEngine) -> datetime:
+    async with engine.connect() as conn:
+        now: datetime = (await conn.execute(text("SELECT statement_timestamp()"))).scalar_one()
+    return now
+
+
+async def test_without_an_instant_the_claim_uses_the_databases_clock(engine: AsyncEngine) -> None:
+    """Due, leased and lease end by the database's clock: what the claiming process believes
+    the time is plays no part (the collector passes no instant)."""
+    start = await db_now(engine)
+    due, ahead = await invoices(
+        engine, ("OPEN", start - NOW - timedelta(seconds=1), 0), ("OPEN", start - NOW + LEASE, 0)
+    )
+    async with engine.begin() as conn:
+        (leased,) = await claim_due_invoices(conn, limit=5, lease=LEASE)
+    end = await db_now(engine)
+    assert leased.id == due and ahead != due
+    assert start + LEASE <= leased.lease_until <= end + LEASE
+    async with engine.connect() as conn:
+        stored = (
+            await conn.execute(
+                text("SELECT next_attempt_at, leased_at FROM invoice WHERE id = :i"), {"i": due}
+            )
+        ).one()
+    assert (stored[0], stored[1]) == (leased.lease_until, leased.lease_until - LEASE)
+    async with engine.begin() as conn:  # the lease, on the database's clock, still runs
+        assert await claim_due_invoices(conn, limit=5, lease=LEASE) == []
+        assert (await due_backlog(conn))[0] == 0
+    async with engine.begin() as conn:  # the shared offset moves the database's clock
+        got = await claim_due_invoices(conn, limit=5, lease=LEASE, clock_offset=LEASE * 2)
+    assert sorted(i.id for i in got) == sorted([due, ahead])
+
+
+async def test_the_local_deadline_never_comes_after_the_lease_ends(engine: AsyncEngine) -> None:
+    """The collector decides "still time to call" on its monotonic clock: that deadline is
+    measured from before the claim reached the database, so it errs early."""
+    start = await db_now(engine)
+    await invoices(engine, ("OPEN", start - NOW - timedelta(seconds=1), 0))
+    before = time.monotonic()
+    async with engine.begin() as conn:
+        (leased,) = await claim_due_invoices(conn, limit=5, lease=LEASE)
+    after = time.monotonic()
+    assert before + LEASE.total_seconds() <= leased.lease_deadline <= after + LEASE.total_seconds()
+
+
+async def test_the_claim_says_when_the_key_was_answered_uncertainly_before(
+    engine: AsyncEngine,
+) -> None:
+    """Only an UNKNOWN for the very key to be used (this attempt, this prefix) asks for a
+    look-up: not one for an older attempt, not a decline."""
+    fresh, uncertain, older, other_prefix = await invoices(
+        engine, *[("OPEN", timedelta(seconds=-1), 1) for _ in range(4)]
+    )
+    rows = [
+        (uncertain, 1, f"prod-inv-{uncertain}-try-1", "UNKNOWN"),
+        (older, 0, f"prod-inv-{older}-try-0", "UNKNOWN"),
+        (older, 0, f"prod-inv-{older}-try-0", "DECLINED"),
+        (other_prefix, 1, f"inv-{other_prefix}-try-1", "UNKNOWN"),
+    ]
+    async with engine.begin() as conn:
+        for invoice_id, attempt, key, outcome in rows:
+            await conn.execute(
+                text(
+                    "INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key,"
+                    " source, outcome, amount, currency) VALUES (:i, :n, :k, 'COLLECTOR', :o,"
+                    " 500, 'EUR')"
+                ),
+                {"i": invoice_id, "n": attempt, "k": key, "o": outcome},
+            )
+        leased = await claim_due_invoices(conn, now=NOW, limit=5, lease=LEASE, key_prefix="prod-")
+    flags = {i.id: i.uncertain_before for i in leased}
+    assert flags == {fresh: False, uncertain: True, older: False, other_prefix: False}

@@ -530,3 +530,32 @@ async def test_the_key_prefix_names_every_gateway_key_of_the_deployment(
         assert charge["idempotencyKey"] == f"prod-inv-{invoice_id}-try-0", charge
     unprefixed = "SELECT count(*) FROM payment_attempt WHERE idempotency_key NOT LIKE 'prod-inv-%'"
     assert await count(engine, unprefixed) == 0
+
+
+async def test_a_replica_whose_clock_runs_ahead_does_not_reclaim_leases_in_flight(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """Leases are on the database's clock. A second replica whose host clock is an hour ahead
+    starts while the first one's calls are at the gateway: on its own clock every lease would
+    have ended and it would call again; it claims nothing."""
+    simulator.config(latency_min_ms=6000, latency_max_ms=6000)
+    await seed(engine, 10)
+    slow_calls = {
+        "BILLING_COLLECTOR_LEASE_SECONDS": "20",
+        "BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS": "1",
+        "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "8",
+    }
+    collectors.start(**slow_calls)
+    deadline = time.monotonic() + 10
+    while simulator.summary()["calls"] < 10 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    skewed = collectors.start(clock_skew_seconds=3600, **slow_calls)
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 10
+
+    await wait_for(all_paid, 30, "the first replica's calls to be recorded")
+    assert skewed.alive()
+    summary = simulator.summary()
+    assert (summary["calls"], summary["replays"]) == (10, 0), summary
+    assert await count(engine, "SELECT count(*) FROM payment_attempt") == 10

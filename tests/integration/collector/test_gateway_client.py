@@ -127,3 +127,47 @@ async def test_refund_answers_are_classified(simulator: Simulator) -> None:
     assert refused.outcome == RefundOutcome.FAILED
     assert refused.error is not None and refused.error.startswith("http 402: ")
     assert simulator.summary()["refunds_succeeded"] == 1
+
+
+async def test_lookup_tells_charged_declined_never_seen_and_still_unknown(
+    simulator: Simulator,
+) -> None:
+    """The look-up by key: the stored charge's outcome, reference and amount; never seen; or,
+    when the look-up itself fails, still unknown."""
+    simulator.decline_until(
+        67, (datetime.now(UTC) + timedelta(hours=1)).isoformat(), code="insufficient_funds"
+    )
+    gateway = HttpPaymentGateway(simulator.url, max_connections=4, read_timeout=1.0)
+    try:
+        made = await charge(gateway, "inv-30-try-0")
+        await charge(gateway, "inv-31-try-0", customer=67)
+        charged = await gateway.lookup("inv-30-try-0")
+        declined = await gateway.lookup("inv-31-try-0")
+        never = await gateway.lookup("inv-32-try-0")
+        simulator.config(lookup_error_rate=1.0)
+        failed = await gateway.lookup("inv-30-try-0")
+        simulator.config(lookup_error_rate=0.0, latency_min_ms=2000, latency_max_ms=2000)
+        slow = await gateway.lookup("inv-30-try-0")
+    finally:
+        await gateway.aclose()
+    assert (charged.outcome, charged.gateway_reference, charged.amount, charged.currency) == (
+        ChargeOutcome.SUCCESS,
+        made.gateway_reference,
+        990,
+        "EUR",
+    )
+    assert charged.customer_id == 1 and not charged.never_seen
+    assert (declined.outcome, declined.decline_code) == (
+        ChargeOutcome.DECLINED,
+        "insufficient_funds",
+    )
+    assert never.never_seen and never.http_status == 404 and never.error is None
+    assert (failed.outcome, failed.http_status, failed.error) == (
+        ChargeOutcome.UNKNOWN,
+        503,
+        "lookup http 503",
+    )
+    assert slow.outcome == ChargeOutcome.UNKNOWN and slow.http_status is None
+    assert slow.error is not None and slow.error.startswith("lookup timeout")
+    summary = simulator.summary()
+    assert (summary["charges_succeeded"], summary["declines"], summary["replays"]) == (1, 1, 0)
