@@ -59,7 +59,7 @@ class ChaosConfig:
     hard_decliner_share: float = 0.01
     # Share of the subscriptions whose customer acts through the API during the run (a cancel,
     # now or at period end, an upgrade or a downgrade; some do two of these).
-    customer_action_share: float = 0.05
+    customer_action_share: float = 0.08
     drain_timeout_s: float = 900.0
     seed: int = 2026
 
@@ -209,9 +209,11 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
 ACTIONS = ("cancel now", "cancel at period end", "upgrade", "downgrade")
 
 
-async def subscription_ids(engine: AsyncEngine) -> list[int]:
+async def subscription_due_times(engine: AsyncEngine) -> dict[int, float]:
+    """Each subscription's current period end (when it renews), as a unix time."""
     async with engine.connect() as conn:
-        return [int(i) for (i,) in await conn.execute(text("SELECT id FROM subscription"))]
+        rows = await conn.execute(text("SELECT id, current_period_end FROM subscription"))
+        return {int(i): end.timestamp() for i, end in rows}
 
 
 async def api_key(engine: AsyncEngine) -> str:
@@ -221,14 +223,19 @@ async def api_key(engine: AsyncEngine) -> str:
 
 
 def plan_customer_actions(
-    subscriptions: list[int], config: ChaosConfig, rng: random.Random
+    due_times: dict[int, float], start: float, config: ChaosConfig, rng: random.Random
 ) -> list[tuple[float, int, str]]:
-    """(seconds after the start, subscription, action), sorted: spread over twice the due
-    window, so they land before, during and after the renewals, and during the faults."""
-    chosen = rng.sample(subscriptions, int(len(subscriptions) * config.customer_action_share))
+    """(unix time, subscription, action), sorted. Half of them land right around the
+    subscription's renewal (its invoice is created and charged then: a cancel may meet the
+    call in flight, a plan change the renewal); the others anywhere over twice the due window
+    after ``start``, during the faults too."""
+    chosen = rng.sample(sorted(due_times), int(len(due_times) * config.customer_action_share))
     actions: list[tuple[float, int, str]] = []
     for subscription in chosen:
-        at = rng.uniform(0, 2 * config.due_window_s)
+        if rng.random() < 0.5:
+            at = due_times[subscription] + rng.uniform(-0.5, 2.0)
+        else:
+            at = start + rng.uniform(0, 2 * config.due_window_s)
         actions.append((at, subscription, rng.choice(ACTIONS)))
         if rng.random() < 0.3:  # a second one later: a plan change then a cancel, and so on
             actions.append((at + rng.uniform(0.5, 5), subscription, rng.choice(ACTIONS)))
@@ -276,7 +283,6 @@ async def customers(
     answers: dict[str, dict[str, int]],
 ) -> None:
     """Issue the planned actions at their times, concurrently (a slow answer delays no other)."""
-    started = time.monotonic()
     async with httpx.AsyncClient(
         base_url=api_url, timeout=10, headers={"Authorization": f"Bearer {key}"}
     ) as client:
@@ -288,7 +294,7 @@ async def customers(
 
         pending: list[asyncio.Task[None]] = []
         for at, subscription, action in actions:
-            await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
+            await asyncio.sleep(max(0.0, at - time.time()))
             pending.append(asyncio.create_task(one(subscription, action)))
         await asyncio.gather(*pending)
 
@@ -324,7 +330,9 @@ async def counts(engine: AsyncEngine) -> dict[str, int]:
                       (SELECT count(*) FROM outbox_event) AS events,
                       (SELECT count(*) FROM outbox_event WHERE published_at IS NULL)
                          AS unpublished,
-                      (SELECT count(*) FROM payment_attempt) AS attempts
+                      (SELECT count(*) FROM payment_attempt) AS attempts,
+                      (SELECT count(*) FROM payment_attempt WHERE source = 'LOOKUP')
+                         AS learned_by_lookup
                     """
                     )
                 )
@@ -437,7 +445,9 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
                     json={"until": until, "code": "insufficient_funds"},
                 )
         console.log(f"seeded {config.subscriptions} subscriptions ({len(hard)} hard decliners)")
-        planned = plan_customer_actions(await subscription_ids(engine), config, rng)
+        planned = plan_customer_actions(
+            await subscription_due_times(engine), time.time(), config, rng
+        )
         customer_answers: dict[str, dict[str, int]] = {}
         acting = asyncio.create_task(
             customers(
@@ -533,6 +543,8 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "gateway calls": int(summary.get("calls", 0)),
             "successful charges": int(summary.get("charges_succeeded", 0)),
             "payment attempts recorded": final["attempts"],
+            "gateway look-ups (after an uncertain answer)": int(summary.get("lookups", 0)),
+            "results learned by look-up": final["learned_by_lookup"],
             "events": final["events"],
             "kafka records": evidence.records,
             "duplicate deliveries": evidence.duplicates,
