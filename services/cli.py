@@ -197,6 +197,49 @@ def status() -> None:
 
 
 @app.command()
+def reconcile(
+    resolve: int = typer.Option(0, "--resolve", help="Mark the item with this id resolved."),
+    note: str = typer.Option("", "--note", help="How it was settled (required with --resolve)."),
+    by: str = typer.Option("", "--by", help="Who settled it (default: the login name)."),
+    include_resolved: bool = typer.Option(
+        False, "--all", help="List the resolved items too, with who resolved them and how."
+    ),
+) -> None:
+    """What needs a person (held invoices, mismatched reports, refused refunds); --resolve."""
+    import asyncio  # noqa: PLC0415
+    import getpass  # noqa: PLC0415
+
+    from billing_core.clock import clock_from_offset  # noqa: PLC0415
+    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.settings import CoreSettings  # noqa: PLC0415
+    from services.ops.reconcile import gather, render  # noqa: PLC0415
+    from services.ops.reconcile import resolve as mark_resolved  # noqa: PLC0415
+
+    if resolve and not note.strip():
+        raise typer.BadParameter("say how it was settled", param_hint="--note")
+    settings = CoreSettings(process_name="reconcile")
+    now = clock_from_offset(settings.clock_offset_seconds).now()
+
+    async def go() -> bool:
+        engine = create_engine(settings, pool_size=1)
+        try:
+            if resolve:
+                who = by.strip() or getpass.getuser()
+                return await mark_resolved(engine, resolve, who=who, how=note.strip(), now=now)
+            render(await gather(engine, include_resolved=include_resolved))
+            return True
+        finally:
+            await engine.dispose()
+
+    done = asyncio.run(go())
+    if resolve and not done:
+        typer.echo(f"no open item {resolve}", err=True)
+        raise typer.Exit(1)
+    if resolve:
+        typer.echo(f"item {resolve} resolved")
+
+
+@app.command()
 def demo(
     subscriptions: int = typer.Option(20_000, help="Subscriptions coming due."),
     due_within_s: int = typer.Option(60, help="They all come due within this many seconds."),

@@ -218,7 +218,9 @@ class WebhookAck(_Camel):
     result: str = Field(
         description="APPLIED, ALREADY_SETTLED, STALE_ATTEMPT, RECONCILIATION, MISMATCH (the "
         "event's attempt, amount, currency or customer is not the invoice's: recorded, never "
-        "applied), NOT_FOUND, DUPLICATE (event seen before) or IGNORED (type not handled)."
+        "applied), REFUND (money the invoice cannot keep — it is VOID or FAILED, or already PAID "
+        "under another key: a refund is requested), NOT_FOUND, DUPLICATE (event seen before) or "
+        "IGNORED (type not handled)."
     )
 
 

@@ -5,19 +5,24 @@ imported with the history (``billing seed``, a migration): it counts as one succ
 that the gateway ledger cannot show. So with a ledger (the gateway's evidence, independent of
 the database), counting each invoice's gateway charges plus its imported payment:
 
-* ``double_charge``: an invoice with more than one successful charge, over all its keys
-  (``inv-{id}-try-{n}``) and an imported payment, or one the gateway's own audit lists as such;
+* ``double_charge``: an invoice that keeps more than one successful charge, over all its keys
+  (``inv-{id}-try-{n}``) and an imported payment, or one the gateway's own audit lists as such
+  — a charge with a refund (``refund`` row, requested or made) is given back, so a PAID invoice
+  charged twice with one refund is not a double charge;
 * ``paid_without_charge``: a PAID invoice with an amount > 0 and no successful charge;
-* ``charged_not_paid``: a successful charge for an invoice the database does not hold as PAID,
-  unless a ``PaymentReconciliationNeeded`` event (outbox or topic) records it, or the invoice is
-  OPEN and still leased (``next_attempt_at > now``: the collector is recording that very call —
-  counted in the notes);
+* ``charged_not_paid``: money kept for an invoice the database does not hold as PAID (a VOID or
+  FAILED one: every charge must have a refund), unless a reconciliation item (open, or resolved
+  by a person) or a ``PaymentReconciliationNeeded`` event (outbox or topic) records it, or the
+  invoice is OPEN and still leased (``next_attempt_at > now``: the collector is recording that
+  very call — counted in the notes);
 * ``charge_unknown_invoice``: a successful charge for an invoice the database does not have.
 
 Without a ledger the payment attempts stand in for it (the database's own audit trail): a PAID
 invoice with an amount > 0 needs a SUCCESS attempt (an imported one counts). In both cases more
 than one idempotency key recording a SUCCESS for one invoice is a ``double_charge_recorded``
-(an imported payment has its own key, ``import-inv-{id}``).
+(an imported payment has its own key, ``import-inv-{id}``) — but a success that was rejected
+(a MISMATCH: another amount or currency, an attempt never made, or held for a person with a
+reconciliation item of its key) or whose charge is refunded is not one the invoice kept.
 
 ``since``: history before it is taken as given — an invoice PAID before it needs no charge.
 A ledger that began after an invoice was PAID (a simulator restarted since: its ledger starts
@@ -68,7 +73,11 @@ _AGAINST_LEDGER = text(
         LEFT JOIN imported m ON m.invoice_id = i.id
     )
     SELECT e.*, e.n + CAST(e.imported AS int) AS charges,
-           EXISTS (SELECT 1 FROM reconciled r WHERE r.invoice_id = e.id) AS reconciled
+           (SELECT count(*) FROM refund f
+            WHERE f.invoice_id = e.id AND f.status <> 'FAILED') AS refunds,
+           EXISTS (SELECT 1 FROM reconciled r WHERE r.invoice_id = e.id)
+           OR EXISTS (SELECT 1 FROM reconciliation_item r WHERE r.invoice_id = e.id)
+               AS reconciled
     FROM evidence e
     WHERE e.n + CAST(e.imported AS int) > 1
        OR (e.status = 'PAID' AND e.amount > 0 AND e.n = 0 AND NOT e.imported
@@ -90,34 +99,58 @@ _PAID_WITHOUT_ATTEMPT = text(
     """
 )
 
+# Invoices whose extra charges are all given back: the gateway's duplicate audit lists them too.
+_REFUNDED = text(
+    """
+    SELECT i.id FROM invoice i
+    WHERE i.id = ANY(CAST(:ids AS bigint[])) AND i.status = 'PAID'
+      AND EXISTS (SELECT 1 FROM refund f WHERE f.invoice_id = i.id AND f.status <> 'FAILED')
+    """
+)
+
 _IMPORTED = text(
     "SELECT count(DISTINCT invoice_id) FROM payment_attempt "
     "WHERE source = 'IMPORT' AND outcome = 'SUCCESS'"
 )
 
 # Successes that could have been applied: a report of an attempt never made, or of another
-# amount or currency, is recorded but never applied (MISMATCH) and has its reconciliation event.
+# amount or currency, is recorded but never applied (MISMATCH) and has its reconciliation event;
+# a success held for a person (a reconciliation item of its key, e.g. a report of another
+# customer, or of an attempt the invoice only reached later) or whose charge is refunded is not
+# one the invoice kept either.
 _TWO_KEYS = text(
     """
     SELECT a.invoice_id, array_agg(DISTINCT a.idempotency_key) AS keys
     FROM payment_attempt a JOIN invoice i ON i.id = a.invoice_id
     WHERE a.outcome = 'SUCCESS' AND a.attempt_number <= i.attempt_count
       AND a.amount = i.amount AND a.currency = i.currency
+      AND NOT EXISTS (SELECT 1 FROM refund f
+                      WHERE f.invoice_id = a.invoice_id AND f.charge_key = a.idempotency_key)
+      AND NOT EXISTS (SELECT 1 FROM reconciliation_item r
+                      WHERE r.invoice_id = a.invoice_id
+                        AND r.idempotency_key = a.idempotency_key)
     GROUP BY a.invoice_id HAVING count(DISTINCT a.idempotency_key) > 1
     ORDER BY a.invoice_id
     """
 )
 
 
-def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> tuple[int, int]:
+def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> tuple[int, int, int]:
     """Each invoice the gateway charged (or PAID here) against what the database says; return
-    how many are in flight (charged, result being recorded) and tolerated (reconciled)."""
-    in_flight = tolerated = 0
+    how many are in flight (charged, result being recorded), tolerated (reconciled) and
+    refunded (a charge it could not keep is being or was given back)."""
+    in_flight = tolerated = refunded = 0
     for r in rows:
-        if r.charges > 1:
+        kept = r.charges - r.refunds  # a refund (requested or made) gives one charge back
+        if r.refunds and r.status is not None and kept <= (1 if r.status == "PAID" else 0):
+            refunded += 1  # a refunded duplicate, or money refunded for a closed invoice
+            continue
+        if kept > 1:
             how = f"{r.n} successful charges at the gateway"
             if r.imported:
                 how = f"imported as paid, and {r.n} successful charge(s) at the gateway"
+            if r.refunds:
+                how += f", {r.refunds} refunded"
             check.add("double_charge", "invoice", r.id, how)
         elif r.status is None:
             check.add("charge_unknown_invoice", "invoice", r.id, "charged, unknown to the DB")
@@ -133,8 +166,13 @@ def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> t
             in_flight += 1
         else:
             paid = "paid by an imported payment" if r.imported else "charged"
-            check.add("charged_not_paid", "invoice", r.id, f"{r.status} but {paid}")
-    return in_flight, tolerated
+            check.add(
+                "charged_not_paid",
+                "invoice",
+                r.id,
+                f"{r.status} but {paid}, with no refund and no reconciliation item",
+            )
+    return in_flight, tolerated, refunded
 
 
 _PAID_IN = text(
@@ -203,12 +241,15 @@ async def check_charges(
         "reconciled": sorted(reconciled),
         "since": ledger_since,
     }
-    in_flight, tolerated = _judge_against_ledger(
+    in_flight, tolerated, refunded = _judge_against_ledger(
         check, await conn.execute(_AGAINST_LEDGER, params), now
     )
     reported = set(check.ids("double_charge"))
+    given_back = {
+        int(r[0]) for r in await conn.execute(_REFUNDED, {"ids": ledger.duplicate_success_invoices})
+    }
     for invoice_id in ledger.duplicate_success_invoices:
-        if invoice_id not in reported:
+        if invoice_id not in reported and invoice_id not in given_back:
             check.add("double_charge", "invoice", invoice_id, "in the gateway's duplicate audit")
     check.checked += len(invoice_ids)
     check.notes.append(f"{len(invoice_ids)} invoices charged at the gateway")
@@ -217,6 +258,8 @@ async def check_charges(
         check.notes.append(f"{imported} invoices paid by an imported payment (history)")
     if tolerated:
         check.notes.append(f"{tolerated} charged but not PAID, awaiting reconciliation")
+    if refunded:
+        check.notes.append(f"{refunded} charged more than they keep, refunded (or being refunded)")
     if in_flight:
         check.notes.append(f"{in_flight} charged, OPEN and leased (result being recorded)")
     return check

@@ -199,10 +199,10 @@ async def test_stale_attempt_is_recorded_without_effect(
     )
 
 
-async def test_success_after_failed_or_void_is_kept_for_reconciliation(
+async def test_success_after_failed_or_void_is_refunded(
     anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
-    sub_id, invoice_id = await open_invoice(client, engine)
+    _, invoice_id = await open_invoice(client, engine)
     async with engine.begin() as conn:  # dunning gave up on it
         from sqlalchemy import text  # noqa: PLC0415
 
@@ -212,24 +212,30 @@ async def test_success_after_failed_or_void_is_kept_for_reconciliation(
         )
     late = await deliver(anonymous, clock, event(invoice_id))
     assert late.status_code == 200
-    assert late.json()["result"] == "RECONCILIATION"
+    assert late.json()["result"] == "REFUND"
     assert await invoice_state(engine, invoice_id) == ("FAILED", 0)
     assert await attempts(engine, invoice_id) == [("WEBHOOK", "SUCCESS", 0)]
-    reconciliation = await scalar(
+    requested = await scalar(
         engine,
-        "SELECT count(*) FROM outbox_event WHERE aggregate_id = :s "
-        "AND event_type = 'PaymentReconciliationNeeded'",
-        s=sub_id,
+        "SELECT count(*) FROM refund WHERE invoice_id = :i AND status = 'REQUESTED' "
+        "AND reason = 'charged_closed_invoice'",
+        i=invoice_id,
     )
-    assert reconciliation == 1
+    assert requested == 1
+    # The same event delivered again, under a new event id: still one refund for that charge.
+    replayed = await deliver(anonymous, clock, event(invoice_id))
+    assert replayed.json()["result"] == "REFUND"
+    refunds = "SELECT count(*) FROM refund WHERE invoice_id = :i"
+    assert await scalar(engine, refunds, i=invoice_id) == 1
 
     other_sub, other_invoice = await open_invoice(client, engine)
     canceled = await client.post(f"/subscriptions/{other_sub}/cancel", json={"atPeriodEnd": False})
     assert canceled.status_code == 200
     after_void = await deliver(anonymous, clock, event(other_invoice))
-    assert after_void.json()["result"] == "RECONCILIATION"
+    assert after_void.json()["result"] == "REFUND"
     assert await invoice_state(engine, other_invoice) == ("VOID", 0)
     assert await attempts(engine, other_invoice) == [("WEBHOOK", "SUCCESS", 0)]
+    assert await scalar(engine, refunds, i=other_invoice) == 1
 
 
 async def test_signed_but_invalid_bodies(

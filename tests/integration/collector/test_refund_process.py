@@ -42,8 +42,7 @@ async def events_of(engine: AsyncEngine, invoice_id: int) -> list[str]:
     async with engine.connect() as conn:
         rows = await conn.execute(
             text(
-                "SELECT event_type FROM outbox_event WHERE payload ->> 'invoiceId' = :i "
-                "ORDER BY id"
+                "SELECT event_type FROM outbox_event WHERE payload ->> 'invoiceId' = :i ORDER BY id"
             ),
             {"i": str(invoice_id)},
         )

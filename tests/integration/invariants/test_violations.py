@@ -332,3 +332,103 @@ async def test_history_before_since_needs_no_charge_and_no_event(scene: Scene) -
     # The outbox says it was published: losing it is still a violation, and a hole.
     assert given.check("events").kinds() == {"lost_event": 1}
     assert given.check("sequence").kinds() == {"sequence_hole": 1}
+
+
+# -- refunds and reconciliation items ------------------------------------------------------------
+
+
+async def add_refund(scene: Scene, name: str, period: int, key: str, status: str) -> None:
+    """A SUCCESS attempt under ``key`` for the invoice's amount, and the refund of its charge,
+    as the recorder writes them."""
+    inv = scene.world.invoices[(name, period)]
+    await sql(
+        scene,
+        "WITH a AS (INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, "
+        "source, outcome, amount, currency) SELECT id, 0, :k, 'WEBHOOK', 'SUCCESS', amount, "
+        "currency FROM invoice WHERE id = :i RETURNING id, amount, currency) "
+        "INSERT INTO refund (invoice_id, subscription_id, payment_attempt_id, charge_key, "
+        "idempotency_key, amount, currency, reason, status, requested_at) "
+        "SELECT :i, :s, a.id, :k, 'ref-' || a.id, a.amount, a.currency, 'duplicate_charge', "
+        ":status, now() FROM a",
+        i=inv,
+        s=scene.world.subs[name],
+        k=key,
+        status=status,
+    )
+
+
+async def add_item(scene: Scene, name: str, period: int, key: str, resolved: bool) -> None:
+    await sql(
+        scene,
+        "INSERT INTO reconciliation_item (invoice_id, subscription_id, kind, reason, "
+        "idempotency_key, created_at, resolved_at, resolved_by, resolution) "
+        "VALUES (:i, :s, 'report_mismatch', 'report_mismatch: customer 5 is not 1', :k, now(), "
+        ":at, :by, :how)",
+        i=scene.world.invoices[(name, period)],
+        s=scene.world.subs[name],
+        k=key,
+        at=scene.world.now if resolved else None,
+        by="ops" if resolved else None,
+        how="refunded by hand" if resolved else None,
+    )
+
+
+async def test_a_refunded_duplicate_is_not_a_double_charge(scene: Scene) -> None:
+    inv = scene.world.invoices[("b", 1)]
+    ledger = LedgerEvidence({**scene.world.charged, inv: 2}, [inv])
+    await add_refund(scene, "b", 1, f"other-inv-{inv}-try-0", "FAILED")
+    charges = (await scene.check(ledger=ledger)).check("charges")
+    assert charges.ids("double_charge") == [inv]  # a refund the gateway refused gives nothing back
+    await sql(scene, "UPDATE refund SET status = 'REQUESTED' WHERE invoice_id = :i", i=inv)
+    charges = (await scene.check(ledger=ledger)).check("charges")
+    assert charges.ok, charges.violations
+    assert "1 charged more than they keep, refunded (or being refunded)" in charges.notes
+    # A third charge is still one too many.
+    ledger = LedgerEvidence({**scene.world.charged, inv: 3}, [inv])
+    assert (await scene.check(ledger=ledger)).check("charges").ids("double_charge") == [inv]
+
+
+async def test_money_on_a_closed_invoice_needs_a_refund_or_a_reconciliation_item(
+    scene: Scene,
+) -> None:
+    failed = scene.world.invoices[("d", 0)]
+    ledger = LedgerEvidence({**scene.world.charged, failed: 1})
+    charges = (await scene.check(ledger=ledger)).check("charges")
+    assert charges.ids("charged_not_paid") == [failed]
+    assert "no refund and no reconciliation item" in str(charges.violations[0])
+
+    await add_refund(scene, "d", 0, f"inv-{failed}-try-0", "SUCCEEDED")
+    assert (await scene.check(ledger=ledger)).check("charges").ok
+    await sql(scene, "UPDATE refund SET status = 'FAILED' WHERE invoice_id = :i", i=failed)
+    assert (await scene.check(ledger=ledger)).check("charges").ids("charged_not_paid") == [failed]
+    # The refund failed: its reconciliation item (open, or resolved by a person) accounts for it.
+    await add_item(scene, "d", 0, f"inv-{failed}-try-0", resolved=False)
+    assert (await scene.check(ledger=ledger)).check("charges").ok
+    await sql(scene, "UPDATE reconciliation_item SET resolved_at = now(), resolved_by = 'ops'")
+    assert (await scene.check(ledger=ledger)).check("charges").ok
+
+
+async def test_a_mismatched_success_held_for_reconciliation_or_refunded_is_not_recorded_twice(
+    scene: Scene,
+) -> None:
+    """A success under a key the invoice had not used when it was reported (its attempt only
+    came later), or of another customer: rejected and held for a person, or refunded — not a
+    second success the invoice kept."""
+    inv = scene.world.invoices[("a", 2)]
+    await sql(scene, "UPDATE invoice SET attempt_count = 1 WHERE id = :i", i=inv)
+    await sql(
+        scene,
+        "INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, "
+        "outcome, amount, currency) VALUES (:i, 1, :k, 'WEBHOOK', 'SUCCESS', 990, 'EUR')",
+        i=inv,
+        k=f"inv-{inv}-try-1",
+    )
+    assert (await scene.check()).check("charges").ids("double_charge_recorded") == [inv]
+    await add_item(scene, "a", 2, f"inv-{inv}-try-1", resolved=False)
+    assert (await scene.check()).check("charges").ids("double_charge_recorded") == []
+
+    other = scene.world.invoices[("b", 1)]
+    await add_refund(scene, "b", 1, f"inv-{other}-try-7", "REQUESTED")
+    assert (await scene.check()).check("charges").ids("double_charge_recorded") == []
+    await sql(scene, "DELETE FROM refund WHERE invoice_id = :i", i=other)
+    assert (await scene.check()).check("charges").ids("double_charge_recorded") == [other]
