@@ -160,6 +160,11 @@ class InvoiceOut(_Camel):
     next_attempt_at: datetime | None
     paid_at: datetime | None
     created_at: datetime
+    void_requested_at: datetime | None = Field(
+        default=None,
+        description="Canceled while a gateway call for it was in flight: it stays OPEN until "
+        "that call's result decides (VOID, or VOID with the money refunded).",
+    )
 
     @classmethod
     def of(cls, inv: Invoice) -> InvoiceOut:
@@ -179,6 +184,7 @@ class InvoiceOut(_Camel):
             next_attempt_at=inv.next_attempt_at,
             paid_at=inv.paid_at,
             created_at=inv.created_at,
+            void_requested_at=inv.void_requested_at,
         )
 
 

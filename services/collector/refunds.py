@@ -69,8 +69,13 @@ class RefundSender:
             )
         if not due:
             return 0
-        sent = await asyncio.gather(*(self._send(refund) for refund in due))
-        return sum(sent)
+        results = await asyncio.gather(
+            *(self._send(refund) for refund in due), return_exceptions=True
+        )
+        for refund, result in zip(due, results, strict=True):
+            if isinstance(result, BaseException):  # its lease ends; it is sent again, same key
+                log.warning("refund_send_failed", refund_id=refund.id, error=repr(result))
+        return sum(1 for result in results if result is True)
 
     async def end_lapsed_void_requests(self) -> int:
         """VOID the invoices canceled during a call whose lease ended without a result."""

@@ -21,6 +21,7 @@ SUBJECTS: dict[str, str] = {
     "InvoicePaid": "Payment received, thank you",
     "PaymentFailed": "Your payment did not go through",
     "InvoiceVoided": "An invoice was voided",
+    "PaymentRefunded": "Your refund and credit note",
 }
 
 
@@ -43,6 +44,11 @@ def email_for(event: CloudEvent) -> Email | None:
         if customer is not None
         else (f"subscription-{event.subscription_id}@example.invalid")
     )
+    if event.event_type == "PaymentRefunded":  # the credit note's number is the refund's id
+        subject = (
+            f"{subject} CN-{payload.get('refundId')}: {payload.get('amount')} "
+            f"{payload.get('currency')} for invoice {payload.get('invoiceId')}"
+        )
     return Email(to=to, subject=subject, event_id=str(event.id))
 
 

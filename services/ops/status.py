@@ -22,6 +22,7 @@ class Status:
     outbox: dict[str, object]
     slots_booked: int | None  # None: Redis unreachable
     rate_limit: int
+    money_back: dict[str, int] | None = None
 
 
 async def gather(
@@ -36,6 +37,7 @@ async def gather(
         subs = await backlogs.subscriptions_by_status(conn, now)
         invs = await backlogs.invoices_by_status(conn, now)
         outbox = await backlogs.outbox_backlog(conn)
+        money_back = await backlogs.money_back(conn, now)
     booked: int | None
     client = aioredis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
     limiter = GlobalRateLimiter(client, key=limiter_key, limit=rate_limit, guard_ms=guard_ms)
@@ -46,7 +48,7 @@ async def gather(
     finally:
         await limiter.close()
         await client.aclose()
-    return Status(subs, invs, outbox, booked, rate_limit)
+    return Status(subs, invs, outbox, booked, rate_limit, money_back)
 
 
 def render(status: Status, now: datetime, console: Console | None = None) -> None:
@@ -91,3 +93,23 @@ def render(status: Status, now: datetime, console: Console | None = None) -> Non
     )
     gate.add_row(used, str(status.rate_limit))
     console.print(gate)
+
+    if status.money_back is not None:
+        m = status.money_back
+        back = Table(title="Refunds and reconciliation (billing reconcile lists the open items)")
+        for column in (
+            "refunds requested (due now)",
+            "refunded",
+            "refunds failed",
+            "voids waiting for their call",
+            "open reconciliation items",
+        ):
+            back.add_column(column)
+        back.add_row(
+            f"{m['refunds_requested']} ({m['refunds_due']})",
+            str(m["refunds_succeeded"]),
+            str(m["refunds_failed"]),
+            str(m["voids_requested"]),
+            str(m["open_items"]),
+        )
+        console.print(back)

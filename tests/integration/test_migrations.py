@@ -133,3 +133,67 @@ async def test_status_columns_reject_unknown_values(database_url: str) -> None:
             )
     finally:
         await conn.close()
+
+
+def test_announced_reconciliation_requests_become_open_items(scratch_url: str) -> None:
+    """0004 turns the PaymentReconciliationNeeded events still in the outbox into open
+    reconciliation items, so ``billing reconcile`` lists what was announced before it."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0003")
+
+    async def before() -> int:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            sub = await conn.fetchval(
+                "INSERT INTO subscription (customer_id, plan_id, status, billing_anchor, "
+                "current_period_start, current_period_end) SELECT 7, id, 'CANCELED', now(), "
+                "now(), now() + interval '30 days' FROM plan ORDER BY id LIMIT 1 RETURNING id"
+            )
+            invoice = await conn.fetchval(
+                "INSERT INTO invoice (subscription_id, customer_id, kind, period_index, "
+                "period_start, period_end, subtotal, amount, currency, status) VALUES ($1, 7, "
+                "'RENEWAL', 0, now(), now() + interval '30 days', 990, 990, 'EUR', 'VOID') "
+                "RETURNING id",
+                sub,
+            )
+            payload = (
+                f'{{"invoiceId": {invoice}, "reason": "charged_settled_invoice", '
+                f'"idempotencyKey": "inv-{invoice}-try-0", "gatewayReference": "ch_1"}}'
+            )
+            await conn.execute(
+                "INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, "
+                "occurred_at) VALUES (gen_random_uuid(), $1, 1, 'PaymentReconciliationNeeded', "
+                "CAST($2 AS jsonb), now())",
+                sub,
+                payload,
+            )
+            return int(invoice)
+        finally:
+            await conn.close()
+
+    invoice = asyncio.run(before())
+    migrate.upgrade(scratch_url)
+
+    async def items() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            found = list(await conn.fetch("SELECT * FROM reconciliation_item"))
+            await conn.execute(  # leave the scratch database empty again
+                "TRUNCATE reconciliation_item, outbox_event, invoice, subscription CASCADE"
+            )
+            return found
+        finally:
+            await conn.close()
+
+    (item,) = asyncio.run(items())
+    assert (item["invoice_id"], item["kind"], item["reason"]) == (
+        invoice,
+        "charged_settled_invoice",
+        "charged_settled_invoice",
+    )
+    assert (item["idempotency_key"], item["gateway_reference"], item["resolved_at"]) == (
+        f"inv-{invoice}-try-0",
+        "ch_1",
+        None,
+    )
+    migrate.downgrade(scratch_url, "base")

@@ -222,9 +222,11 @@ def payment_reconciliation_needed(
     gateway_reference: str | None,
     reason: str = "charged_settled_invoice",
 ) -> DomainEvent:
-    """Money was (or may have been) taken and cannot simply be applied: a person or a refund
-    must settle it. ``reason``: ``charged_settled_invoice`` (a success for a FAILED/VOID
-    invoice) or ``report_mismatch: ...`` (the gateway's report does not match the invoice)."""
+    """Money was (or may have been) taken and cannot simply be applied: a person must settle it
+    (``billing reconcile``). ``reason``: ``report_mismatch: ...`` (the gateway's report does not
+    match the invoice), ``unknown_unresolved: ...`` or ``gateway_rejected: ...`` (the invoice is
+    held); ``charged_settled_invoice`` in events from before money on a closed invoice was
+    refunded automatically."""
     return DomainEvent(
         EventType.PAYMENT_RECONCILIATION_NEEDED,
         subscription_id,

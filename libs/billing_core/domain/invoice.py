@@ -2,8 +2,10 @@
 
 PAID, FAILED and VOID are final ("settled"). Paying a PAID invoice and voiding a VOID one are
 no-ops, so replayed webhooks and retried requests are harmless; any other move out of a settled
-state raises. A successful charge that arrives for a FAILED or VOID invoice is not applied: it
-needs reconciliation (``on_success`` tells which case applies).
+state raises. A successful charge that arrives for a FAILED or VOID invoice is not applied: its
+money is refunded (``on_success`` tells which case applies; ``charge_result.apply_result`` is the
+whole rule). A cancel while the invoice's gateway call may be in flight only requests its void
+(:func:`cancel`): that call's result decides.
 
 Voiding gives back credit: a VOID invoice was never paid, so whatever credit it had consumed
 returns to the subscription's balance, whoever voided it (a customer's cancel or the end of
@@ -77,7 +79,7 @@ class SuccessHandling(StrEnum):
 
     PAY = "PAY"  # OPEN -> PAID
     ALREADY_PAID = "ALREADY_PAID"  # a replay: nothing to do
-    RECONCILE = "RECONCILE"  # money taken for a FAILED/VOID invoice: PaymentReconciliationNeeded
+    RECONCILE = "RECONCILE"  # money taken for a FAILED/VOID invoice: refunded
 
 
 def is_settled(status: InvoiceStatus | str) -> bool:

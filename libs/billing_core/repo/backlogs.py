@@ -37,6 +37,19 @@ _OUTBOX = text(
     """
 )
 
+_MONEY_BACK = text(
+    """
+    SELECT
+      (SELECT count(*) FROM refund WHERE status = 'REQUESTED') AS refunds_requested,
+      (SELECT count(*) FROM refund WHERE status = 'REQUESTED' AND next_attempt_at <= :now)
+         AS refunds_due,
+      (SELECT count(*) FROM refund WHERE status = 'SUCCEEDED') AS refunds_succeeded,
+      (SELECT count(*) FROM refund WHERE status = 'FAILED') AS refunds_failed,
+      (SELECT count(*) FROM invoice WHERE status = 'OPEN' AND void_requested_at IS NOT NULL)
+         AS voids_requested,
+      (SELECT count(*) FROM reconciliation_item WHERE resolved_at IS NULL) AS open_items
+    """
+)
 
 _PROGRESS = text(
     """
@@ -76,6 +89,13 @@ async def invoices_by_status(conn: AsyncConnection, now: datetime) -> list[dict[
 async def outbox_backlog(conn: AsyncConnection) -> dict[str, Any]:
     """Unpublished, parked and total outbox rows, and the oldest unpublished one's time."""
     return dict((await conn.execute(_OUTBOX)).mappings().one())
+
+
+async def money_back(conn: AsyncConnection, now: datetime) -> dict[str, int]:
+    """Refunds by status (and how many are due), requested voids still waiting for their call,
+    and the reconciliation items no one has resolved yet."""
+    row = (await conn.execute(_MONEY_BACK, {"now": now})).mappings().one()
+    return {k: int(v) for k, v in row.items()}
 
 
 async def demo_progress(

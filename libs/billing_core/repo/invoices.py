@@ -34,6 +34,7 @@ class Invoice:
     paid_at: datetime | None
     closed_at: datetime | None
     created_at: datetime
+    void_requested_at: datetime | None = None
 
 
 _i = t.invoice
@@ -55,6 +56,7 @@ _COLUMNS = (
     _i.c.paid_at,
     _i.c.closed_at,
     _i.c.created_at,
+    _i.c.void_requested_at,
 )
 
 

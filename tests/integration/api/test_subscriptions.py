@@ -189,6 +189,36 @@ async def test_cancel_immediately_voids_open_invoices(
     assert len(await events_of(engine, sub["id"])) == 4
 
 
+async def test_cancel_during_a_gateway_call_only_requests_the_void(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The collector leased the invoice (its call may be at the gateway): the cancel is
+    answered CANCELED, and the invoice shows its void requested until the call decides."""
+    sub = await subscribe(client)
+    async with engine.begin() as conn:
+        from sqlalchemy import text  # noqa: PLC0415
+
+        await conn.execute(
+            text(
+                "UPDATE invoice SET leased_at = :now, next_attempt_at = :lease "
+                "WHERE subscription_id = :s"
+            ),
+            {"now": clock.now(), "lease": clock.now() + timedelta(minutes=2), "s": sub["id"]},
+        )
+    response = await client.post(
+        f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "CANCELED"
+    (invoice,) = (await client.get(f"/subscriptions/{sub['id']}/invoices")).json()["items"]
+    assert (invoice["status"], invoice["voidRequestedAt"]) == ("OPEN", "2026-03-10T09:30:00Z")
+    assert await events_of(engine, sub["id"]) == [
+        "SubscriptionCreated",
+        "InvoiceCreated",
+        "SubscriptionCanceled",
+    ]
+
+
 async def test_cancel_at_period_end_sets_the_flag_only(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:

@@ -21,6 +21,7 @@ from billing_core.usecases.cancel import cancel
 from billing_core.usecases.payment_result import RecordOutcome, record_charge_result
 from tests.integration.collector.conftest import Collectors, Simulator
 from tests.integration.collector.test_collector_process import count, seed, wait_for
+from tests.support.factories import create_invoice, create_subscription
 
 pytestmark = pytest.mark.slow
 
@@ -208,14 +209,21 @@ async def test_a_success_reported_after_an_uncertain_answer_voided_the_invoice_i
     await wait_for(recorded, 10, "the refund recorded")
 
 
-async def test_a_refund_cut_off_by_kill9_is_made_exactly_once_after_a_restart(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
-) -> None:
-    """A success lands on a VOID invoice: the refund is requested. The collector sends it, the
-    gateway makes it and takes 2 s to answer; the collector is killed meanwhile (answer lost,
-    refund still REQUESTED). A new collector sends it again when the lease ends, with the same
-    key: the gateway replays the refund it made — one refund in all."""
-    (invoice_id,) = await seed(engine, 1)
+async def a_refund_requested(engine: AsyncEngine, simulator: Simulator) -> int:
+    """An invoice charged at the gateway and VOID here: recording the success requests its
+    refund. Returns the invoice id."""
+    now = datetime.now(UTC)
+    async with engine.begin() as conn:  # VOID from the start: no collector ever claims it
+        sub = await create_subscription(conn, customer_id=42, start=now)
+        invoice_id = await create_invoice(
+            conn,
+            subscription_id=sub,
+            customer_id=42,
+            amount=990,
+            next_attempt_at=now,
+            period_start=now,
+            status="VOID",
+        )
     gateway = HttpPaymentGateway(simulator.url, max_connections=1)
     try:
         key = idempotency_key(invoice_id, 0)
@@ -224,13 +232,6 @@ async def test_a_refund_cut_off_by_kill9_is_made_exactly_once_after_a_restart(
         await gateway.aclose()
     assert charged.gateway_reference is not None
     async with AsyncSession(engine) as session, session.begin():
-        await session.execute(
-            text(
-                "UPDATE invoice SET status = 'VOID', next_attempt_at = NULL, closed_at = now() "
-                "WHERE id = :i"
-            ),
-            {"i": invoice_id},
-        )
         assert (
             await record_charge_result(
                 session,
@@ -246,6 +247,59 @@ async def test_a_refund_cut_off_by_kill9_is_made_exactly_once_after_a_restart(
             )
             == RecordOutcome.REFUND
         )
+    return invoice_id
+
+
+async def test_a_refund_answered_5xx_is_asked_again_with_its_key_one_refused_goes_to_a_person(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    uncertain = await a_refund_requested(engine, simulator)
+    simulator.config(error_rate=1.0)
+    collectors.start(BILLING_UNKNOWN_RETRY_SECONDS="1")
+
+    async def asked_twice() -> bool:
+        n = "SELECT uncertain_answers FROM refund WHERE invoice_id = :i"
+        return int((await one(engine, n, i=uncertain))["uncertain_answers"]) >= 2
+
+    await wait_for(asked_twice, 15, "the 5xx answers to be recorded")
+    assert refunds_at_gateway(simulator, uncertain) == []
+    simulator.config(error_rate=0.0)
+
+    async def succeeded() -> bool:
+        status = await one(engine, "SELECT status FROM refund WHERE invoice_id = :i", i=uncertain)
+        return bool(status["status"] == "SUCCEEDED")
+
+    await wait_for(succeeded, 15, "the refund to be made")
+    assert len(refunds_at_gateway(simulator, uncertain)) == 1
+
+    simulator.config(refund_failure_rate=1.0)
+    refused = await a_refund_requested(engine, simulator)
+
+    async def failed() -> bool:
+        status = await one(engine, "SELECT status FROM refund WHERE invoice_id = :i", i=refused)
+        return bool(status["status"] == "FAILED")
+
+    await wait_for(failed, 15, "the refusal to be recorded")
+    refund = await one(engine, "SELECT * FROM refund WHERE invoice_id = :i", i=refused)
+    assert refund["error"].startswith("http 402: ")
+    item = await one(engine, "SELECT * FROM reconciliation_item WHERE invoice_id = :i", i=refused)
+    assert (item["kind"], item["refund_id"], item["resolved_at"]) == (
+        "refund_failed",
+        refund["id"],
+        None,
+    )
+    assert await events_of(engine, refused) == []  # nothing announced: no money went back
+    assert [r["status"] for r in refunds_at_gateway(simulator, refused)] == ["failed"]
+
+
+async def test_a_refund_cut_off_by_kill9_is_made_exactly_once_after_a_restart(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """A success lands on a VOID invoice: the refund is requested. The collector sends it, the
+    gateway makes it and takes 2 s to answer; the collector is killed meanwhile (answer lost,
+    refund still REQUESTED). A new collector sends it again when the lease ends, with the same
+    key: the gateway replays the refund it made — one refund in all."""
+    invoice_id = await a_refund_requested(engine, simulator)
     simulator.config(latency_min_ms=2000, latency_max_ms=2000)
     settings = {
         "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "3",

@@ -151,3 +151,44 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
     assert f"│ {rejected} " in after
     everything = (await billing("--all")).stdout
     assert f"│ {mismatched} " in everything and "by ops: forged report, ignored" in everything
+
+
+async def test_billing_status_counts_refunds_voids_waiting_and_open_items(
+    engine: AsyncEngine,
+) -> None:
+    for customer in (21, 22):
+        closed = await an_invoice(engine, customer, status="VOID")
+        got = await record(
+            engine,
+            closed,
+            outcome=ChargeOutcome.SUCCESS,
+            source="WEBHOOK",
+            gateway_reference=f"ch_{customer}",
+        )
+        assert got == RecordOutcome.REFUND
+    async with AsyncSession(engine) as session, session.begin():
+        # Leased far ahead: the one left REQUESTED is not due whenever the test runs.
+        first, _ = await claim_due_refunds(session, now=NOW, limit=5, lease=timedelta(days=3650))
+        await record_refund_answer(
+            session,
+            first.id,
+            RefundAnswer(RefundOutcome.FAILED, error="http 422: Not refundable"),
+            now=NOW,
+            retry_after=timedelta(minutes=1),
+            max_uncertain_answers=3,
+        )
+    env = {**os.environ, "COLUMNS": "400", "BILLING_LOG_JSON": "false"}
+    status = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "services.cli", "status"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    assert "Refunds and reconciliation" in status.stdout
+    # 1 requested (leased by the claim: not due), 0 refunded, 1 failed, 0 voids, 1 open item
+    row = next(line for line in status.stdout.splitlines() if "1 (0)" in line)
+    assert [cell.strip() for cell in row.strip("│ ").split("│")] == ["1 (0)", "0", "1", "0", "1"]
