@@ -60,7 +60,11 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         context.reads_ = session_factory(
             context.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
-        context.webhooks_ = Batcher(context.record_webhooks, max_size=50, max_wait=0)
+        context.webhooks_ = Batcher(
+            context.record_webhooks,
+            max_size=50,
+            max_wait=settings.webhook_group_wait_ms / 1000,
+        )
         purge: asyncio.Task[None] | None = None
         if settings.idempotency_purge_interval_seconds > 0:
             purge = asyncio.create_task(

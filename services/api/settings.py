@@ -29,6 +29,13 @@ class ApiSettings(CoreSettings):
     webhook_tolerance_seconds: int = Field(
         default=300, ge=1, description="Maximum age (and clock skew) of a webhook signature."
     )
+    webhook_group_wait_ms: float = Field(
+        default=50.0,
+        ge=0,
+        le=1000,
+        description="How long a webhook may wait for others to be recorded with it in one "
+        "transaction (0: only those that arrive while a group is being recorded).",
+    )
     idempotency_retention_seconds: int = Field(
         default=24 * 3600, ge=1, description="How long a stored idempotent response is replayed."
     )
