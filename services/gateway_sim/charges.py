@@ -104,6 +104,8 @@ class Gateway:
         self._latency_rng = random.Random(f"{self._seed}:latency")
         # Look-ups draw from their own generators: charges' draws stay as without look-ups.
         self._lookup_rng = random.Random(f"{self._seed}:lookups")
+        self._loss_rng = random.Random(f"{self._seed}:webhook-loss")
+        self.webhooks_lost = 0
         self.webhooks.seed(f"{self._seed}:webhooks")
         self.salt = f"{random.Random(f'{self._seed}:ids').getrandbits(32):08x}"
         self._events = 0
@@ -116,7 +118,11 @@ class Gateway:
         self._calls[outcome].inc()
 
     def summary(self) -> dict[str, object]:
-        return {**self.ledger.summary(), **self.stall.summary()}
+        return {
+            **self.ledger.summary(),
+            **self.stall.summary(),
+            "webhooks_lost": self.webhooks_lost,
+        }
 
     def admit(self) -> tuple[bool, int]:
         """Rate limit a call arriving now: (admitted, arrival ns); both kinds are recorded."""
@@ -181,7 +187,7 @@ class Gateway:
                 late=decision.late,
                 created=int(now.timestamp()),
             )
-            if behaviour.webhook_url:
+            if behaviour.webhook_url and not self._webhook_lost(behaviour):
                 self.webhooks.publish(self._event(index, now), behaviour)
         finally:
             del self._inflight[request.key]
@@ -193,6 +199,13 @@ class Gateway:
             return reply._replace(late_s=behaviour.timeout_delay_seconds)
         self.count("succeeded" if decision.decline_code is None else "declined")
         return self._answer(index, replayed=False)
+
+    def _webhook_lost(self, behaviour: Behaviour) -> bool:
+        """With ``webhook_loss_rate``: this result's webhook is never sent (counted)."""
+        if behaviour.webhook_loss_rate and self._loss_rng.random() < behaviour.webhook_loss_rate:
+            self.webhooks_lost += 1
+            return True
+        return False
 
     async def lookup(self, key: str) -> Reply:
         """What happened under ``key``: 200 with the stored charge (as a charge call answers
