@@ -1,8 +1,8 @@
 """Fault-injection harness: the real processes, real servers, faults, then the invariant checker.
 
 It starts its own PostgreSQL, Redis and Kafka (scripts/infra.sh in a temporary folder, on free
-ports), the gateway simulator (timeouts, 5xx, declines, duplicated, reordered and lost webhooks), the
-API (webhooks), and two replicas of each worker. Subscriptions come due during the run; dunning
+ports), the gateway simulator (timeouts, 5xx, declines, duplicated, reordered and lost
+webhooks), the API (webhooks), and two replicas of each worker. Subscriptions come due during the run; dunning
 delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a random worker
 replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL,
 while customers cancel (now or at the period's end) and change plans (up and down) through the
