@@ -2,11 +2,12 @@
 
 It starts its own PostgreSQL, Redis and Kafka (scripts/infra.sh in a temporary folder, on free
 ports), the gateway simulator (timeouts, 5xx, declines, duplicated, reordered and lost
-webhooks), the API (webhooks), and two replicas of each worker. Subscriptions come due during the run; dunning
-delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a random worker
-replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL,
-while customers cancel (now or at the period's end) and change plans (up and down) through the
-API process. When the system has drained, the invariant checker must find no violation.
+webhooks), the API (webhooks), and two replicas of each worker. Subscriptions come due during
+the run; dunning delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a
+random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
+PostgreSQL, while customers cancel (now or at the period's end) and change plans (up and down)
+through the API process. When the system has drained, the invariant checker must find no
+violation.
 
 Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
 CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
