@@ -201,7 +201,9 @@ def apply_result(
       of it needs reconciliation. A look-up's (our own key, charged on other terms) holds the
       OPEN invoice for reconciliation too: no retry under that key can settle it.
     * PAID: ignored (a PAID invoice stays PAID).
-    * FAILED/VOID: a SUCCESS needs reconciliation (money was taken for a settled invoice).
+    * FAILED/VOID: a SUCCESS needs reconciliation (money was taken for a settled invoice); so
+      does an UNKNOWN of our own call for a VOID invoice's current attempt (voided while the
+      call was at the gateway: nothing will ask about that key again).
     * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
       subscription is reactivated when no other invoice of it is in dunning.
     * OPEN, DECLINED/UNKNOWN for an older attempt, or UNKNOWN from a webhook: only recorded.
@@ -261,6 +263,15 @@ def _not_applicable(
             return ResultEffect(RecordOutcome.MISMATCH, held, subscription, [needed])
         events = [_reconciliation(invoice, subscription, report, reason)] if success else []
         return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription, events)
+    if _uncertain_on_void(invoice, report):
+        # Voided while its call was at the gateway, and the answer was lost: no one will claim
+        # or look up this invoice again, yet the card may have been charged.
+        reason = (
+            f"uncertain_on_void: {report.idempotency_key} was at the gateway when the invoice"
+            " was voided, and its answer is unknown"
+        )
+        needed = _reconciliation(invoice, subscription, report, reason)
+        return ResultEffect(RecordOutcome.RECONCILIATION, invoice, subscription, [needed])
     if invoice.status == InvoiceStatus.PAID or (invoice.is_settled and not success):
         return ResultEffect(RecordOutcome.ALREADY_SETTLED, invoice, subscription)
     if invoice.is_settled:
@@ -272,6 +283,18 @@ def _not_applicable(
     ):
         return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
     return None
+
+
+def _uncertain_on_void(invoice: InvoiceState, report: GatewayReport) -> bool:
+    """An uncertain answer to our own call (not a webhook's, not a refusal that charged
+    nothing) for the current attempt of an invoice voided meanwhile."""
+    return (
+        invoice.status == InvoiceStatus.VOID
+        and report.outcome == ChargeOutcome.UNKNOWN
+        and not report.from_webhook
+        and report.rejected_because is None
+        and report.attempt_number == invoice.attempt_count
+    )
 
 
 def _uncertain(
