@@ -299,19 +299,27 @@ def _lookup_result(response: Response) -> LookupResult:
             outcome, http_status=response.status, error=error, retry_after_seconds=retry_after
         )
     assert body is not None  # classify_lookup found a charge in it
-    reference, amount = body.get("id"), body.get("amount")
-    currency, customer = body.get("currency"), body.get("customerId")
+    amount, currency, reference = _integer(body.get("amount")), body.get("currency"), body.get("id")
+    if amount is None or not isinstance(currency, str):
+        # A charge whose amount cannot be checked against the invoice is never applied.
+        return LookupResult(
+            ChargeOutcome.UNKNOWN,
+            http_status=response.status,
+            error=f"lookup http {response.status}: a charge without amount or currency",
+        )
     return LookupResult(
         outcome,
         decline_code=decline_code,
         gateway_reference=reference if isinstance(reference, str) else None,
-        amount=amount if isinstance(amount, int) and not isinstance(amount, bool) else None,
-        currency=currency if isinstance(currency, str) else None,
-        customer_id=customer
-        if isinstance(customer, int) and not isinstance(customer, bool)
-        else None,
+        amount=amount,
+        currency=currency,
+        customer_id=_integer(body.get("customerId")),
         http_status=response.status,
     )
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _json_object(raw: bytes) -> Mapping[str, object] | None:

@@ -49,6 +49,7 @@ class Behaviour(BaseModel):
     webhook_delay_min_ms: Millis = 50
     webhook_delay_max_ms: Millis = 500
     webhook_duplicate_rate: Rate = 0.0
+    webhook_loss_rate: Rate = 0.0  # results whose webhook is never sent (lost on the way)
     webhook_reorder_rate: Rate = 0.0
     webhook_reorder_delay_ms: Millis = 2_000
     webhook_max_attempts: int = Field(default=5, ge=1, le=20)

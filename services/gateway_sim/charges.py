@@ -125,6 +125,8 @@ class Gateway:
         self._latency_rng = random.Random(f"{self._seed}:latency")
         # Look-ups draw from their own generators: charges' draws stay as without look-ups.
         self._lookup_rng = random.Random(f"{self._seed}:lookups")
+        self._loss_rng = random.Random(f"{self._seed}:webhook-loss")
+        self.webhooks_lost = 0
         self.webhooks.seed(f"{self._seed}:webhooks")
         self.salt = f"{random.Random(f'{self._seed}:ids').getrandbits(32):08x}"
         self._events = 0
@@ -141,6 +143,7 @@ class Gateway:
             **self.ledger.summary(),
             **self.stall.summary(),
             "ledger_started_at": self.ledger_started_at.isoformat(),
+            "webhooks_lost": self.webhooks_lost,
         }
 
     def admit(self) -> tuple[bool, int]:
@@ -206,7 +209,7 @@ class Gateway:
                 late=decision.late,
                 created=int(now.timestamp()),
             )
-            if behaviour.webhook_url:
+            if behaviour.webhook_url and not self._webhook_lost(behaviour):
                 self.webhooks.publish(self._event(index, now), behaviour)
         finally:
             del self._inflight[request.key]
@@ -287,6 +290,13 @@ class Gateway:
             return Reply(200, body, replayed, 0.0)
         refused = problem(402, "Refund failed", "The bank refused the refund; nothing refunded.")
         return Reply(402, {**body, **refused, "status": "failed"}, replayed, 0.0)
+
+    def _webhook_lost(self, behaviour: Behaviour) -> bool:
+        """With ``webhook_loss_rate``: this result's webhook is never sent (counted)."""
+        if behaviour.webhook_loss_rate and self._loss_rng.random() < behaviour.webhook_loss_rate:
+            self.webhooks_lost += 1
+            return True
+        return False
 
     async def lookup(self, key: str) -> Reply:
         """What happened under ``key``: 200 with the stored charge (as a charge call answers

@@ -94,6 +94,9 @@ class GatewaySimSettings(CoreSettings):
     webhook_duplicate_rate: Rate = _sim(
         0.0, "webhook_duplicate_rate", "Share of events delivered twice (same event id)."
     )
+    webhook_loss_rate: Rate = _sim(
+        0.0, "webhook_loss_rate", "Share of results whose webhook is never sent (lost)."
+    )
     webhook_reorder_rate: Rate = _sim(
         0.0, "webhook_reorder_rate", "Share of deliveries held back so later events overtake."
     )

@@ -1,12 +1,13 @@
 """Fault-injection harness: the real processes, real servers, faults, then the invariant checker.
 
 It starts its own PostgreSQL, Redis and Kafka (scripts/infra.sh in a temporary folder, on free
-ports), the gateway simulator (timeouts, 5xx, declines, duplicated and reordered webhooks), the
-API (webhooks), and two replicas of each worker. Subscriptions come due during the run; dunning
-delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a random worker
-replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts PostgreSQL,
-while customers cancel (now or at the period's end) and change plans (up and down) through the
-API process. When the system has drained, the invariant checker must find no violation.
+ports), the gateway simulator (timeouts, 5xx, declines, duplicated, reordered and lost
+webhooks), the API (webhooks), and two replicas of each worker. Subscriptions come due during
+the run; dunning delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a
+random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
+PostgreSQL, while customers cancel (now or at the period's end) and change plans (up and down)
+through the API process. When the system has drained, the invariant checker must find no
+violation.
 
 Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
 CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
@@ -390,6 +391,8 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "BILLING_GATEWAY_SIM_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "BILLING_GATEWAY_SIM_WEBHOOK_DUPLICATE_RATE": "0.2",
             "BILLING_GATEWAY_SIM_WEBHOOK_REORDER_RATE": "0.2",
+            # a lost webhook after a timeout: only the look-up of the key settles the charge
+            "BILLING_GATEWAY_SIM_WEBHOOK_LOSS_RATE": "0.3",
         }
         sim_url = f"http://127.0.0.1:{sim_port}"
         system.start("gateway-sim", "services.gateway_sim", sim_env, f"{sim_url}/healthz")

@@ -243,15 +243,24 @@ def test_a_settled_invoice_never_changes(
     e = apply(outcome, 1, invoice_status=invoice_status, history=seen)
     assert e.invoice == open_invoice(1, invoice_status)
     assert e.subscription == sub_state()
-    assert e.reconciliation is None
     if outcome == S and invoice_status != InvoiceStatus.PAID:
-        assert (e.outcome, e.refund, e.events) == (
+        assert (e.outcome, e.refund, e.events, e.reconciliation) == (
             RecordOutcome.REFUND,
             RefundReason.CHARGED_CLOSED_INVOICE,
             [],
+            None,
         )
+    elif outcome == U and invoice_status == InvoiceStatus.VOID:  # voided during its call
+        assert e.outcome == RecordOutcome.RECONCILIATION
+        assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
+        assert e.reconciliation is not None and e.reconciliation.startswith("uncertain_on_void")
     else:
-        assert (e.outcome, e.events, e.refund) == (RecordOutcome.ALREADY_SETTLED, [], None)
+        assert (e.outcome, e.events, e.refund, e.reconciliation) == (
+            RecordOutcome.ALREADY_SETTLED,
+            [],
+            None,
+            None,
+        )
 
 
 def test_a_second_success_for_a_paid_invoice_under_another_key_is_refunded() -> None:
@@ -649,3 +658,34 @@ def test_a_lookup_that_finds_our_key_charged_on_other_terms_holds_the_invoice() 
     )
     [needed] = e.events
     assert str(needed.payload["reason"]).startswith("report_mismatch: amount 1")
+
+
+@pytest.mark.parametrize(
+    ("changes", "attempt", "needs_a_person"),
+    [
+        ({}, 1, True),  # our call was at the gateway when the invoice was voided
+        ({"from_lookup": True}, 1, True),
+        ({"from_webhook": True}, 1, False),  # a webhook's UNKNOWN says nothing was decided
+        ({"rejected_because": "http 409: key reused"}, 1, False),  # refused: nothing charged
+        ({}, 0, False),  # an older attempt's: the current key settled it
+    ],
+)
+def test_an_uncertain_answer_for_a_voided_invoice_asks_a_person(
+    changes: dict[str, object], attempt: int, needs_a_person: bool
+) -> None:
+    """Nothing claims or looks up a VOID invoice: an uncertain answer of the call that was at
+    the gateway when it was voided is the last word, and money may have been taken."""
+    sent = replace(report(U, attempt), **changes)  # type: ignore[arg-type]
+    voided = open_invoice(1, InvoiceStatus.VOID)
+    e = apply_result(
+        voided, sub_state(), sent, other_invoices_in_dunning=0, now=NOW, rng=random.Random(1)
+    )
+    assert (e.invoice, e.subscription) == (voided, sub_state())
+    if needs_a_person:
+        assert e.outcome == RecordOutcome.RECONCILIATION
+        [needed] = e.events
+        reason = str(needed.payload["reason"])
+        assert reason.startswith(f"uncertain_on_void: {sent.idempotency_key}")
+        assert needed.payload["invoiceStatus"] == "VOID"
+    else:
+        assert e.outcome != RecordOutcome.RECONCILIATION and e.events == []

@@ -214,6 +214,8 @@ def apply_result(
     * OPEN with its void requested (canceled while the call was in flight): a SUCCESS for any
       attempt voids it and refunds the money; a DECLINED/UNKNOWN answer of the current attempt
       (from the call) voids it; an older attempt's or a webhook's UNKNOWN only is recorded.
+      An UNKNOWN of our own call for a VOID invoice's current attempt (voided while the call
+      was at the gateway, outside a requested void) needs reconciliation too.
     * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
       subscription is reactivated when no other invoice of it is in dunning.
     * OPEN, DECLINED/UNKNOWN for an older attempt, or UNKNOWN from a webhook: only recorded.
@@ -284,6 +286,17 @@ def _not_applicable(
         return ResultEffect(
             RecordOutcome.MISMATCH, invoice, subscription, [needed], reconciliation=reason
         )
+    if _uncertain_on_void(invoice, report):
+        # Voided while its call was at the gateway, and the answer was lost: no one will claim
+        # or look up this invoice again, yet the card may have been charged.
+        reason = (
+            f"uncertain_on_void: {report.idempotency_key} was at the gateway when the invoice"
+            " was voided, and its answer is unknown"
+        )
+        needed = _reconciliation(invoice, subscription, report, reason)
+        return ResultEffect(
+            RecordOutcome.RECONCILIATION, invoice, subscription, [needed], reconciliation=reason
+        )
     if invoice.status == InvoiceStatus.PAID and success and not history.succeeded_before:
         return ResultEffect(
             RecordOutcome.REFUND, invoice, subscription, refund=RefundReason.DUPLICATE_CHARGE
@@ -323,6 +336,18 @@ def _void_requested(
     if not current or (report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook):
         return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
     return ResultEffect(RecordOutcome.APPLIED, voided, subscription, announced)
+
+
+def _uncertain_on_void(invoice: InvoiceState, report: GatewayReport) -> bool:
+    """An uncertain answer to our own call (not a webhook's, not a refusal that charged
+    nothing) for the current attempt of an invoice voided meanwhile."""
+    return (
+        invoice.status == InvoiceStatus.VOID
+        and report.outcome == ChargeOutcome.UNKNOWN
+        and not report.from_webhook
+        and report.rejected_because is None
+        and report.attempt_number == invoice.attempt_count
+    )
 
 
 def _uncertain(

@@ -3,10 +3,14 @@ calls again: collector processes against the simulator process, real PostgreSQL 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from billing_core.invariants.checker import check_all, fetch_ledger
+from billing_core.usecases.cancel import cancel
 from tests.integration.collector.conftest import Collectors, Simulator
 from tests.integration.collector.test_collector_process import count, seed, wait_for
 
@@ -152,3 +156,57 @@ async def test_failing_lookups_stay_uncertain_and_are_bounded_never_a_second_cha
     async with engine.connect() as conn:
         said = (await conn.execute(text(reason))).scalar_one()
     assert said.startswith(f"unknown_unresolved: 3 uncertain answers for {key}")
+
+
+async def test_a_cancel_during_a_call_whose_answer_is_lost_leaves_a_reconciliation_item(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """The gateway charges but its answer comes too late and no webhook comes; meanwhile the
+    customer cancels (the invoice is VOID, so it is never claimed or looked up again). The
+    uncertain answer on the voided invoice asks a person to find out: money may sit on a
+    closed invoice, and the invariant checker accepts it only with that open item."""
+    simulator.config(timeout_rate=1.0, timeout_delay_seconds=30.0)
+    [invoice_id] = await seed(engine, 1)
+    collectors.start(**FAST_UNKNOWN)
+
+    async def called() -> bool:
+        return bool(simulator.charges(invoice_id))
+
+    await wait_for(called, 15, "the call to reach the gateway")
+    async with engine.connect() as conn:
+        subscription_id = (
+            await conn.execute(
+                text("SELECT subscription_id FROM invoice WHERE id = :i"), {"i": invoice_id}
+            )
+        ).scalar_one()
+    async with AsyncSession(engine) as session, session.begin():
+        await cancel(
+            session, subscription_id=subscription_id, at_period_end=False, now=datetime.now(UTC)
+        )
+
+    async def recorded() -> bool:
+        sql = "SELECT count(*) FROM payment_attempt WHERE invoice_id = :i"
+        return await count(engine, sql, i=invoice_id) == 1
+
+    await wait_for(recorded, 15, "the uncertain answer to be recorded")
+    async with engine.connect() as conn:
+        reason = (
+            await conn.execute(
+                text(
+                    "SELECT payload->>'reason' FROM outbox_event"
+                    " WHERE event_type = 'PaymentReconciliationNeeded'"
+                    " AND CAST(payload->>'invoiceId' AS bigint) = :i"
+                ),
+                {"i": invoice_id},
+            )
+        ).scalar_one()
+        status = (
+            await conn.execute(text("SELECT status FROM invoice WHERE id = :i"), {"i": invoice_id})
+        ).scalar_one()
+    assert status == "VOID"
+    assert reason.startswith(f"uncertain_on_void: inv-{invoice_id}-try-0")
+    report = await check_all(
+        engine, now=datetime.now(UTC), ledger=await fetch_ledger(simulator.url), topic=None
+    )
+    assert report.check("charges").violations == []
+    assert simulator.summary()["charges_succeeded"] == 1

@@ -145,3 +145,26 @@ async def test_no_webhooks_without_a_url(gw: httpx.AsyncClient, receiver: Receiv
     await receiver.settle()
 
     assert [json.loads(d.body)["data"]["invoiceId"] for d in receiver.deliveries] == [2]
+
+
+async def test_lost_webhooks_are_never_sent_and_counted(
+    gw: httpx.AsyncClient, receiver: Receiver
+) -> None:
+    """With ``webhook_loss_rate`` a result's webhook never comes (the charge is made all the
+    same): only the call's answer, or a look-up of its key, tells what happened."""
+    await configure(
+        gw,
+        webhook_url=receiver.url,
+        webhook_secret=SECRETS[0],
+        webhook_delay_min_ms=10,
+        webhook_delay_max_ms=10,
+        webhook_loss_rate=0.5,
+    )
+    for invoice in range(200):
+        assert (await charge(gw, invoice=invoice)).status_code == 200
+    await receiver.settle(quiet=1.0)
+    delivered = {json.loads(d.body)["data"]["invoiceId"] for d in receiver.deliveries}
+    summary = (await gw.get("/v1/ledger/summary")).json()
+    assert summary["charges_succeeded"] == 200
+    assert len(delivered) + summary["webhooks_lost"] == 200
+    assert 60 < summary["webhooks_lost"] < 140
