@@ -107,7 +107,6 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         periodic=[
             process.Periodic("collector-backlog", 5.0, collector.refresh_backlog),
             process.Periodic("collector-refunds", 1.0, refunds.send_due),
-            process.Periodic("collector-void-requests", 1.0, refunds.end_lapsed_void_requests),
         ],
         drain=drain,
         close=[limiter.close, gateway.aclose, redis.aclose],

@@ -65,13 +65,10 @@ REFUNDS = Counter(
     "Refund calls by outcome (SUCCEEDED, FAILED: refused for good, UNKNOWN: asked again)",
     ["outcome"],
 )
-VOIDS_ENDED = Counter(
-    "billing_collector_requested_voids_ended_total",
-    "Invoices canceled during a call, voided when that call's lease ended without a result",
-)
 LOOKUPS = Counter(
     "billing_collector_lookups_total",
-    "Look-ups by key after an uncertain answer, by what they said: succeeded, declined, "
-    "not_found (the call is made, same key), unknown (still uncertain)",
+    "Look-ups by key after an uncertain answer (or for an invoice canceled during its call), "
+    "by what they said: succeeded, declined, not_found (never charged under the key), unknown "
+    "(still uncertain)",
     ["result"],
 )

@@ -24,7 +24,6 @@ from billing_core.logging import get_logger
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo.refunds import claim_due_refunds
 from billing_core.usecases.refunds import record_refund_answer
-from billing_core.usecases.voiding import end_lapsed_void_requests
 from services.collector import metrics
 from services.collector.window import CallWindow
 
@@ -76,13 +75,6 @@ class RefundSender:
             if isinstance(result, BaseException):  # its lease ends; it is sent again, same key
                 log.warning("refund_send_failed", refund_id=refund.id, error=repr(result))
         return sum(1 for result in results if result is True)
-
-    async def end_lapsed_void_requests(self) -> int:
-        """VOID the invoices canceled during a call whose lease ended without a result."""
-        async with self._sessions.begin() as session:
-            ended = await end_lapsed_void_requests(session, now=self._clock.now(), limit=100)
-        metrics.VOIDS_ENDED.inc(ended)
-        return ended
 
     async def _send(self, refund: RefundState) -> bool:
         if refund.charge_reference is None:

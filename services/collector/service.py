@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
-from billing_core.domain.charge_result import ChargeOutcome, GatewayReport
+from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, GatewayReport
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import (
     ChargeResult,
@@ -166,6 +166,9 @@ class Collector:
         return True
 
     async def _charge(self, invoice: LeasedInvoice) -> None:
+        if invoice.void_requested:
+            await self._settle_void_request(invoice)
+            return
         if invoice.uncertain_before and await self._settled_by_lookup(invoice):
             return
         result = await self._send(invoice, self._charge_call(invoice))
@@ -190,9 +193,7 @@ class Collector:
             return True
         if found.outcome is None:  # never seen
             metrics.LOOKUPS.labels("not_found").inc()
-            log.info(
-                "lookup_never_seen_calling", invoice_id=invoice.id, key=invoice.idempotency_key
-            )
+            log.info("lookup_never_seen", invoice_id=invoice.id, key=invoice.idempotency_key)
             return False
         metrics.LOOKUPS.labels(_LOOKUP_LABELS[found.outcome]).inc()
         if found.unauthorized:
@@ -202,6 +203,23 @@ class Collector:
             await self._on_rate_limited(found.retry_after_seconds)
         await self._record(invoice, _lookup_report(invoice, found), found.error)
         return True
+
+    async def _settle_void_request(self, invoice: LeasedInvoice) -> None:
+        """Canceled while a call may have been at the gateway (its answer was uncertain, or
+        its lease ended without one): never charged again, only looked up. Charged: VOID and
+        refunded; declined, or no charge under the key: VOID (recorded as a decline,
+        ``NOTHING_CHARGED``); the look-up uncertain too: asked again later, within the bound."""
+        if await self._settled_by_lookup(invoice):
+            return
+        report = GatewayReport(
+            attempt_number=invoice.attempt_count,
+            outcome=ChargeOutcome.DECLINED,
+            from_webhook=False,
+            from_lookup=True,
+            idempotency_key=invoice.idempotency_key,
+            decline_code=NOTHING_CHARGED,
+        )
+        await self._record(invoice, report, None)
 
     def _charge_call(
         self, invoice: LeasedInvoice
@@ -322,8 +340,9 @@ class Collector:
         return ours
 
     async def _release_if_void_requested(self, invoice: LeasedInvoice) -> None:
-        """Canceled before its call was sent: the lease ends now, so the requested void is
-        decided at once (``end_lapsed_void_requests``), not when the lease would have ended."""
+        """Canceled before its call was sent: the lease ends now, so the invoice is claimed again
+        at once and settled by a look-up (``_settle_void_request``), not when the lease would
+        have ended."""
         try:
             async with self._sessions.begin() as session:
                 await release_void_requested(session, invoice, now=self._clock.now())

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from billing_core.domain.charge_result import (
+    NOTHING_CHARGED,
     ChargeOutcome,
     GatewayReport,
     KeyHistory,
@@ -298,18 +299,67 @@ def test_a_success_for_an_invoice_canceled_during_its_call_voids_it_and_refunds(
     assert e.subscription == sub_state()
 
 
-@pytest.mark.parametrize("outcome", [D, U])
-def test_a_decline_or_uncertain_answer_of_the_call_in_flight_voids_a_canceled_invoice(
-    outcome: ChargeOutcome,
+@pytest.mark.parametrize("lookup", [False, True])
+def test_a_decline_of_the_call_in_flight_or_no_charge_under_its_key_voids_a_canceled_invoice(
+    lookup: bool,
 ) -> None:
-    e = apply(outcome, 1, void_requested=True)
+    """The call's decline, or a look-up finding no charge under the key (``NOTHING_CHARGED``):
+    nothing was taken, so the requested void is done; no dunning, no PaymentFailed."""
+    said = replace(
+        report(D, 1), from_lookup=lookup, decline_code=NOTHING_CHARGED if lookup else "x"
+    )
+    e = apply_result(
+        replace(open_invoice(1), void_requested=True),
+        sub_state(),
+        said,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
     assert (e.outcome, e.refund, e.invoice.status, e.invoice.attempt_count) == (
         RecordOutcome.APPLIED,
         None,
         InvoiceStatus.VOID,
         1,
     )
-    assert types(e) == [EventType.INVOICE_VOIDED]  # no dunning, no PaymentFailed
+    assert types(e) == [EventType.INVOICE_VOIDED]
+
+
+def test_an_uncertain_answer_of_the_call_in_flight_keeps_the_void_requested_for_a_look_up() -> None:
+    """The card may have been charged: the invoice stays OPEN with its void requested and comes
+    due again after ``unknown_retry``, when the collector looks the key up instead of calling."""
+    policy = DunningPolicy()
+    e = apply(U, 1, void_requested=True, policy=policy)
+    assert (e.outcome, e.refund, e.events) == (RecordOutcome.APPLIED, None, [])
+    assert e.invoice == replace(
+        open_invoice(1), void_requested=True, next_attempt_at=NOW + policy.unknown_retry
+    )
+
+
+def test_a_canceled_invoice_whose_answers_stay_uncertain_is_held_for_a_person() -> None:
+    policy = DunningPolicy()
+    spent = KeyHistory(uncertain_answers=policy.unknown_max_retries, first_used_at=NOW)
+    e = apply(U, 1, void_requested=True, policy=policy, history=spent)
+    assert (e.outcome, e.invoice.status, e.invoice.next_attempt_at) == (
+        RecordOutcome.RECONCILIATION,
+        InvoiceStatus.OPEN,
+        None,
+    )
+    assert e.reconciliation is not None and e.reconciliation.startswith("unknown_unresolved")
+
+
+def test_a_refusal_of_the_call_in_flight_voids_a_canceled_invoice() -> None:
+    """A 4xx no retry changes charged nothing: the requested void is done."""
+    refused = replace(report(U, 1), rejected_because="http 409: key reused")
+    e = apply_result(
+        replace(open_invoice(1), void_requested=True),
+        sub_state(),
+        refused,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+    )
+    assert (e.outcome, e.invoice.status) == (RecordOutcome.APPLIED, InvoiceStatus.VOID)
 
 
 @pytest.mark.parametrize(

@@ -105,6 +105,12 @@ def _decline_code(body: Mapping[str, object] | None) -> str | None:
     return None
 
 
+# A look-up that found no charge under the key: nothing was taken under it. Recorded as a
+# decline of that attempt with this code; only asked for an invoice whose void is requested,
+# which it voids.
+NOTHING_CHARGED = "no_charge_under_key"
+
+
 class RecordOutcome(StrEnum):
     """What recording one gateway result did."""
 
@@ -212,8 +218,11 @@ def apply_result(
       refunded (``RefundReason.DUPLICATE_CHARGE``).
     * FAILED/VOID: a SUCCESS is refunded (money was taken for a closed invoice).
     * OPEN with its void requested (canceled while the call was in flight): a SUCCESS for any
-      attempt voids it and refunds the money; a DECLINED/UNKNOWN answer of the current attempt
-      (from the call) voids it; an older attempt's or a webhook's UNKNOWN only is recorded.
+      attempt voids it and refunds the money; a DECLINED answer of the current attempt (or a
+      refusal no retry changes) voids it; an UNKNOWN one keeps the void requested and the
+      invoice is looked up by key later (``retry_later``; held for reconciliation once
+      ``uncertainty_exhausted``), since the card may have been charged; an older attempt's or a
+      webhook's UNKNOWN only is recorded.
       An UNKNOWN of our own call for a VOID invoice's current attempt (voided while the call
       was at the gateway, outside a requested void) needs reconciliation too.
     * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
@@ -230,7 +239,7 @@ def apply_result(
     if refused is not None:
         return refused
     if invoice.void_requested:
-        return _void_requested(invoice, subscription, report, now)
+        return _void_requested(invoice, subscription, report, key_history, now, policy)
     if report.outcome == ChargeOutcome.SUCCESS:
         paid = invoice_rules.pay(invoice, now)
         events = [ev.invoice_paid(subscription.id, invoice.id, paid.amount, paid.currency, now)]
@@ -319,7 +328,12 @@ def _not_applicable(
 
 
 def _void_requested(
-    invoice: InvoiceState, subscription: SubscriptionState, report: GatewayReport, now: datetime
+    invoice: InvoiceState,
+    subscription: SubscriptionState,
+    report: GatewayReport,
+    history: KeyHistory,
+    now: datetime,
+    policy: DunningPolicy,
 ) -> ResultEffect:
     """The result of the call that was in flight when the invoice was canceled decides."""
     voided = invoice_rules.void(invoice, now)
@@ -335,6 +349,11 @@ def _void_requested(
     current = report.attempt_number == invoice.attempt_count
     if not current or (report.outcome == ChargeOutcome.UNKNOWN and report.from_webhook):
         return ResultEffect(RecordOutcome.STALE_ATTEMPT, invoice, subscription)
+    if report.outcome == ChargeOutcome.UNKNOWN and report.rejected_because is None:
+        # The card may have been charged: voiding now would leave that money unseen if the
+        # webhook never comes. The void stays requested; the collector asks the gateway about
+        # this key when the retry comes due (a look-up, never a charge) and the answer decides.
+        return _uncertain(invoice, subscription, report, history, now, policy)
     return ResultEffect(RecordOutcome.APPLIED, voided, subscription, announced)
 
 

@@ -152,10 +152,12 @@ def void(state: InvoiceState, now: datetime) -> InvoiceState:
 
 def cancel(state: InvoiceState, now: datetime, *, call_in_flight: bool) -> InvoiceState:
     """What a cancel (the customer's, or for non-payment) does to an OPEN invoice: VOID at once,
-    unless a gateway call for it may be in flight (leased, its lease still running) — then the
-    void is only requested, and that call's result decides (``charge_result.apply_result``):
-    a decline or an uncertain answer voids it, a success voids it and refunds the money. A
-    settled invoice, or one whose void is already requested, is left as it is."""
+    unless a gateway call for it may be in flight (leased, its lease still running) or may have
+    charged (an uncertain answer for its current key) — then the void is only requested, and
+    what the gateway says decides (``charge_result.apply_result``; the collector looks the key
+    up when the call's answer stays uncertain): a decline, or no charge under the key, voids
+    it; a success voids it and refunds the money. A settled invoice, or one whose void is
+    already requested, is left as it is."""
     if state.status != InvoiceStatus.OPEN or state.void_requested:
         return state
     if call_in_flight:

@@ -45,6 +45,9 @@ class LeasedInvoice:
     # The gateway answered this very key with an uncertain result before: ask it what happened
     # (a look-up by key) before calling again.
     uncertain_before: bool = False
+    # Canceled while its call may have been at the gateway: never charged again, only looked
+    # up by key, and the answer decides (VOID, or VOID and a refund).
+    void_requested: bool = False
 
     @property
     def idempotency_key(self) -> str:
@@ -63,7 +66,6 @@ _CLAIM = text(
     due AS (
         SELECT id FROM invoice
         WHERE status = 'OPEN' AND next_attempt_at <= (SELECT now FROM clock)
-          AND void_requested_at IS NULL
         ORDER BY next_attempt_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -80,7 +82,8 @@ _CLAIM = text(
                     AND a.attempt_number = i.attempt_count
                     AND a.idempotency_key = CAST(:key_prefix AS text) || 'inv-' || i.id || '-try-'
                                             || i.attempt_count
-              ) AS uncertain_before
+              ) AS uncertain_before,
+              i.void_requested_at IS NOT NULL AS void_requested
     """
 )
 
@@ -137,6 +140,7 @@ async def claim_due_invoices(
             key_prefix=key_prefix,
             lease_deadline=asked_at + lease.total_seconds(),
             uncertain_before=bool(r["uncertain_before"]),
+            void_requested=bool(r["void_requested"]),
         )
         for r in rows
     ]
@@ -149,11 +153,12 @@ _STILL_OURS = text(
     SELECT i.id
     FROM unnest(
         CAST(:ids AS bigint[]), CAST(:lease_untils AS timestamptz[]),
-        CAST(:attempt_counts AS integer[])
-    ) AS c(id, lease_until, attempt_count)
+        CAST(:attempt_counts AS integer[]), CAST(:void_requested AS boolean[])
+    ) AS c(id, lease_until, attempt_count, void_requested)
     JOIN invoice i ON i.id = c.id
     WHERE i.status = 'OPEN' AND i.next_attempt_at = c.lease_until
-      AND i.attempt_count = c.attempt_count AND i.void_requested_at IS NULL
+      AND i.attempt_count = c.attempt_count
+      AND (i.void_requested_at IS NULL OR c.void_requested)
     """
 )
 
@@ -165,7 +170,8 @@ async def still_ours_to_charge(
 
     A cancel (VOID, or a void requested while the invoice was leased), a webhook that settled
     or rescheduled one, or another replica that took it after the lease ran out all change
-    that; its call must then not be made.
+    that; its call must then not be made. (An invoice claimed with its void already requested
+    is only looked up, never charged: the request does not make it someone else's.)
     """
     rows = await db.execute(
         _STILL_OURS,
@@ -173,6 +179,7 @@ async def still_ours_to_charge(
             "ids": [i.id for i in invoices],
             "lease_untils": [i.lease_until for i in invoices],
             "attempt_counts": [i.attempt_count for i in invoices],
+            "void_requested": [i.void_requested for i in invoices],
         },
     )
     return {int(r[0]) for r in rows}

@@ -109,14 +109,22 @@ class CancelableInvoice:
 
     state: invoice_rules.InvoiceState
     credit_applied: int
-    call_in_flight: bool  # leased, and the lease still running: its call may be at the gateway
+    # Leased with the lease still running (its call may be at the gateway), or its current key
+    # got an uncertain answer (the gateway may have charged under it): a cancel only requests
+    # the void, and the collector's look-up by key decides.
+    call_in_flight: bool
 
 
 _OPEN_FOR_CANCEL = text(
     """
     SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at, paid_at,
            closed_at, credit_applied, void_requested_at,
-           (leased_at IS NOT NULL AND next_attempt_at > :now) AS call_in_flight
+           (leased_at IS NOT NULL AND next_attempt_at > :now)
+           OR EXISTS (
+               SELECT 1 FROM payment_attempt a
+               WHERE a.invoice_id = invoice.id AND a.attempt_number = invoice.attempt_count
+                 AND a.outcome = 'UNKNOWN'
+           ) AS call_in_flight
     FROM invoice
     WHERE subscription_id = :subscription_id AND status = 'OPEN'
       AND (CAST(:keep AS bigint) IS NULL OR id <> :keep)
@@ -183,23 +191,6 @@ async def request_voids(session: Db, ids: list[int], *, now: datetime) -> None:
     the end of its lease) is known."""
     if ids:
         await session.execute(_REQUEST_VOID, {"ids": ids, "now": now})
-
-
-_LAPSED_VOID_REQUESTS = text(
-    """
-    SELECT id, subscription_id FROM invoice
-    WHERE status = 'OPEN' AND void_requested_at IS NOT NULL AND next_attempt_at <= :now
-    ORDER BY next_attempt_at
-    LIMIT :limit
-    """
-)
-
-
-async def lapsed_void_requests(session: Db, *, now: datetime, limit: int) -> dict[int, int]:
-    """Invoices whose void was requested and whose call's lease ended without a recorded
-    result: invoice id -> subscription id (read without locks; lock before deciding)."""
-    rows = await session.execute(_LAPSED_VOID_REQUESTS, {"now": now, "limit": limit})
-    return {int(r[0]): int(r[1]) for r in rows}
 
 
 async def list_for_subscription(

@@ -11,7 +11,6 @@ from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
-from billing_core.repo.outbox import append_events
 
 
 async def void_open_invoices(
@@ -51,44 +50,3 @@ async def void_open_invoices(
                 now=now,
             )
     return [ev.invoice_voided(subscription_id, v.state.id, now) for v in voided]
-
-
-async def end_lapsed_void_requests(db: invoices_repo.Db, *, now: datetime, limit: int) -> int:
-    """VOID the invoices whose void was requested and whose call's lease ended with no result
-    recorded (the process making it died, or the call was never sent): nothing more is known
-    than after an uncertain answer, which voids them too; a success reported later is
-    refunded. In the caller's transaction; returns how many were voided."""
-    lapsed = await invoices_repo.lapsed_void_requests(db, now=now, limit=limit)
-    if not lapsed:
-        return 0
-    await subscriptions_repo.lock_subscriptions(db, sorted(set(lapsed.values())))
-    events: list[DomainEvent] = []
-    count = 0
-    for subscription_id in sorted(set(lapsed.values())):
-        mine = {i for i, s in lapsed.items() if s == subscription_id}
-        ended: list[invoices_repo.CancelableInvoice] = []
-        for invoice in await invoices_repo.lock_open_invoices(db, subscription_id, now=now):
-            state = invoice.state
-            still_lapsed = (
-                state.void_requested
-                and state.next_attempt_at is not None
-                and state.next_attempt_at <= now
-            )
-            if state.id in mine and still_lapsed:
-                ended.append(invoice)
-        await invoices_repo.void_invoices(db, [e.state.id for e in ended], now=now)
-        for invoice in ended:
-            invoice_rules.void(invoice.state, now)  # the rule's own check (OPEN -> VOID)
-            credit = invoice_rules.credit_returned_by_void(invoice.credit_applied)
-            if credit:
-                await subscriptions_repo.return_credit(
-                    db,
-                    subscription_id=subscription_id,
-                    amount=credit,
-                    invoice_id=invoice.state.id,
-                    now=now,
-                )
-            events.append(ev.invoice_voided(subscription_id, invoice.state.id, now))
-        count += len(ended)
-    await append_events(db, events, now)
-    return count

@@ -158,13 +158,14 @@ async def test_failing_lookups_stay_uncertain_and_are_bounded_never_a_second_cha
     assert said.startswith(f"unknown_unresolved: 3 uncertain answers for {key}")
 
 
-async def test_a_cancel_during_a_call_whose_answer_is_lost_leaves_a_reconciliation_item(
+async def test_a_cancel_during_a_call_whose_answer_is_lost_is_looked_up_and_refunded(
     engine: AsyncEngine, simulator: Simulator, collectors: Collectors
 ) -> None:
     """The gateway charges but its answer comes too late and no webhook comes; meanwhile the
-    customer cancels (the invoice is VOID, so it is never claimed or looked up again). The
-    uncertain answer on the voided invoice asks a person to find out: money may sit on a
-    closed invoice, and the invariant checker accepts it only with that open item."""
+    customer cancels. The uncertain answer keeps the void requested (the card may have been
+    charged); when the invoice comes due again the collector looks its key up instead of
+    calling, finds the charge, voids the invoice and refunds the money: one charge, one refund,
+    and the invariant checker finds nothing kept on the closed invoice."""
     simulator.config(timeout_rate=1.0, timeout_delay_seconds=30.0)
     [invoice_id] = await seed(engine, 1)
     collectors.start(**FAST_UNKNOWN)
@@ -184,29 +185,29 @@ async def test_a_cancel_during_a_call_whose_answer_is_lost_leaves_a_reconciliati
             session, subscription_id=subscription_id, at_period_end=False, now=datetime.now(UTC)
         )
 
-    async def recorded() -> bool:
-        sql = "SELECT count(*) FROM payment_attempt WHERE invoice_id = :i"
+    async def refunded() -> bool:
+        sql = "SELECT count(*) FROM refund WHERE invoice_id = :i AND status = 'SUCCEEDED'"
         return await count(engine, sql, i=invoice_id) == 1
 
-    await wait_for(recorded, 15, "the uncertain answer to be recorded")
+    await wait_for(refunded, 30, "the look-up to find the charge and the refund to be made")
+    assert [a[1:3] for a in await attempts(engine, invoice_id)] == [
+        ("COLLECTOR", "UNKNOWN"),
+        ("LOOKUP", "SUCCESS"),
+    ]
     async with engine.connect() as conn:
-        reason = (
+        status, reason = (
             await conn.execute(
                 text(
-                    "SELECT payload->>'reason' FROM outbox_event"
-                    " WHERE event_type = 'PaymentReconciliationNeeded'"
-                    " AND CAST(payload->>'invoiceId' AS bigint) = :i"
+                    "SELECT i.status, r.reason FROM invoice i JOIN refund r ON r.invoice_id = i.id"
+                    " WHERE i.id = :i"
                 ),
                 {"i": invoice_id},
             )
-        ).scalar_one()
-        status = (
-            await conn.execute(text("SELECT status FROM invoice WHERE id = :i"), {"i": invoice_id})
-        ).scalar_one()
-    assert status == "VOID"
-    assert reason.startswith(f"uncertain_on_void: inv-{invoice_id}-try-0")
+        ).one()
+    assert (status, reason) == ("VOID", "canceled_in_flight")
     report = await check_all(
         engine, now=datetime.now(UTC), ledger=await fetch_ledger(simulator.url), topic=None
     )
     assert report.check("charges").violations == []
-    assert simulator.summary()["charges_succeeded"] == 1
+    summary = simulator.summary()
+    assert (summary["charges_succeeded"], summary["refunds_succeeded"]) == (1, 1)

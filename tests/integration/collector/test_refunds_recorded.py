@@ -1,5 +1,5 @@
 """Requested voids and refund requests against real PostgreSQL: the cancel, the recorder and the
-end of a lapsed void request, in the transactions the services run them in."""
+claim of a void request for its look-up, in the transactions the services run them in."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from billing_core.domain.charge_result import ChargeOutcome, idempotency_key
+from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, idempotency_key
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.repo.collection import claim_due_invoices, still_ours_to_charge
 from billing_core.usecases.cancel import cancel
 from billing_core.usecases.payment_result import RecordOutcome, record_charge_result
-from billing_core.usecases.voiding import end_lapsed_void_requests
 from tests.support.factories import create_subscription
 
 NOW = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
@@ -203,26 +203,46 @@ async def test_a_mismatched_success_becomes_a_reconciliation_item(
     assert (item["payment_attempt_id"], item["resolved_at"]) == (attempt["id"], None)
 
 
-async def test_a_void_request_whose_lease_ended_without_a_result_is_voided(
+async def test_a_void_request_whose_call_stayed_uncertain_waits_for_a_look_up(
     engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
+    """An uncertain answer does not void it (the card may have been charged): the void stays
+    requested, the invoice comes due again only to be looked up by key (the claim says so), and
+    the look-up's "no charge under this key" voids it and gives its credit back."""
     sub, invoice = await world(engine, leased=True, credit=100)
-    other_sub, other = await world(engine, leased=True)
     await cancel_now(sessions, sub)
-    await cancel_now(sessions, other_sub)
-    async with sessions.begin() as session:  # both leases still running: nothing to end
-        assert await end_lapsed_void_requests(session, now=NOW + LEASE / 2, limit=10) == 0
-    await record(sessions, other, ChargeOutcome.DECLINED)  # its call answered: VOID already
+    assert await record(sessions, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
+    waiting = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
+    assert (waiting["status"], waiting["void_requested_at"]) == ("OPEN", NOW)
+    assert waiting["next_attempt_at"] == NOW + timedelta(seconds=1) + DunningPolicy().unknown_retry
+    assert await events(engine, sub) == ["SubscriptionCanceled"]
+
     async with sessions.begin() as session:
-        assert await end_lapsed_void_requests(session, now=NOW + LEASE, limit=10) == 1
-    state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
-    assert (state["status"], state["next_attempt_at"], state["closed_at"]) == (
-        "VOID",
-        None,
-        NOW + LEASE,
+        (claimed,) = await claim_due_invoices(
+            session, now=waiting["next_attempt_at"], limit=10, lease=LEASE
+        )
+    assert (claimed.id, claimed.void_requested, claimed.uncertain_before) == (invoice, True, True)
+    async with sessions.begin() as session:  # the pre-call check lets its look-up through
+        assert await still_ours_to_charge(session, [claimed]) == {invoice}
+    got = await record(
+        sessions, invoice, ChargeOutcome.DECLINED, source="LOOKUP", decline_code=NOTHING_CHARGED
     )
+    assert got == RecordOutcome.APPLIED
+    state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
+    assert (state["status"], state["next_attempt_at"]) == ("VOID", None)
     balance = await row(engine, "SELECT credit_balance FROM subscription WHERE id = :s", s=sub)
     assert balance["credit_balance"] == 100
     assert await events(engine, sub) == ["SubscriptionCanceled", "InvoiceVoided"]
-    async with sessions.begin() as session:
-        assert await end_lapsed_void_requests(session, now=NOW + 2 * LEASE, limit=10) == 0
+
+
+async def test_a_cancel_after_an_uncertain_answer_requests_the_void(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Not leased any more, but its key got an uncertain answer: the gateway may hold a charge
+    under it, so the cancel only requests the void (a look-up decides) instead of voiding."""
+    sub, invoice = await world(engine, leased=True)
+    assert await record(sessions, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
+    await cancel_now(sessions, sub)
+    state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
+    assert (state["status"], state["void_requested_at"]) == ("OPEN", NOW)
+    assert await events(engine, sub) == ["SubscriptionCanceled"]
