@@ -80,6 +80,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         limiter=limiter,
         window=window,
         clock=clock,
+        clock_offset=timedelta(seconds=settings.clock_offset_seconds),
         policy=settings.dunning_policy(),
         lease=timedelta(seconds=settings.collector_lease_seconds),
         stopping=stopping,

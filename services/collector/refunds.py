@@ -40,6 +40,7 @@ class RefundSender:
         window: CallWindow,
         clock: Clock,
         policy: DunningPolicy,
+        clock_offset: timedelta = timedelta(0),
         lease: timedelta,
         stopping: asyncio.Event,
         batch_size: int = 20,
@@ -50,6 +51,7 @@ class RefundSender:
         self._limiter = limiter
         self._window = window
         self._clock = clock
+        self._clock_offset = clock_offset
         self._policy = policy
         self._lease = lease
         self._stopping = stopping
@@ -64,7 +66,10 @@ class RefundSender:
             return 0
         async with self._sessions.begin() as session:
             due = await claim_due_refunds(
-                session, now=self._clock.now(), limit=self._batch_size, lease=self._lease
+                session,
+                clock_offset=self._clock_offset,
+                limit=self._batch_size,
+                lease=self._lease,
             )
         if not due:
             return 0

@@ -87,25 +87,47 @@ _COLUMNS = """
 # the call; a process that dies mid-call leaves them to come due again, with the same key.
 _CLAIM = text(
     f"""
-    WITH due AS (
+    WITH clock AS (
+        SELECT coalesce(
+            CAST(:now AS timestamptz),
+            statement_timestamp() + make_interval(secs => CAST(:offset_s AS double precision))
+        ) AS now
+    ),
+    due AS (
         SELECT id FROM refund
-        WHERE status = 'REQUESTED' AND next_attempt_at <= :now
+        WHERE status = 'REQUESTED' AND next_attempt_at <= (SELECT now FROM clock)
         ORDER BY next_attempt_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     )
-    UPDATE refund f SET next_attempt_at = :lease_until, updated_at = :now
-    FROM due WHERE f.id = due.id
+    UPDATE refund f
+    SET next_attempt_at = clock.now + make_interval(secs => CAST(:lease_s AS double precision)),
+        updated_at = clock.now
+    FROM due, clock WHERE f.id = due.id
     RETURNING {", ".join("f." + c.strip() for c in _COLUMNS.split(","))}
     """
 )
 
 
 async def claim_due_refunds(
-    db: Db, *, now: datetime, limit: int, lease: timedelta
+    db: Db,
+    *,
+    limit: int,
+    lease: timedelta,
+    now: datetime | None = None,
+    clock_offset: timedelta = timedelta(0),
 ) -> list[RefundState]:
+    """Lease up to ``limit`` due REQUESTED refunds, oldest first. ``now`` None (the collector):
+    due and lease end by the database's clock plus ``clock_offset``, as invoices' leases (one
+    clock for every replica); an instant: that one (tests)."""
     require_positive_limit(limit)
-    rows = await db.execute(_CLAIM, {"now": now, "limit": limit, "lease_until": now + lease})
+    params = {
+        "now": now,
+        "offset_s": clock_offset.total_seconds(),
+        "limit": limit,
+        "lease_s": lease.total_seconds(),
+    }
+    rows = await db.execute(_CLAIM, params)
     return sorted((_state(r) for r in rows.mappings()), key=lambda r: r.id)
 
 
