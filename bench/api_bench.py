@@ -293,6 +293,9 @@ def api_server(database_url: str, **settings: str) -> Iterator[ApiServer]:
 def main() -> None:
     parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_api")
     parser.add_argument("--seed-subscriptions", type=int, default=2000)
+    parser.add_argument(
+        "--only", choices=("post", "get"), help="measure this path (and /healthz) only"
+    )
     args = parser.parse_args()
 
     from billing_core.settings import CoreSettings  # noqa: PLC0415
@@ -306,7 +309,8 @@ def main() -> None:
         seed = run_load("closed", scenario="post", concurrency=8, seconds=2.0, ids=[], **common)
         print(f"warm-up: {seed.requests} POSTs")
         ids = list(range(1, seed.requests + 1))
-        table: dict[str, list[Result]] = {"healthz": [], "post": [], "get": []}
+        paths = [args.only] if args.only else ["post", "get"]
+        table: dict[str, list[Result]] = {"healthz": [], **{p: [] for p in paths}}
         cpu: dict[str, list[float]] = {s: [] for s in table}
         for run in range(args.runs):
             for scenario, results in table.items():
@@ -328,7 +332,7 @@ def main() -> None:
                     flush=True,
                 )
         med = {s: _medians(rs) for s, rs in table.items()}
-        half: dict[str, list[Result]] = {"post": [], "get": []}
+        half: dict[str, list[Result]] = {p: [] for p in paths}
         for _ in range(args.runs):
             for scenario, half_results in half.items():
                 rate = med[scenario]["rps"] / 2
@@ -352,7 +356,7 @@ def main() -> None:
         )
         floor = med["healthz"]["rps"]
         passed = True
-        for scenario in ("healthz", "post", "get"):
+        for scenario in table:
             m = med[scenario]
             ratio = m["rps"] / floor
             cpu_ms = statistics.median(cpu[scenario])

@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
+from billing_core.db import pg
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
@@ -35,6 +36,11 @@ receive the payment gateway's signed results.
 * Every POST accepts an `Idempotency-Key` header (required to create a subscription).
 * Errors are `application/problem+json` (RFC 9457) with a stable `type`.
 """
+
+
+# Connections of the plain asyncpg pool that serves the hot paths (GET and POST /subscriptions):
+# requests past this many wait for one to be released rather than open and close new ones.
+PG_POOL_SIZE = 16
 
 
 def api_engine(settings: ApiSettings) -> AsyncEngine:
@@ -60,6 +66,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         context.reads_ = session_factory(
             context.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
+        context.pg_ = await pg.create_pool(settings, max_size=PG_POOL_SIZE)
         context.webhooks_ = Batcher(context.record_webhooks, max_size=50, max_wait=0)
         purge: asyncio.Task[None] | None = None
         if settings.idempotency_purge_interval_seconds > 0:
@@ -76,6 +83,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await purge
             await context.engine.dispose()
+            await context.pg.close()
+            context.pg_ = None
             context.sessions_ = None
             context.reads_ = None
             context.webhooks_ = None

@@ -11,6 +11,7 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.db.pg import Pool
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo.api_clients import ApiClient
 from billing_core.runtime.batcher import Batcher
@@ -53,6 +54,7 @@ class AppContext:
     sessions_: async_sessionmaker[AsyncSession] | None = None
     reads_: async_sessionmaker[AsyncSession] | None = None
     webhooks_: Batcher[WebhookToRecord, str] | None = None
+    pg_: Pool | None = None
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:
@@ -67,6 +69,13 @@ class AppContext:
         if self.reads_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.reads_
+
+    @property
+    def pg(self) -> Pool:
+        """Plain asyncpg connections for the hot paths (``async with ctx.pg.acquire()``)."""
+        if self.pg_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.pg_
 
     @property
     def webhooks(self) -> Batcher[WebhookToRecord, str]:

@@ -9,7 +9,7 @@ the caller the current version instead of overwriting that work.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +17,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 
@@ -103,6 +104,33 @@ _SELECT = select(
     _p.c.currency.label("plan_currency"),
     _p.c.billing_interval.label("plan_interval"),
 ).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
+
+
+_PLAN_COLUMNS = {
+    "plan_id": "p.id",
+    "plan_code": "p.code",
+    "plan_name": "p.name",
+    "plan_price_amount": "p.price_amount",
+    "plan_currency": "p.currency",
+    "plan_interval": "p.billing_interval",
+}
+# The same read as _SELECT, by hand for the driver: columns in Subscription's field order.
+_FETCH = (
+    "SELECT "
+    + ", ".join(
+        f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
+        for f in fields(Subscription)
+    )
+    + " FROM subscription s JOIN plan p ON p.id = s.plan_id WHERE s.id = $1"
+)
+
+
+async def fetch(conn: Connection, subscription_id: int) -> Subscription:
+    """:func:`get` on a plain asyncpg connection (one prepared statement)."""
+    row = await conn.fetchrow(_FETCH, subscription_id)
+    if row is None:
+        raise SubscriptionNotFound(subscription_id)
+    return Subscription(*row)
 
 
 async def insert_subscription(

@@ -96,8 +96,8 @@ async def create_subscription(
 async def get_subscription(
     request: Request, subscription_id: SubscriptionId, _client: CurrentClient
 ) -> Response:
-    async with get_context(request).reads() as session:
-        sub = await subscriptions_repo.get(session, subscription_id)
+    async with get_context(request).pg.acquire() as conn:
+        sub = await subscriptions_repo.fetch(conn, subscription_id)
     return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
 
 
