@@ -6,6 +6,11 @@ driver costs a tenth of that. The processes keep SQLAlchemy for everything else;
 run hand-written SQL from ``billing_core.repo`` on connections of this pool (asyncpg prepares and
 caches each statement per connection). The pool never closes a connection under load (no
 overflow churn): callers past ``max_size`` wait for one to be released.
+
+A released connection is not reset with asyncpg's default query (``RESET ALL``, unlock every
+session advisory lock, ``CLOSE ALL``, ``UNLISTEN *``: one more round trip per use). The
+statements run here never change session state: they take transaction-scoped locks only, set
+nothing and listen to nothing. A transaction left open is still rolled back on release.
 """
 
 from __future__ import annotations
@@ -30,4 +35,9 @@ async def create_pool(settings: CoreSettings, *, max_size: int) -> Pool:
         max_size=settings.db_pool_size or max_size,
         server_settings=server_settings(settings, ".pg"),
         max_inactive_connection_lifetime=300,
+        reset=_keep_session,
     )
+
+
+async def _keep_session(_conn: Connection) -> None:
+    """Release without the reset query (see the module's docstring)."""
