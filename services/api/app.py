@@ -19,7 +19,7 @@ from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from services.api import problems
-from services.api.context import AppContext, KeyCache
+from services.api.context import AppContext, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
 from services.api.routes import health, plans, subscriptions, webhooks
@@ -56,6 +56,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         settings=settings,
         clock=clock,
         key_cache=KeyCache(settings.auth_cache_seconds),
+        plans=PlanCatalogue(settings.plan_cache_seconds),
         policy=settings.dunning_policy(),
     )
 

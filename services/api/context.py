@@ -11,9 +11,11 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
-from billing_core.db.pg import Pool
+from billing_core.db.pg import Connection, Pool
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.repo import plans as plans_repo
 from billing_core.repo.api_clients import ApiClient
+from billing_core.repo.plans import Plan, PlanNotFound
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.settings import ApiSettings
@@ -43,11 +45,34 @@ class KeyCache:
         self._entries[key_hash] = (time.monotonic() + self._ttl, client)
 
 
+class PlanCatalogue:
+    """The active plans, read at most once per ``ttl_seconds`` (the catalogue changes only by
+    migration: a plan added or retired is seen within that delay). ``ttl_seconds=0``: every
+    look-up reads the database."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self._ttl = ttl_seconds
+        self._expires = 0.0
+        self._by_code: dict[str, Plan] = {}
+
+    async def get(self, conn: Connection, code: str) -> Plan:
+        """The active plan ``code`` (PlanNotFound otherwise), on ``conn`` when not cached."""
+        if time.monotonic() >= self._expires:
+            plans = await plans_repo.fetch_active(conn)
+            self._by_code = {plan.code: plan for plan in plans}
+            self._expires = time.monotonic() + self._ttl
+        plan = self._by_code.get(code)
+        if plan is None:
+            raise PlanNotFound(code)
+        return plan
+
+
 @dataclass
 class AppContext:
     settings: ApiSettings
     clock: Clock
     key_cache: KeyCache
+    plans: PlanCatalogue
     rng: random.Random = field(default_factory=random.SystemRandom)
     policy: DunningPolicy = field(default_factory=DunningPolicy)
     engine: AsyncEngine | None = None

@@ -31,7 +31,7 @@ Pool: TypeAlias = Any
 async def create_pool(settings: CoreSettings, *, max_size: int) -> Pool:
     return await asyncpg.create_pool(
         asyncpg_dsn(settings.database_url),
-        min_size=1,
+        min_size=0,  # no connection at start: a process starts without the database
         max_size=settings.db_pool_size or max_size,
         server_settings=server_settings(settings, ".pg"),
         max_inactive_connection_lifetime=300,

@@ -8,7 +8,9 @@ the caller the current version instead of overwriting that work.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -19,7 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from billing_core.db import tables as t
 from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
+from billing_core.domain.events import DomainEvent
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.repo import idempotency
+from billing_core.repo.invoices import Invoice
 
 
 class SubscriptionNotFound(DomainError):
@@ -131,6 +136,105 @@ async def fetch(conn: Connection, subscription_id: int) -> Subscription:
     if row is None:
         raise SubscriptionNotFound(subscription_id)
     return Subscription(*row)
+
+
+# A new subscription, its first invoice, its events (numbered from 1: event_seq starts at their
+# count) and, optionally, the stored API response, in one statement; the ids were drawn before.
+_INSERT_NEW = """
+WITH sub AS (
+    INSERT INTO subscription (id, customer_id, plan_id, status, time_zone, billing_anchor,
+        period_index, current_period_start, current_period_end, cancel_at_period_end,
+        canceled_at, credit_balance, event_seq, version, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
+    RETURNING id
+), inv AS (
+    INSERT INTO invoice (id, subscription_id, customer_id, kind, period_index, period_start,
+        period_end, subtotal, credit_applied, amount, currency, status, attempt_count,
+        next_attempt_at, paid_at, closed_at, created_at, updated_at)
+    SELECT $17, sub.id, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31,
+        $32, $32
+    FROM sub
+    RETURNING id
+), ev AS (
+    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
+    SELECT e.event_id, sub.id, e.ord, e.event_type, e.payload, $36
+    FROM sub, unnest($33::uuid[], $34::text[], $35::jsonb[])
+        WITH ORDINALITY AS e(event_id, event_type, payload, ord)
+    RETURNING id
+)
+"""
+_INSERT_NEW_END = "SELECT (SELECT count(*) FROM inv), (SELECT count(*) FROM ev)"
+_INSERT_NEW_PLAIN = _INSERT_NEW + _INSERT_NEW_END
+_INSERT_NEW_WITH_RECORD = (
+    _INSERT_NEW.rstrip()
+    + ", rec AS ("
+    + idempotency.insert_record_sql(37)
+    + " RETURNING key)\n"
+    + _INSERT_NEW_END
+)
+
+
+async def insert_new(
+    conn: Connection,
+    sub: Subscription,
+    invoice: Invoice,
+    events: Sequence[DomainEvent],
+    *,
+    now: datetime,
+    record: idempotency.NewRecord | None = None,
+) -> None:
+    """Insert ``sub`` (ids already drawn) with its first ``invoice`` and ``events`` in one
+    round trip on a driver connection, and ``record`` (the API's stored response) with them."""
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if any(e.subscription_id != sub.id for e in events):
+        raise ValueError("every event must be the new subscription's")
+    params: tuple[object, ...] = (
+        sub.id,
+        sub.customer_id,
+        sub.plan_id,
+        sub.status,
+        sub.time_zone,
+        sub.billing_anchor,
+        sub.period_index,
+        sub.current_period_start,
+        sub.current_period_end,
+        sub.cancel_at_period_end,
+        sub.canceled_at,
+        sub.credit_balance,
+        len(events),
+        sub.version,
+        sub.created_at,
+        sub.updated_at,
+        invoice.id,
+        invoice.customer_id,
+        invoice.kind,
+        invoice.period_index,
+        invoice.period_start,
+        invoice.period_end,
+        invoice.subtotal,
+        invoice.credit_applied,
+        invoice.amount,
+        invoice.currency,
+        invoice.status,
+        invoice.attempt_count,
+        invoice.next_attempt_at,
+        invoice.paid_at,
+        invoice.closed_at,
+        invoice.created_at,
+        [uuid.uuid4() for _ in events],
+        [str(e.type) for e in events],
+        [json.dumps(e.payload, separators=(",", ":")) for e in events],
+        now,
+    )
+    if record is None:
+        row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
+    else:
+        row = await conn.fetchrow(
+            _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
+        )
+    if tuple(row) != (1, len(events)):
+        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events")
 
 
 async def insert_subscription(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -19,7 +21,7 @@ from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api.auth import CurrentClient
 from services.api.context import get_context
-from services.api.idempotency import IdempotentWriteDep, Outcome
+from services.api.idempotency import IdempotentWriteDep, Outcome, Record
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
 from services.api.schemas import (
@@ -64,27 +66,31 @@ async def _subscription_outcome(
     responses=problems(400, 401, 409, 413, 422),
 )
 async def create_subscription(
-    body: CreateSubscriptionRequest, write: IdempotentWriteDep
+    request: Request, body: CreateSubscriptionRequest, write: IdempotentWriteDep
 ) -> Response:
-    write.require_key()
+    plans = get_context(request).plans
 
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
-        created = await subscribe_uc.subscribe(
-            session,
+    async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
+        subscription_id, invoice_id = ids
+        new = subscribe_uc.new_subscription(
+            await plans.get(conn, body.plan_code),
+            subscription_id=subscription_id,
+            invoice_id=invoice_id,
             customer_id=body.customer_id,
-            plan_code=body.plan_code,
             time_zone=body.time_zone,
             start_at=body.start_at,
             now=now,
         )
-        result = await _subscription_outcome(session, created.subscription_id, 201)
-        return Outcome(
-            result.status,
-            result.body,
-            {**result.headers, "location": f"/subscriptions/{created.subscription_id}"},
+        created = outcome(
+            201,
+            SubscriptionOut.of(new.subscription),
+            etag=etag(new.subscription.version),
+            location=f"/subscriptions/{subscription_id}",
         )
+        await subscribe_uc.subscribe(conn, new, now=now, record=record(created))
+        return created
 
-    return await write.run(work)
+    return await write.run_on_pool(work, sequences=subscribe_uc.ID_SEQUENCES)
 
 
 @router.get(
