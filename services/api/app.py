@@ -18,8 +18,9 @@ from billing_core.db import pg
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
+from billing_core.usecases import subscribe as subscribe_uc
 from services.api import problems
-from services.api.context import AppContext, KeyCache, PlanCatalogue
+from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
 from services.api.routes import health, plans, subscriptions, webhooks
@@ -57,6 +58,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         clock=clock,
         key_cache=KeyCache(settings.auth_cache_seconds),
         plans=PlanCatalogue(settings.plan_cache_seconds),
+        subscription_ids=IdBlocks(subscribe_uc.ID_SEQUENCES),
         policy=settings.dunning_policy(),
     )
 

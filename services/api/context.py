@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from billing_core.clock import Clock
 from billing_core.db.pg import Connection, Pool
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.repo import ids as ids_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.plans import Plan, PlanNotFound
@@ -67,12 +68,30 @@ class PlanCatalogue:
         return plan
 
 
+class IdBlocks:
+    """Ids for new rows, drawn from their sequences ``block`` at a time (one statement per
+    block instead of one per request); what the process does not use is a gap."""
+
+    def __init__(self, sequences: Sequence[str], block: int = 32) -> None:
+        self._sequences = tuple(sequences)
+        self._block = block
+        self._ready: list[tuple[int, ...]] = []
+
+    async def take(self, conn: Connection) -> tuple[int, ...]:
+        if not self._ready:
+            drawn = await ids_repo.draw(conn, self._sequences, self._block)
+            drawn.reverse()
+            self._ready = drawn + self._ready
+        return self._ready.pop()
+
+
 @dataclass
 class AppContext:
     settings: ApiSettings
     clock: Clock
     key_cache: KeyCache
     plans: PlanCatalogue
+    subscription_ids: IdBlocks
     rng: random.Random = field(default_factory=random.SystemRandom)
     policy: DunningPolicy = field(default_factory=DunningPolicy)
     engine: AsyncEngine | None = None

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import delete, insert, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -128,16 +129,41 @@ class NewRecord:
     expires_at: datetime
 
 
-def insert_record_sql(first: int) -> str:
+def insert_record_sql(first: int, source: str | None = None) -> str:
     """``INSERT`` of a :class:`NewRecord` whose parameters start at ``$first`` (to be one part
-    of a caller's statement); :func:`record_parameters` gives them in order."""
+    of a caller's statement), once per row of ``source`` if given (a CTE of that statement);
+    :func:`record_parameters` gives them in order."""
     p = [f"${first + i}" for i in range(10)]
+    values = (
+        f"{p[0]}, {p[1]}, {p[2]}, {p[3]}, {p[4]}, {p[5]}, {p[6]}::jsonb, {p[7]}, {p[8]}, "
+        f"{p[8]}, {p[9]}"
+    )
+    rows = f"VALUES ({values})" if source is None else f"SELECT {values} FROM {source}"
     return (
         "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
         "request_hash, response_status, response_headers, response_body, created_at, "
-        f"completed_at, expires_at) VALUES ({p[0]}, {p[1]}, {p[2]}, {p[3]}, {p[4]}, {p[5]}, "
-        f"{p[6]}::jsonb, {p[7]}, {p[8]}, {p[8]}, {p[9]})"
+        f"completed_at, expires_at) {rows}"
     )
+
+
+def stored_response(row: Sequence[Any]) -> StoredResponse:
+    """A :class:`StoredResponse` from the columns of ``STORED_COLUMNS``, in order."""
+    method, path, req_hash, status, headers, body, expires_at = row
+    return StoredResponse(
+        method,
+        path,
+        bytes(req_hash),
+        int(status or 0),
+        dict(json.loads(headers)) if headers else {},
+        bytes(body or b""),
+        expires_at,
+    )
+
+
+STORED_COLUMNS = (
+    "request_method, request_path, request_hash, response_status, response_headers, "
+    "response_body, expires_at"
+)
 
 
 def record_parameters(record: NewRecord) -> tuple[object, ...]:
@@ -177,27 +203,13 @@ async def try_lock_and_draw(
     return bool(row[0]), [int(v) for v in row[1:]]
 
 
-_FIND = (
-    "SELECT request_method, request_path, request_hash, response_status, response_headers, "
-    "response_body, expires_at FROM idempotency_key WHERE client_id = $1 AND key = $2"
-)
+_FIND = f"SELECT {STORED_COLUMNS} FROM idempotency_key WHERE client_id = $1 AND key = $2"
 
 
 async def find_on(conn: Connection, client_id: int, key: str) -> StoredResponse | None:
     """:func:`find` on a driver connection."""
     row = await conn.fetchrow(_FIND, client_id, key)
-    if row is None:
-        return None
-    method, path, req_hash, status, headers, body, expires_at = row
-    return StoredResponse(
-        method,
-        path,
-        bytes(req_hash),
-        int(status or 0),
-        dict(json.loads(headers)) if headers else {},
-        bytes(body or b""),
-        expires_at,
-    )
+    return None if row is None else stored_response(row)
 
 
 _DELETE = "DELETE FROM idempotency_key WHERE client_id = $1 AND key = $2"

@@ -127,5 +127,15 @@ async def subscribe(
     )
 
 
+async def subscribe_unless_claimed(
+    conn: Connection, new: NewSubscription, *, now: datetime, record: idempotency_repo.NewRecord
+) -> subscriptions_repo.Claimed:
+    """:func:`subscribe` as a whole keyed request in one statement, outside any transaction:
+    only if the request's key is free (see ``subscriptions_repo.insert_new_unless_claimed``)."""
+    return await subscriptions_repo.insert_new_unless_claimed(
+        conn, new.subscription, new.invoice, new.events, now=now, record=record
+    )
+
+
 def opened_invoice_events(invoice: invoices_repo.Invoice) -> list[ev.DomainEvent]:
     return ev.invoice_opened(invoice, invoice.id, invoice.kind)

@@ -68,12 +68,14 @@ async def _subscription_outcome(
 async def create_subscription(
     request: Request, body: CreateSubscriptionRequest, write: IdempotentWriteDep
 ) -> Response:
-    plans = get_context(request).plans
+    ctx = get_context(request)
 
-    async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
+    async def build(
+        conn: Connection, now: datetime, ids: Sequence[int]
+    ) -> tuple[subscribe_uc.NewSubscription, Outcome]:
         subscription_id, invoice_id = ids
         new = subscribe_uc.new_subscription(
-            await plans.get(conn, body.plan_code),
+            await ctx.plans.get(conn, body.plan_code),
             subscription_id=subscription_id,
             invoice_id=invoice_id,
             customer_id=body.customer_id,
@@ -87,10 +89,23 @@ async def create_subscription(
             etag=etag(new.subscription.version),
             location=f"/subscriptions/{subscription_id}",
         )
+        return new, created
+
+    async def attempt(
+        conn: Connection, now: datetime, record: Record
+    ) -> tuple[subscriptions_repo.Claimed, Outcome]:
+        new, created = await build(conn, now, await ctx.subscription_ids.take(conn))
+        claimed = await subscribe_uc.subscribe_unless_claimed(
+            conn, new, now=now, record=record(created)
+        )
+        return claimed, created
+
+    async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
+        new, created = await build(conn, now, ids)
         await subscribe_uc.subscribe(conn, new, now=now, record=record(created))
         return created
 
-    return await write.run_on_pool(work, sequences=subscribe_uc.ID_SEQUENCES)
+    return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
 
 
 @router.get(
