@@ -6,7 +6,8 @@ keep-alive client, lighter than a full client library so the server stays the bo
 
 1. closed loop at a fixed concurrency: GET /healthz, POST /subscriptions (a new
    Idempotency-Key each), GET /subscriptions/{id}: throughput, p50, p99;
-2. open loop at half of each write/read's measured throughput: p99 latency.
+2. right after each closed-loop run of a write/read, an open loop at half the throughput that
+   run measured: p99 latency.
 
 Each figure is the median of ``--runs`` runs. Ratios are printed against /healthz, with the
 server's CPU time per request (from /proc, over each closed-loop run). Targets (issue 13): POST
@@ -44,7 +45,7 @@ from tests.support.processes import free_port
 ROOT = Path(__file__).resolve().parents[1]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-# (ratio to /healthz, CPU ms per request) a scenario must reach; p99 bound at half rate.
+# (ratio to /healthz, CPU ms per request) a path must reach; p99 bound at half rate.
 TARGETS = {"post": (0.30, 1.5), "get": (0.50, 0.5)}
 HALF_RATE_P99_MS = 50.0
 
@@ -312,6 +313,7 @@ def main() -> None:
         paths = [args.only] if args.only else ["post", "get"]
         table: dict[str, list[Result]] = {"healthz": [], **{p: [] for p in paths}}
         cpu: dict[str, list[float]] = {s: [] for s in table}
+        half: dict[str, list[Result]] = {p: [] for p in paths}
         for run in range(args.runs):
             for scenario, results in table.items():
                 cpu_before = cpu_seconds(server.pid)
@@ -331,54 +333,72 @@ def main() -> None:
                     f"p99 {r.pct(0.99):6.1f} ms  cpu {cpu_ms:5.2f} ms/req  errors {r.errors}",
                     flush=True,
                 )
-        med = {s: _medians(rs) for s, rs in table.items()}
-        half: dict[str, list[Result]] = {p: [] for p in paths}
-        for _ in range(args.runs):
-            for scenario, half_results in half.items():
-                rate = med[scenario]["rps"] / 2
-                r = run_load(
+                if scenario not in half:
+                    continue
+                # Right after the closed loop it halves: the machine's other load drifts over
+                # a whole benchmark, so "half the max rate" is the max measured just before.
+                rate = r.rps / 2
+                o = run_load(
                     "open", scenario=scenario, rate=rate, seconds=args.seconds, ids=ids, **common
                 )
-                half_results.append(r)
+                half[scenario].append(o)
                 print(
-                    f"open loop {scenario:4s} at {rate:6.0f}/s  p50 {r.pct(0.5):6.1f} ms  "
-                    f"p99 {r.pct(0.99):6.1f} ms  errors {r.errors}",
+                    f"      open loop at {rate:6.0f}/s  p50 {o.pct(0.5):6.1f} ms  "
+                    f"p99 {o.pct(0.99):6.1f} ms  errors {o.errors}",
                     flush=True,
                 )
-        print()
+        _report(args, table, cpu, half)
+
+
+def _report(
+    args: argparse.Namespace,
+    table: dict[str, list[Result]],
+    cpu: dict[str, list[float]],
+    half: dict[str, list[Result]],
+) -> None:
+    med = {s: _medians(rs) for s, rs in table.items()}
+    print()
+    print(
+        f"concurrency {args.concurrency}, {args.seconds:.0f} s per run, medians of "
+        f"{args.runs} runs, load average {_load_average()}"
+    )
+    print(
+        f"{'':10s}{'req/s':>9s}{'p50 ms':>9s}{'p99 ms':>9s}{'x healthz':>11s}"
+        f"{'cpu ms':>9s}{'p99 @ half rate':>17s}"
+    )
+    floor = med["healthz"]["rps"]
+    cpu_med = {scenario: statistics.median(values) for scenario, values in cpu.items()}
+    for scenario in table:
+        m = med[scenario]
+        half_text = f"{_p99(half[scenario]):.1f} ms" if scenario in half else "-"
         print(
-            f"concurrency {args.concurrency}, {args.seconds:.0f} s per run, medians of "
-            f"{args.runs} runs, load average {_load_average()}"
+            f"{scenario:10s}{m['rps']:9.0f}{m['p50']:9.1f}{m['p99']:9.1f}"
+            f"{m['rps'] / floor:11.2f}{cpu_med[scenario]:9.2f}{half_text:>17s}"
         )
+    errors = sum(r.errors for rs in (*table.values(), *half.values()) for r in rs)
+    print(f"errors: {errors}")
+    print("targets (issue 13):")
+    verdicts = []
+    for scenario, (min_ratio, max_cpu) in TARGETS.items():
+        if scenario not in table:
+            continue
+        ratio, cpu_ms = med[scenario]["rps"] / floor, cpu_med[scenario]
+        ok = ratio >= min_ratio and cpu_ms <= max_cpu
+        verdicts.append(ok)
+        name = "POST /subscriptions" if scenario == "post" else "GET /subscriptions/{id}"
         print(
-            f"{'':10s}{'req/s':>9s}{'p50 ms':>9s}{'p99 ms':>9s}{'x healthz':>11s}"
-            f"{'cpu ms':>9s}{'p99 @ half rate':>17s}  target"
+            f"  {'PASS' if ok else 'FAIL'}  {name}: {ratio:.2f}x healthz (>= {min_ratio:.2f}), "
+            f"{cpu_ms:.2f} ms CPU (<= {max_cpu})"
         )
-        floor = med["healthz"]["rps"]
-        passed = True
-        for scenario in table:
-            m = med[scenario]
-            ratio = m["rps"] / floor
-            cpu_ms = statistics.median(cpu[scenario])
-            half_p99 = _p99(half[scenario]) if scenario in half else None
-            verdict = ""
-            if scenario in TARGETS:
-                min_ratio, max_cpu = TARGETS[scenario]
-                assert half_p99 is not None
-                ok = ratio >= min_ratio and cpu_ms <= max_cpu and half_p99 < HALF_RATE_P99_MS
-                passed = passed and ok
-                verdict = (
-                    f"  {'PASS' if ok else 'FAIL'} (>= {min_ratio:.2f}x, <= {max_cpu} ms CPU, "
-                    f"p99 @ half < {HALF_RATE_P99_MS:.0f} ms)"
-                )
-            half_text = f"{half_p99:.1f} ms" if half_p99 is not None else "-"
-            print(
-                f"{scenario:10s}{m['rps']:9.0f}{m['p50']:9.1f}{m['p99']:9.1f}"
-                f"{ratio:11.2f}{cpu_ms:9.2f}{half_text:>17s}{verdict}"
-            )
-        errors = sum(r.errors for rs in (*table.values(), *half.values()) for r in rs)
-        print(f"errors: {errors}")
-        print(f"targets: {'all met' if passed and not errors else 'NOT all met'}")
+    p99s = {scenario: _p99(results) for scenario, results in half.items()}
+    ok = all(v < HALF_RATE_P99_MS for v in p99s.values())
+    verdicts.append(ok)
+    print(
+        f"  {'PASS' if ok else 'FAIL'}  p99 at half the measured rate (open loop): "
+        + ", ".join(f"{s} {v:.1f} ms" for s, v in p99s.items())
+        + f" (< {HALF_RATE_P99_MS:.0f})"
+    )
+    print(f"  {'all met' if all(verdicts) and not errors else 'NOT all met'}")
 
 
 def _medians(results: list[Result]) -> dict[str, float]:
