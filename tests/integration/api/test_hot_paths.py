@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.db import pg
@@ -60,3 +63,29 @@ async def test_plan_catalogue_is_cached_for_its_ttl(
 
 class _RollBack(Exception):
     """Leaves the shared plan catalogue as it was."""
+
+
+async def test_connections_killed_by_a_restart_are_replaced(
+    settings: CoreSettings, engine: AsyncEngine
+) -> None:
+    """After a PostgreSQL restart the pooled connections are dead: the pool sees them closed and
+    opens new ones when they are next acquired, instead of failing one request each."""
+    named = settings.model_copy(update={"process_name": "restart-test"})
+    pool = await pg.create_pool(named, max_size=2)
+    try:
+        async with pool.acquire() as a, pool.acquire() as b:  # two open connections
+            assert await a.fetchval("SELECT 1") == await b.fetchval("SELECT 1") == 1
+            old = {a.get_server_pid(), b.get_server_pid()}
+        async with engine.connect() as admin:
+            await admin.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'restart-test.pg'"
+                )
+            )
+        await asyncio.sleep(0.5)  # the clients read the server's goodbye
+        async with pool.acquire() as a, pool.acquire() as b:
+            assert await a.fetchval("SELECT 1") == await b.fetchval("SELECT 1") == 1
+            assert not old & {a.get_server_pid(), b.get_server_pid()}
+    finally:
+        await pool.close()
