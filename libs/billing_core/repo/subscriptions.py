@@ -299,39 +299,6 @@ async def insert_new_unless_claimed(
     return Claimed(bool(locked), created, stored)
 
 
-async def insert_subscription(
-    session: AsyncSession,
-    *,
-    customer_id: int,
-    plan_id: int,
-    time_zone: str,
-    billing_anchor: datetime,
-    period_start: datetime,
-    period_end: datetime,
-    now: datetime,
-) -> int:
-    result = await session.execute(
-        insert(_s)
-        .values(
-            customer_id=customer_id,
-            plan_id=plan_id,
-            status=str(SubscriptionStatus.ACTIVE),
-            time_zone=time_zone,
-            billing_anchor=billing_anchor,
-            period_index=0,
-            current_period_start=period_start,
-            current_period_end=period_end,
-            cancel_at_period_end=False,
-            credit_balance=0,
-            version=0,
-            created_at=now,
-            updated_at=now,
-        )
-        .returning(_s.c.id)
-    )
-    return int(result.scalar_one())
-
-
 async def get(session: AsyncSession, subscription_id: int) -> Subscription:
     row = (await session.execute(_SELECT.where(_s.c.id == subscription_id))).mappings().first()
     if row is None:
