@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -32,6 +30,7 @@ from bench.api_bench import (
     bench_arguments,
     build,
     closed_loop_over,
+    cpu_seconds,
     in_load_process,
     migrated_database,
 )
@@ -40,13 +39,7 @@ from services.api.signatures import sign_header
 from tests.support.factories import due_subscriptions_with_invoices
 
 SECRET = "bench-webhook-secret"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 GATEWAY_LIMIT = 200
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def webhook_request(host: str, invoice_id: int, event_no: int) -> bytes:

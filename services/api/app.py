@@ -14,11 +14,13 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
+from billing_core.db import pg
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
+from billing_core.usecases import subscribe as subscribe_uc
 from services.api import problems
-from services.api.context import AppContext, KeyCache
+from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
 from services.api.routes import health, plans, subscriptions, webhooks
@@ -37,6 +39,11 @@ receive the payment gateway's signed results.
 """
 
 
+# Connections of the plain asyncpg pool that serves the hot paths (GET and POST /subscriptions):
+# requests past this many wait for one to be released rather than open and close new ones.
+PG_POOL_SIZE = 16
+
+
 def api_engine(settings: ApiSettings) -> AsyncEngine:
     """Without the pre-ping: it costs a transaction (three round trips) on every checkout,
     which doubles the work of a read. A connection that died is caught by its first statement
@@ -50,6 +57,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         settings=settings,
         clock=clock,
         key_cache=KeyCache(settings.auth_cache_seconds),
+        plans=PlanCatalogue(settings.plan_cache_seconds),
+        subscription_ids=IdBlocks(subscribe_uc.ID_SEQUENCES),
         policy=settings.dunning_policy(),
     )
 
@@ -60,6 +69,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         context.reads_ = session_factory(
             context.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
+        context.pg_ = await pg.create_pool(settings, max_size=PG_POOL_SIZE)
         context.webhooks_ = Batcher(
             context.record_webhooks,
             max_size=50,
@@ -80,6 +90,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await purge
             await context.engine.dispose()
+            await context.pg.close()
+            context.pg_ = None
             context.sessions_ = None
             context.reads_ = None
             context.webhooks_ = None

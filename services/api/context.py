@@ -11,8 +11,12 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.db.pg import Connection, Pool
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.repo import ids as ids_repo
+from billing_core.repo import plans as plans_repo
 from billing_core.repo.api_clients import ApiClient
+from billing_core.repo.plans import Plan, PlanNotFound
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.settings import ApiSettings
@@ -42,17 +46,59 @@ class KeyCache:
         self._entries[key_hash] = (time.monotonic() + self._ttl, client)
 
 
+class PlanCatalogue:
+    """The active plans, read at most once per ``ttl_seconds`` (the catalogue changes only by
+    migration: a plan added or retired is seen within that delay). ``ttl_seconds=0``: every
+    look-up reads the database."""
+
+    def __init__(self, ttl_seconds: float) -> None:
+        self._ttl = ttl_seconds
+        self._expires = 0.0
+        self._by_code: dict[str, Plan] = {}
+
+    async def get(self, conn: Connection, code: str) -> Plan:
+        """The active plan ``code`` (PlanNotFound otherwise), on ``conn`` when not cached."""
+        if time.monotonic() >= self._expires:
+            plans = await plans_repo.fetch_active(conn)
+            self._by_code = {plan.code: plan for plan in plans}
+            self._expires = time.monotonic() + self._ttl
+        plan = self._by_code.get(code)
+        if plan is None:
+            raise PlanNotFound(code)
+        return plan
+
+
+class IdBlocks:
+    """Ids for new rows, drawn from their sequences ``block`` at a time (one statement per
+    block instead of one per request); what the process does not use is a gap."""
+
+    def __init__(self, sequences: Sequence[str], block: int = 32) -> None:
+        self._sequences = tuple(sequences)
+        self._block = block
+        self._ready: list[tuple[int, ...]] = []
+
+    async def take(self, conn: Connection) -> tuple[int, ...]:
+        if not self._ready:
+            drawn = await ids_repo.draw(conn, self._sequences, self._block)
+            drawn.reverse()
+            self._ready = drawn + self._ready
+        return self._ready.pop()
+
+
 @dataclass
 class AppContext:
     settings: ApiSettings
     clock: Clock
     key_cache: KeyCache
+    plans: PlanCatalogue
+    subscription_ids: IdBlocks
     rng: random.Random = field(default_factory=random.SystemRandom)
     policy: DunningPolicy = field(default_factory=DunningPolicy)
     engine: AsyncEngine | None = None
     sessions_: async_sessionmaker[AsyncSession] | None = None
     reads_: async_sessionmaker[AsyncSession] | None = None
     webhooks_: Batcher[WebhookToRecord, str] | None = None
+    pg_: Pool | None = None
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:
@@ -67,6 +113,13 @@ class AppContext:
         if self.reads_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.reads_
+
+    @property
+    def pg(self) -> Pool:
+        """Plain asyncpg connections for the hot paths (``async with ctx.pg.acquire()``)."""
+        if self.pg_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.pg_
 
     @property
     def webhooks(self) -> Batcher[WebhookToRecord, str]:

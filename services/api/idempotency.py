@@ -20,18 +20,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated
 
+from asyncpg import UniqueViolationError  # type: ignore[import-untyped]
 from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
+from billing_core.domain.errors import DomainError
 from billing_core.logging import get_logger
 from billing_core.repo import idempotency as idempotency_repo
+from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
+from billing_core.repo.idempotency import StoredResponse
 from services.api.auth import authenticate
 from services.api.context import AppContext, get_context
 from services.api.problems import (
@@ -48,6 +53,7 @@ MAX_KEY_LENGTH = 255
 REPLAYED_HEADER = "Idempotent-Replayed"
 RETRY_AFTER_SECONDS = 1
 JSON = "application/json"
+STORED_KEY_CONSTRAINT = "pk_idempotency_key"
 # Response headers worth replaying (the body's type and where the resource lives).
 _STORED_HEADERS = ("content-type", "location", "etag")
 
@@ -62,6 +68,14 @@ class Outcome:
 
 
 Work = Callable[[AsyncSession, datetime], Awaitable[Outcome]]
+# (connection, now, the ids drawn, the record to store for an outcome) -> the outcome
+Record = Callable[[Outcome], idempotency_repo.NewRecord]
+PoolWork = Callable[[Connection, datetime, Sequence[int], Record], Awaitable[Outcome]]
+# (connection, now, the record to store for an outcome) -> what the statement found, and the
+# outcome it stored if it wrote anything
+OneStatement = Callable[
+    [Connection, datetime, Record], Awaitable[tuple[subscriptions_repo.Claimed, Outcome]]
+]
 
 
 def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
@@ -131,9 +145,7 @@ class IdempotentWrite:
                     request_path=path,
                     request_hash=fingerprint,
                     status=outcome.status,
-                    headers={
-                        k.lower(): v for k, v in headers.items() if k.lower() in _STORED_HEADERS
-                    },
+                    headers=_stored_headers(headers),
                     body=outcome.body,
                     now=now,
                     expires_at=now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
@@ -145,17 +157,116 @@ class IdempotentWrite:
     ) -> Response | None:
         assert self.key is not None
         if not await idempotency_repo.try_lock(session, self.client.id, self.key):
-            raise ApiProblem(
-                IDEMPOTENCY_IN_FLIGHT,
-                "A request with this Idempotency-Key is still being processed; retry later.",
-                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-            )
+            raise _in_flight()
         stored = await idempotency_repo.find(session, self.client.id, self.key)
-        if stored is None:
-            return None
-        if stored.expires_at <= now:
+        if stored is not None and stored.expires_at <= now:
             await idempotency_repo.delete_key(session, self.client.id, self.key)
-            return None
+            stored = None
+        return None if stored is None else self._replay(stored, method, path, fingerprint)
+
+    async def run_in_one_statement(
+        self, attempt: OneStatement, work: PoolWork, *, sequences: Sequence[str] = ()
+    ) -> Response:
+        """:meth:`run_on_pool` in one statement when it can be: ``attempt`` writes everything
+        (the key's lock, the look-up, the rows and the stored response) in one statement if
+        the key is free and nothing is stored under it. What that statement cannot decide
+        alone goes to :meth:`run_on_pool` with ``work``: a refused request (its error must
+        not hide a response stored under the key), an expired stored response, and a first
+        request that committed while this one started."""
+        self.require_key()
+        key = self.key
+        assert key is not None
+        ctx = self._ctx
+        method = self._request.method
+        path = self._request.url.path
+        fingerprint = request_fingerprint(method, path, await self._request.body())
+        async with ctx.pg.acquire() as conn:
+            now = ctx.clock.now()
+            try:
+                claimed, outcome = await attempt(
+                    conn, now, self._record_for(key, method, path, fingerprint, now)
+                )
+            except DomainError:
+                claimed = None
+            except UniqueViolationError as exc:
+                if exc.constraint_name != STORED_KEY_CONSTRAINT:
+                    raise
+                claimed = None
+        if claimed is None or (
+            not claimed.created and claimed.stored is not None and claimed.stored.expires_at <= now
+        ):
+            return await self.run_on_pool(work, sequences=sequences)
+        if not claimed.locked:
+            raise _in_flight()
+        if claimed.stored is not None:
+            return self._replay(claimed.stored, method, path, fingerprint)
+        assert claimed.created
+        return Response(
+            outcome.body,
+            status_code=outcome.status,
+            headers={"content-type": JSON, **outcome.headers},
+        )
+
+    def _record_for(
+        self, key: str, method: str, path: str, fingerprint: bytes, now: datetime
+    ) -> Record:
+        client_id = self.client.id
+        expires_at = now + timedelta(seconds=self._ctx.settings.idempotency_retention_seconds)
+
+        def record(outcome: Outcome) -> idempotency_repo.NewRecord:
+            if not 200 <= outcome.status < 300:
+                raise ValueError("only successful responses are stored")
+            return idempotency_repo.NewRecord(
+                client_id=client_id,
+                key=key,
+                request_method=method,
+                request_path=path,
+                request_hash=fingerprint,
+                status=outcome.status,
+                headers=_stored_headers({"content-type": JSON, **outcome.headers}),
+                body=outcome.body,
+                now=now,
+                expires_at=expires_at,
+            )
+
+        return record
+
+    async def run_on_pool(self, work: PoolWork, *, sequences: Sequence[str] = ()) -> Response:
+        """:meth:`run` for a write that requires a key, on the plain asyncpg pool and in fewer
+        round trips: the key's lock is taken by the statement that draws the ids ``work`` will
+        insert (the next values of ``sequences``), and ``work`` stores the response with its
+        own statement: it is given ``record(outcome)``, the row to write for its outcome (a
+        2xx). Same rules as :meth:`run`: replay, mismatch, in flight, expiry."""
+        self.require_key()
+        key = self.key
+        assert key is not None
+        ctx = self._ctx
+        method = self._request.method
+        path = self._request.url.path
+        fingerprint = request_fingerprint(method, path, await self._request.body())
+        client_id = self.client.id
+        async with ctx.pg.acquire() as conn, conn.transaction():
+            now = ctx.clock.now()
+            locked, ids = await idempotency_repo.try_lock_and_draw(conn, client_id, key, sequences)
+            if not locked:
+                raise _in_flight()
+            stored = await idempotency_repo.find_on(conn, client_id, key)
+            if stored is not None and stored.expires_at <= now:
+                await idempotency_repo.delete_key_on(conn, client_id, key)
+                stored = None
+            if stored is not None:
+                return self._replay(stored, method, path, fingerprint)
+            record = self._record_for(key, method, path, fingerprint, now)
+            outcome = await work(conn, now, ids, record)
+        return Response(
+            outcome.body,
+            status_code=outcome.status,
+            headers={"content-type": JSON, **outcome.headers},
+        )
+
+    def _replay(
+        self, stored: StoredResponse, method: str, path: str, fingerprint: bytes
+    ) -> Response:
         if (stored.request_method, stored.request_path, stored.request_hash) != (
             method,
             path,
@@ -172,6 +283,18 @@ class IdempotentWrite:
             status_code=stored.status,
             headers={**stored.headers, REPLAYED_HEADER: "true"},
         )
+
+
+def _in_flight() -> ApiProblem:
+    return ApiProblem(
+        IDEMPOTENCY_IN_FLIGHT,
+        "A request with this Idempotency-Key is still being processed; retry later.",
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items() if k.lower() in _STORED_HEADERS}
 
 
 async def idempotent_write(

@@ -50,6 +50,35 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"The request body exceeds {limit} bytes.")
 
 
+def _id_and_length(scope: Scope) -> tuple[bytes | None, bytes | None]:
+    """The request's X-Request-ID and Content-Length headers (the last of each, if repeated)."""
+    request_id = length = None
+    for name, value in scope.get("headers") or ():
+        if name == b"x-request-id":
+            request_id = value
+        elif name == b"content-length":
+            length = value
+    return request_id, length
+
+
+_SERIES: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
+def _series(method: str, route: str, status: int) -> tuple[Any, Any]:
+    """The request counter and latency histogram of (method, route, status), looked up once
+    per series rather than through ``labels()`` (a lock and a label check) on every request."""
+    key = (method, route, status)
+    series = _SERIES.get(key)
+    if series is None:
+        series = (
+            REQUESTS.labels(method, route, str(status)),
+            LATENCY.labels(method, route, str(status)),
+        )
+        if len(_SERIES) < 10_000:
+            _SERIES[key] = series
+    return series
+
+
 def _route_label(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
@@ -65,8 +94,8 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        supplied = headers.get(b"x-request-id", b"").decode("latin-1")
+        supplied_raw, declared = _id_and_length(scope)
+        supplied = supplied_raw.decode("latin-1") if supplied_raw is not None else ""
         request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
         scope[REQUEST_ID_SCOPE_KEY] = request_id
         method = scope.get("method", "?")
@@ -95,9 +124,9 @@ class RequestContextMiddleware:
                     raise BodyTooLarge(limit)
             return message
 
-        with structlog.contextvars.bound_contextvars(request_id=request_id):
+        tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        try:
             try:
-                declared = headers.get(b"content-length")
                 if declared is not None and declared.isdigit() and int(declared) > limit:
                     await self._send_problem(send_wrapper, scope, request_id, 413, limit)
                 else:
@@ -107,10 +136,11 @@ class RequestContextMiddleware:
                 if not state["started"]:
                     await self._send_problem(send_wrapper, scope, request_id, 500, limit)
             finally:
-                route = _route_label(scope)
-                status = str(state["status"])
-                REQUESTS.labels(method, route, status).inc()
-                LATENCY.labels(method, route, status).observe(time.perf_counter() - started_at)
+                count, latency = _series(method, _route_label(scope), state["status"])
+                count.inc()
+                latency.observe(time.perf_counter() - started_at)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
 
     @staticmethod
     async def _send_problem(

@@ -53,6 +53,12 @@ class ApiSettings(CoreSettings):
         description="How long a verified API key is trusted without a database look-up "
         "(a revoked key stops working after at most this long).",
     )
+    plan_cache_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long the plan catalogue is kept in the process (a plan added or "
+        "retired by a migration is seen after at most this long).",
+    )
     access_log: bool = Field(default=False, description="uvicorn's access log.")
 
     def webhook_secret_list(self) -> list[bytes]:

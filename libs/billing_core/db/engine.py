@@ -20,6 +20,14 @@ from sqlalchemy.pool import NullPool
 from billing_core.settings import CoreSettings
 
 
+def server_settings(settings: CoreSettings, name_suffix: str = "") -> dict[str, str]:
+    """The session settings every connection of the process starts with."""
+    values = {"application_name": settings.process_name + name_suffix, "timezone": "UTC"}
+    if settings.db_statement_timeout_ms:
+        values["statement_timeout"] = str(settings.db_statement_timeout_ms)
+    return values
+
+
 def create_engine(
     settings: CoreSettings,
     *,
@@ -32,13 +40,9 @@ def create_engine(
     ``BILLING_DB_POOL_SIZE`` overrides when set. ``pre_ping=False`` for a stream of short requests
     (a dead connection fails one statement, then the pool is invalidated); ``pooled=False`` for
     a connection whose locks must die with it (never returned to a pool)."""
-    server_settings = {
-        "application_name": settings.process_name + name_suffix,
-        "timezone": "UTC",
+    options: dict[str, Any] = {
+        "connect_args": {"server_settings": server_settings(settings, name_suffix)}
     }
-    if settings.db_statement_timeout_ms:
-        server_settings["statement_timeout"] = str(settings.db_statement_timeout_ms)
-    options: dict[str, Any] = {"connect_args": {"server_settings": server_settings}}
     if pooled:
         options |= {
             "pool_size": settings.db_pool_size or pool_size,

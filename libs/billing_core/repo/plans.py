@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 
 
@@ -54,3 +55,14 @@ async def get_by_code(session: AsyncSession, code: str, *, active_only: bool = T
     if row is None:
         raise PlanNotFound(code)
     return Plan(**row)
+
+
+_ACTIVE = (
+    "SELECT id, code, name, price_amount, currency, billing_interval, active FROM plan "
+    "WHERE active ORDER BY id"
+)
+
+
+async def fetch_active(conn: Connection) -> list[Plan]:
+    """:func:`list_active` on a driver connection."""
+    return [Plan(*row) for row in await conn.fetch(_ACTIVE)]

@@ -8,8 +8,10 @@ the caller the current version instead of overwriting that work.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
@@ -17,8 +19,12 @@ from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
+from billing_core.domain.events import DomainEvent
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.repo import idempotency
+from billing_core.repo.invoices import Invoice
 
 
 class SubscriptionNotFound(DomainError):
@@ -105,37 +111,192 @@ _SELECT = select(
 ).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
 
 
-async def insert_subscription(
-    session: AsyncSession,
-    *,
-    customer_id: int,
-    plan_id: int,
-    time_zone: str,
-    billing_anchor: datetime,
-    period_start: datetime,
-    period_end: datetime,
-    now: datetime,
-) -> int:
-    result = await session.execute(
-        insert(_s)
-        .values(
-            customer_id=customer_id,
-            plan_id=plan_id,
-            status=str(SubscriptionStatus.ACTIVE),
-            time_zone=time_zone,
-            billing_anchor=billing_anchor,
-            period_index=0,
-            current_period_start=period_start,
-            current_period_end=period_end,
-            cancel_at_period_end=False,
-            credit_balance=0,
-            version=0,
-            created_at=now,
-            updated_at=now,
-        )
-        .returning(_s.c.id)
+_PLAN_COLUMNS = {
+    "plan_id": "p.id",
+    "plan_code": "p.code",
+    "plan_name": "p.name",
+    "plan_price_amount": "p.price_amount",
+    "plan_currency": "p.currency",
+    "plan_interval": "p.billing_interval",
+}
+# The same read as _SELECT, by hand for the driver: columns in Subscription's field order.
+_FETCH = (
+    "SELECT "
+    + ", ".join(
+        f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
+        for f in fields(Subscription)
     )
-    return int(result.scalar_one())
+    + " FROM subscription s JOIN plan p ON p.id = s.plan_id WHERE s.id = $1"
+)
+
+
+async def fetch(conn: Connection, subscription_id: int) -> Subscription:
+    """:func:`get` on a plain asyncpg connection (one prepared statement)."""
+    row = await conn.fetchrow(_FETCH, subscription_id)
+    if row is None:
+        raise SubscriptionNotFound(subscription_id)
+    return Subscription(*row)
+
+
+# A new subscription, its first invoice, its events (numbered from 1: event_seq starts at their
+# count) and, optionally, the stored API response, in one statement; the ids were drawn before.
+_SUB_COLUMNS = (
+    "id, customer_id, plan_id, status, time_zone, billing_anchor, period_index, "
+    "current_period_start, current_period_end, cancel_at_period_end, canceled_at, "
+    "credit_balance, event_seq, version, created_at, updated_at"
+)
+_SUB_VALUES = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16"
+_REST = """inv AS (
+    INSERT INTO invoice (id, subscription_id, customer_id, kind, period_index, period_start,
+        period_end, subtotal, credit_applied, amount, currency, status, attempt_count,
+        next_attempt_at, paid_at, closed_at, created_at, updated_at)
+    SELECT $17, sub.id, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31,
+        $32, $32
+    FROM sub
+    RETURNING id
+), ev AS (
+    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
+    SELECT e.event_id, sub.id, e.ord, e.event_type, e.payload, $36
+    FROM sub, unnest($33::uuid[], $34::text[], $35::jsonb[])
+        WITH ORDINALITY AS e(event_id, event_type, payload, ord)
+    RETURNING id
+)"""
+_COUNTS = "(SELECT count(*) FROM inv), (SELECT count(*) FROM ev)"
+_INSERT_NEW = (
+    f"WITH sub AS (INSERT INTO subscription ({_SUB_COLUMNS}) VALUES ({_SUB_VALUES}) "
+    f"RETURNING id), {_REST}"
+)
+_INSERT_NEW_PLAIN = f"{_INSERT_NEW} SELECT {_COUNTS}"
+_INSERT_NEW_WITH_RECORD = (
+    f"{_INSERT_NEW}, rec AS ({idempotency.insert_record_sql(37)} RETURNING key) SELECT {_COUNTS}"
+)
+# The same, as the whole of a keyed request (autocommit): take the key's lock ($47) and look
+# the key up; insert only if the lock was free and no response is stored. The look-up's
+# snapshot predates the lock: a first request that committed in between is not seen, and its
+# stored response makes this statement's record insert fail (unique violation, nothing
+# written): the caller then takes the general path, which finds and replays it.
+_INSERT_NEW_UNLESS_CLAIMED = f"""
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($47) AS ok),
+stored AS MATERIALIZED (
+    SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key WHERE client_id = $37 AND key = $38
+),
+go AS MATERIALIZED (SELECT 1 FROM lock WHERE lock.ok AND NOT EXISTS (SELECT 1 FROM stored)),
+sub AS (
+    INSERT INTO subscription ({_SUB_COLUMNS}) SELECT {_SUB_VALUES} FROM go RETURNING id
+), {_REST}, rec AS ({idempotency.insert_record_sql(37, source="sub")} RETURNING key)
+SELECT lock.ok, (SELECT count(*) FROM sub), {_COUNTS}, (SELECT count(*) FROM rec), stored.*
+FROM lock LEFT JOIN stored ON true
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What :func:`insert_new_unless_claimed` found: the key's lock was free (``locked``), the
+    rows were written (``created``), or the response already stored under the key."""
+
+    locked: bool
+    created: bool
+    stored: idempotency.StoredResponse | None
+
+
+def _new_parameters(
+    sub: Subscription, invoice: Invoice, events: Sequence[DomainEvent], now: datetime
+) -> tuple[object, ...]:
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if any(e.subscription_id != sub.id for e in events):
+        raise ValueError("every event must be the new subscription's")
+    return (
+        sub.id,
+        sub.customer_id,
+        sub.plan_id,
+        sub.status,
+        sub.time_zone,
+        sub.billing_anchor,
+        sub.period_index,
+        sub.current_period_start,
+        sub.current_period_end,
+        sub.cancel_at_period_end,
+        sub.canceled_at,
+        sub.credit_balance,
+        len(events),
+        sub.version,
+        sub.created_at,
+        sub.updated_at,
+        invoice.id,
+        invoice.customer_id,
+        invoice.kind,
+        invoice.period_index,
+        invoice.period_start,
+        invoice.period_end,
+        invoice.subtotal,
+        invoice.credit_applied,
+        invoice.amount,
+        invoice.currency,
+        invoice.status,
+        invoice.attempt_count,
+        invoice.next_attempt_at,
+        invoice.paid_at,
+        invoice.closed_at,
+        invoice.created_at,
+        [uuid.uuid4() for _ in events],
+        [str(e.type) for e in events],
+        [json.dumps(e.payload, separators=(",", ":")) for e in events],
+        now,
+    )
+
+
+async def insert_new(
+    conn: Connection,
+    sub: Subscription,
+    invoice: Invoice,
+    events: Sequence[DomainEvent],
+    *,
+    now: datetime,
+    record: idempotency.NewRecord | None = None,
+) -> None:
+    """Insert ``sub`` (ids already drawn) with its first ``invoice`` and ``events`` in one
+    round trip on a driver connection, and ``record`` (the API's stored response) with them."""
+    params = _new_parameters(sub, invoice, events, now)
+    if record is None:
+        row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
+    else:
+        row = await conn.fetchrow(
+            _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
+        )
+    if tuple(row) != (1, len(events)):
+        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events")
+
+
+async def insert_new_unless_claimed(
+    conn: Connection,
+    sub: Subscription,
+    invoice: Invoice,
+    events: Sequence[DomainEvent],
+    *,
+    now: datetime,
+    record: idempotency.NewRecord,
+) -> Claimed:
+    """:func:`insert_new` with ``record`` as one whole keyed request, on a connection outside
+    any transaction (the statement is its own): only if the key's lock is free and nothing is
+    stored under the key. Raises ``asyncpg.UniqueViolationError`` when a first request with
+    the key committed while this one started (see ``_INSERT_NEW_UNLESS_CLAIMED``)."""
+    if conn.is_in_transaction():
+        raise RuntimeError("insert_new_unless_claimed is a whole transaction by itself")
+    row = await conn.fetchrow(
+        _INSERT_NEW_UNLESS_CLAIMED,
+        *_new_parameters(sub, invoice, events, now),
+        *idempotency.record_parameters(record),
+        idempotency.lock_id(record.client_id, record.key),
+    )
+    locked, subs, invoices, written_events, records = row[:5]
+    created = subs == 1
+    if (subs, invoices, written_events, records) != (
+        (1, 1, len(events), 1) if created else (0, 0, 0, 0)
+    ):
+        raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:5])}")
+    stored = None if row[5] is None else idempotency.stored_response(row[5:])
+    return Claimed(bool(locked), created, stored)
 
 
 async def get(session: AsyncSession, subscription_id: int) -> Subscription:

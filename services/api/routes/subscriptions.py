@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -19,7 +21,7 @@ from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api.auth import CurrentClient
 from services.api.context import get_context
-from services.api.idempotency import IdempotentWriteDep, Outcome
+from services.api.idempotency import IdempotentWriteDep, Outcome, Record
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
 from services.api.schemas import (
@@ -64,27 +66,46 @@ async def _subscription_outcome(
     responses=problems(400, 401, 409, 413, 422),
 )
 async def create_subscription(
-    body: CreateSubscriptionRequest, write: IdempotentWriteDep
+    request: Request, body: CreateSubscriptionRequest, write: IdempotentWriteDep
 ) -> Response:
-    write.require_key()
+    ctx = get_context(request)
 
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
-        created = await subscribe_uc.subscribe(
-            session,
+    async def build(
+        conn: Connection, now: datetime, ids: Sequence[int]
+    ) -> tuple[subscribe_uc.NewSubscription, Outcome]:
+        subscription_id, invoice_id = ids
+        new = subscribe_uc.new_subscription(
+            await ctx.plans.get(conn, body.plan_code),
+            subscription_id=subscription_id,
+            invoice_id=invoice_id,
             customer_id=body.customer_id,
-            plan_code=body.plan_code,
             time_zone=body.time_zone,
             start_at=body.start_at,
             now=now,
         )
-        result = await _subscription_outcome(session, created.subscription_id, 201)
-        return Outcome(
-            result.status,
-            result.body,
-            {**result.headers, "location": f"/subscriptions/{created.subscription_id}"},
+        created = outcome(
+            201,
+            SubscriptionOut.of(new.subscription),
+            etag=etag(new.subscription.version),
+            location=f"/subscriptions/{subscription_id}",
         )
+        return new, created
 
-    return await write.run(work)
+    async def attempt(
+        conn: Connection, now: datetime, record: Record
+    ) -> tuple[subscriptions_repo.Claimed, Outcome]:
+        new, created = await build(conn, now, await ctx.subscription_ids.take(conn))
+        claimed = await subscribe_uc.subscribe_unless_claimed(
+            conn, new, now=now, record=record(created)
+        )
+        return claimed, created
+
+    async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
+        new, created = await build(conn, now, ids)
+        await subscribe_uc.subscribe(conn, new, now=now, record=record(created))
+        return created
+
+    return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
 
 
 @router.get(
@@ -96,8 +117,8 @@ async def create_subscription(
 async def get_subscription(
     request: Request, subscription_id: SubscriptionId, _client: CurrentClient
 ) -> Response:
-    async with get_context(request).reads() as session:
-        sub = await subscriptions_repo.get(session, subscription_id)
+    async with get_context(request).pg.acquire() as conn:
+        sub = await subscriptions_repo.fetch(conn, subscription_id)
     return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ from billing_core.clock import ManualClock
 from billing_core.repo import idempotency as idempotency_repo
 from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key_async
+from services.api.idempotency import request_fingerprint
 from services.api.settings import ApiSettings
 from tests.integration.api.conftest import asgi_client
 from tests.integration.api.helpers import assert_problem, scalar, subscribe
@@ -171,3 +173,58 @@ async def test_concurrent_identical_posts_create_one_subscription(
             assert r.headers["retry-after"] == "1"
     assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
     assert await scalar(engine, "SELECT count(*) FROM invoice") == 1
+
+
+async def test_first_request_committing_meanwhile_is_replayed_not_repeated(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The one-statement path looks the key up in a snapshot taken before it holds the key's
+    lock: a first request that commits in between is not seen there. Its stored response
+    then stops the second one's writes (unique key), and the second is answered by the
+    general path: the first one's response, replayed; nothing created twice."""
+    client_id = await scalar(engine, "SELECT id FROM api_client")
+    raw = json.dumps(BODY).encode()
+    stored_body = b'{"stored":"by the first request"}'
+    async with engine.connect() as first:
+        await first.execute(
+            text(
+                "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
+                "request_hash, response_status, response_headers, response_body, created_at, "
+                "completed_at, expires_at) VALUES (:c, 'race-1', 'POST', '/subscriptions', :h, "
+                "201, CAST(:headers AS jsonb), :b, :now, :now, :later)"
+            ),
+            {
+                "c": client_id,
+                "h": request_fingerprint("POST", "/subscriptions", raw),
+                "headers": json.dumps({"content-type": "application/json"}),
+                "b": stored_body,
+                "now": clock.now(),
+                "later": clock.now() + timedelta(hours=1),
+            },
+        )
+        second = asyncio.create_task(
+            client.post(
+                "/subscriptions",
+                content=raw,
+                headers={"Idempotency-Key": "race-1", "content-type": "application/json"},
+            )
+        )
+        # The second request's statement waits on the first one's uncommitted key.
+        for _ in range(200):
+            waiting = await scalar(
+                engine,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE '%pg_try_advisory_xact_lock%'",
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.02)
+        assert waiting == 1
+        await first.commit()
+        response = await second
+    assert response.status_code == 201, response.text
+    assert response.headers["idempotent-replayed"] == "true"
+    assert response.content == stored_body
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 0
+    assert await scalar(engine, "SELECT count(*) FROM invoice") == 0
+    assert await scalar(engine, "SELECT count(*) FROM outbox_event") == 0

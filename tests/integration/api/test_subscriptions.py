@@ -63,6 +63,46 @@ async def test_create_subscription_opens_first_period_and_invoice(
     assert await events_of(engine, body["id"]) == ["SubscriptionCreated", "InvoiceCreated"]
 
 
+async def test_created_response_is_what_was_stored(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The 201 body is built from the rows as inserted (no re-read): a later GET must give the
+    same document, and the events are the subscription's first ones, numbered from 1."""
+    created = await client.post(
+        "/subscriptions",
+        json={
+            "customerId": 8,
+            "planCode": "PRO_YEARLY",
+            "timeZone": "America/New_York",
+            "startAt": (clock.now() - timedelta(days=40)).isoformat(),
+        },
+        headers=key(),
+    )
+    assert created.status_code == 201, created.text
+    sub_id = created.json()["id"]
+    got = await client.get(f"/subscriptions/{sub_id}")
+    assert got.status_code == 200
+    assert got.content == created.content
+    assert got.headers["etag"] == created.headers["etag"]
+    found = await rows(
+        engine,
+        "SELECT sequence, event_type, payload, occurred_at FROM outbox_event "
+        "WHERE aggregate_id = :s ORDER BY sequence",
+        s=sub_id,
+    )
+    assert [(e["sequence"], e["event_type"]) for e in found] == [
+        (1, "SubscriptionCreated"),
+        (2, "InvoiceCreated"),
+    ]
+    assert all(e["occurred_at"] == clock.now() for e in found)
+    invoice = (await rows(engine, "SELECT * FROM invoice WHERE subscription_id = :s", s=sub_id))[0]
+    assert found[1]["payload"]["invoiceId"] == invoice["id"]
+    assert found[0]["payload"]["currentPeriodStart"] == created.json()["currentPeriodStart"]
+    assert invoice["updated_at"] == invoice["created_at"] == clock.now()
+    assert invoice["period_start"] == clock.now() - timedelta(days=40)
+    assert await scalar(engine, "SELECT event_seq FROM subscription WHERE id = :s", s=sub_id) == 2
+
+
 async def test_create_requires_idempotency_key(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
