@@ -5,7 +5,9 @@ OPEN invoices, then drives it from a separate load-generator process (the keep-a
 ``bench.api_bench``) with correctly signed ``charge.succeeded`` events, one per invoice and a new
 event id each: the first pass pays the invoices (the APPLIED path), later passes find them PAID
 (the ALREADY_PAID path: what most webhooks meet in production, the collector having recorded the
-answer first). CPU per event comes from the server's /proc times over each run.
+answer first). A last pass sends events at the gateway's 200/s on a fixed schedule (open loop):
+the CPU per event the whole 1st-of-the-month pipeline pays, where groups are small. CPU per event
+comes from the server's /proc times over each run.
 
 Printed: events/s, p50, p99, the ratio to /healthz, CPU ms per event, and whether one API process
 sustains 3x the gateway's 200 calls/s (the target in docs/BENCHMARKS.md).
@@ -25,6 +27,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.api_bench import (
+    Conn,
     Result,
     api_server,
     bench_arguments,
@@ -72,8 +75,48 @@ async def closed_loop(
     return await closed_loop_over(host, port, lambda: next(queue, None), concurrency, seconds)
 
 
+async def open_loop(
+    host: str, port: int, requests: list[bytes], rate: float, seconds: float, **_: Any
+) -> Result:
+    """``requests`` sent on a fixed schedule (``rate`` per second), whatever the answers' pace:
+    the webhooks a gateway sends while it charges at its limit. Latency includes queueing."""
+    latencies: list[float] = []
+    errors = 0
+    idle: asyncio.Queue[Conn] = asyncio.Queue()
+    for _ in range(64):
+        idle.put_nowait(Conn(host, port))
+
+    async def one(raw: bytes, scheduled: float) -> None:
+        nonlocal errors
+        conn = await idle.get()
+        try:
+            status = await conn.request(raw)
+        finally:
+            idle.put_nowait(conn)
+        latencies.append((time.perf_counter() - scheduled) * 1000)
+        if status >= 400:
+            errors += 1
+
+    start = time.perf_counter()
+    n = min(len(requests), int(rate * seconds))
+    tasks = []
+    for i in range(n):
+        scheduled = start + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(requests[i], scheduled)))
+    await asyncio.gather(*tasks)
+    return Result(n, errors, time.perf_counter() - start, latencies)
+
+
 def _load_main(args: dict[str, Any], out: Any) -> None:
-    out.send(asyncio.run(closed_loop(**args)))
+    kind = args.pop("kind", "closed")
+    rate = args.pop("rate")
+    if kind == "closed":
+        out.send(asyncio.run(closed_loop(**args)))
+    else:
+        out.send(asyncio.run(open_loop(**args, rate=rate)))
 
 
 def run_load(**kwargs: Any) -> Result:
@@ -91,7 +134,7 @@ async def seed_invoices(url: str, n: int) -> list[int]:
 
 def main() -> None:
     parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_webhook")
-    parser.add_argument("--invoices", type=int, default=20_000)
+    parser.add_argument("--invoices", type=int, default=30_000)
     args = parser.parse_args()
 
     migrated_database(args.database_url)
@@ -99,7 +142,12 @@ def main() -> None:
     host = "127.0.0.1"
     event_no = 0
     with api_server(args.database_url, BILLING_WEBHOOK_SECRETS=SECRET) as server:
-        rows: dict[str, list[tuple[Result, float]]] = {"healthz": [], "applied": [], "paid": []}
+        rows: dict[str, list[tuple[Result, float]]] = {
+            "healthz": [],
+            "applied": [],
+            "paid": [],
+            "at 200/s": [],  # paying OPEN invoices, open loop at the gateway's rate
+        }
         unpaid = iter(invoices)  # "applied": each event pays an OPEN invoice
         paid: list[int] = []  # "paid": a new event for an invoice already PAID
         for run in range(args.runs):
@@ -107,22 +155,27 @@ def main() -> None:
                 if scenario == "healthz":
                     requests = [build("GET", "/healthz", host, "-")] * 200_000
                 else:
-                    targets = list(unpaid) if scenario == "applied" else paid * 20
+                    targets = paid * 20 if scenario == "paid" else list(unpaid)
+                    wanted = targets
+                    if scenario == "at 200/s":
+                        wanted = targets[: int(GATEWAY_LIMIT * args.seconds)]
                     requests = []
-                    for invoice in targets:
+                    for invoice in wanted:
                         event_no += 1
                         requests.append(webhook_request(host, invoice, event_no))
                 cpu_before = cpu_seconds(server.pid)
                 r = run_load(
+                    kind="open" if scenario == "at 200/s" else "closed",
                     host=host,
                     port=server.port,
                     requests=requests,
                     concurrency=args.concurrency,
+                    rate=GATEWAY_LIMIT,
                     seconds=args.seconds,
                 )
                 cpu_ms = (cpu_seconds(server.pid) - cpu_before) * 1000 / max(1, r.requests)
                 results.append((r, cpu_ms))
-                if scenario == "applied":  # the first r.requests were sent (one worker each)
+                if scenario in ("applied", "at 200/s"):  # the first r.requests were sent
                     paid.extend(targets[: r.requests])
                     unpaid = iter(targets[r.requests :])
                 print(
@@ -151,6 +204,11 @@ def main() -> None:
             )
         errors = sum(r.errors for rs in rows.values() for r, _ in rs)
         print(f"errors: {errors}")
+        steady = med["at 200/s"]
+        print(
+            f"at the gateway's {GATEWAY_LIMIT}/s (open loop, the whole pipeline's case): "
+            f"{steady['cpu_ms']:.2f} ms CPU per event, p99 {steady['p99']:.0f} ms"
+        )
         for scenario in ("applied", "paid"):
             hook = med[scenario]
             print(
