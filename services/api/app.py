@@ -74,6 +74,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             context.record_webhooks,
             max_size=50,
             max_wait=settings.webhook_group_wait_ms / 1000,
+            max_gap=settings.webhook_group_gap_ms / 1000,
         )
         purge: asyncio.Task[None] | None = None
         if settings.idempotency_purge_interval_seconds > 0:

@@ -36,6 +36,12 @@ class ApiSettings(CoreSettings):
         description="How long a webhook may wait for others to be recorded with it in one "
         "transaction (0: only those that arrive while a group is being recorded).",
     )
+    webhook_group_gap_ms: float = Field(
+        default=10.0,
+        gt=0,
+        le=1000,
+        description="A webhook group closes early once no webhook has arrived for this long.",
+    )
     idempotency_retention_seconds: int = Field(
         default=24 * 3600, ge=1, description="How long a stored idempotent response is replayed."
     )

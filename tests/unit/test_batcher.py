@@ -70,3 +70,38 @@ async def test_a_handler_giving_the_wrong_number_of_answers_fails_its_callers() 
 def test_a_batch_needs_room_for_one_item() -> None:
     with pytest.raises(ValueError):
         Batcher(Doubler(), max_size=0, max_wait=0)
+
+
+async def test_with_a_gap_a_group_closes_once_arrivals_pause() -> None:
+    """Callers that all came together are answered after the pause (one gap), not after
+    ``max_wait``: a closed loop of a few clients is not kept waiting for others."""
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=100, max_wait=2.0, max_gap=0.02)
+    started = asyncio.get_running_loop().time()
+    answers = await asyncio.gather(*(batcher.submit(i) for i in range(5)))
+    assert answers == [0, 2, 4, 6, 8]
+    assert handle.groups == [[0, 1, 2, 3, 4]]
+    assert asyncio.get_running_loop().time() - started < 1.0
+
+
+async def test_with_a_gap_a_steady_trickle_still_gathers_within_max_wait() -> None:
+    """An item every 5 ms (gaps shorter than ``max_gap``): a group gathers them until
+    ``max_wait``, instead of one group per item."""
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=100, max_wait=0.1, max_gap=0.03)
+
+    async def trickle() -> list[int]:
+        tasks = []
+        for i in range(20):
+            tasks.append(asyncio.create_task(batcher.submit(i)))
+            await asyncio.sleep(0.005)
+        return list(await asyncio.gather(*tasks))
+
+    assert await trickle() == [2 * i for i in range(20)]
+    assert len(handle.groups) <= 5
+    assert max(len(g) for g in handle.groups) >= 5
+
+
+def test_a_gap_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least one item"):
+        Batcher(Doubler(), max_size=5, max_wait=0.1, max_gap=0)
