@@ -176,18 +176,38 @@ async def open_loop(
     max_connections: int = 64,
 ) -> Result:
     """Requests sent on a fixed schedule (``rate`` per second), whatever the answers' pace."""
+    rng = random.Random(11)
+    return await open_loop_over(
+        host,
+        port,
+        lambda: make_request(scenario, host, token, ids, rng),
+        int(rate * seconds),
+        rate,
+        max_connections,
+    )
+
+
+async def open_loop_over(
+    host: str,
+    port: int,
+    next_request: Callable[[], bytes],
+    n: int,
+    rate: float,
+    max_connections: int = 64,
+) -> Result:
+    """``n`` requests sent on a fixed schedule (``rate`` per second) over at most
+    ``max_connections`` keep-alive connections; latency includes the wait for a connection."""
     latencies: list[float] = []
     errors = 0
-    rng = random.Random(11)
     idle: asyncio.Queue[Conn] = asyncio.Queue()
     for _ in range(max_connections):
         idle.put_nowait(Conn(host, port))
 
-    async def one(scheduled: float) -> None:
+    async def one(raw: bytes, scheduled: float) -> None:
         nonlocal errors
         conn = await idle.get()
         try:
-            status = await conn.request(make_request(scenario, host, token, ids, rng))
+            status = await conn.request(raw)
         finally:
             idle.put_nowait(conn)
         latencies.append((time.perf_counter() - scheduled) * 1000)  # includes queueing
@@ -195,14 +215,13 @@ async def open_loop(
             errors += 1
 
     start = time.perf_counter()
-    n = int(rate * seconds)
     tasks = []
     for i in range(n):
         scheduled = start + i / rate
         delay = scheduled - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(scheduled)))
+        tasks.append(asyncio.create_task(one(next_request(), scheduled)))
     await asyncio.gather(*tasks)
     return Result(n, errors, time.perf_counter() - start, latencies)
 

@@ -27,7 +27,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.api_bench import (
-    Conn,
     Result,
     api_server,
     bench_arguments,
@@ -36,6 +35,7 @@ from bench.api_bench import (
     cpu_seconds,
     in_load_process,
     migrated_database,
+    open_loop_over,
 )
 from billing_core.domain.charge_result import idempotency_key
 from services.api.signatures import sign_header
@@ -80,34 +80,9 @@ async def open_loop(
 ) -> Result:
     """``requests`` sent on a fixed schedule (``rate`` per second), whatever the answers' pace:
     the webhooks a gateway sends while it charges at its limit. Latency includes queueing."""
-    latencies: list[float] = []
-    errors = 0
-    idle: asyncio.Queue[Conn] = asyncio.Queue()
-    for _ in range(64):
-        idle.put_nowait(Conn(host, port))
-
-    async def one(raw: bytes, scheduled: float) -> None:
-        nonlocal errors
-        conn = await idle.get()
-        try:
-            status = await conn.request(raw)
-        finally:
-            idle.put_nowait(conn)
-        latencies.append((time.perf_counter() - scheduled) * 1000)
-        if status >= 400:
-            errors += 1
-
-    start = time.perf_counter()
+    queue = iter(requests)
     n = min(len(requests), int(rate * seconds))
-    tasks = []
-    for i in range(n):
-        scheduled = start + i / rate
-        delay = scheduled - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(requests[i], scheduled)))
-    await asyncio.gather(*tasks)
-    return Result(n, errors, time.perf_counter() - start, latencies)
+    return await open_loop_over(host, port, lambda: next(queue), n, rate)
 
 
 def _load_main(args: dict[str, Any], out: Any) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.domain.charge_result import idempotency_key
+from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
 
 
@@ -56,13 +57,8 @@ class LeasedInvoice:
 
 # ``:now`` NULL: the database's clock (moved by the shared offset); the tests pass instants.
 _CLAIM = text(
-    """
-    WITH clock AS (
-        SELECT coalesce(
-            CAST(:now AS timestamptz),
-            statement_timestamp() + make_interval(secs => CAST(:offset_s AS double precision))
-        ) AS now
-    ),
+    f"""
+    WITH {CLOCK_CTE},
     due AS (
         SELECT id FROM invoice
         WHERE status = 'OPEN' AND next_attempt_at <= (SELECT now FROM clock)
@@ -120,8 +116,7 @@ async def claim_due_invoices(
         await db.execute(
             _CLAIM,
             {
-                "now": now,
-                "offset_s": clock_offset.total_seconds(),
+                **clock_params(now, clock_offset),
                 "limit": limit,
                 "lease_s": lease.total_seconds(),
                 "key_prefix": key_prefix,

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.domain.refund import RefundState, RefundStatus
+from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
 
 Db = AsyncSession | AsyncConnection
@@ -87,12 +88,7 @@ _COLUMNS = """
 # the call; a process that dies mid-call leaves them to come due again, with the same key.
 _CLAIM = text(
     f"""
-    WITH clock AS (
-        SELECT coalesce(
-            CAST(:now AS timestamptz),
-            statement_timestamp() + make_interval(secs => CAST(:offset_s AS double precision))
-        ) AS now
-    ),
+    WITH {CLOCK_CTE},
     due AS (
         SELECT id FROM refund
         WHERE status = 'REQUESTED' AND next_attempt_at <= (SELECT now FROM clock)
@@ -122,8 +118,7 @@ async def claim_due_refunds(
     clock for every replica); an instant: that one (tests)."""
     require_positive_limit(limit)
     params = {
-        "now": now,
-        "offset_s": clock_offset.total_seconds(),
+        **clock_params(now, clock_offset),
         "limit": limit,
         "lease_s": lease.total_seconds(),
     }
