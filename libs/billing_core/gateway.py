@@ -226,20 +226,10 @@ class _HttpLine:
             "currency": currency,
             "metadata": dict(metadata),
         }
-        try:
-            response = await self._line.post_json(
-                "/v1/charges",
-                json.dumps(request, separators=(",", ":")).encode(),
-                {"Idempotency-Key": idempotency_key},
-                send_by=send_by,
-            )
-        except SendMissed:
-            raise NotSent from None
-        except HttpTimeout as exc:
-            return ChargeResult(ChargeOutcome.UNKNOWN, error=f"timeout: {exc.phase}")
-        except HttpError as exc:
-            return ChargeResult(ChargeOutcome.UNKNOWN, error=f"transport: {exc!r}")
-        return _result(response)
+        answer = await self._post("/v1/charges", request, idempotency_key, send_by)
+        if isinstance(answer, str):
+            return ChargeResult(ChargeOutcome.UNKNOWN, error=answer)
+        return _result(answer)
 
     async def refund(
         self,
@@ -250,39 +240,44 @@ class _HttpLine:
         send_by: float | None = None,
     ) -> RefundResult:
         request = {"chargeId": charge_reference, "amount": amount}
-        try:
-            response = await self._line.post_json(
-                "/v1/refunds",
-                json.dumps(request, separators=(",", ":")).encode(),
-                {"Idempotency-Key": idempotency_key},
-                send_by=send_by,
-            )
-        except SendMissed:
-            raise NotSent from None
-        except HttpTimeout as exc:
-            return RefundResult(RefundOutcome.UNKNOWN, error=f"timeout: {exc.phase}")
-        except HttpError as exc:
-            return RefundResult(RefundOutcome.UNKNOWN, error=f"transport: {exc!r}")
-        return _refund_result(response)
+        answer = await self._post("/v1/refunds", request, idempotency_key, send_by)
+        if isinstance(answer, str):
+            return RefundResult(RefundOutcome.UNKNOWN, error=answer)
+        return _refund_result(answer)
 
     async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
         """``POST /v1/charges/lookup {"idempotencyKey": …}``: 200 with the stored charge, 404
         when the gateway has never seen the key. (A POST: the key travels in the body, whatever
         characters it holds.)"""
+        request = {"idempotencyKey": idempotency_key}
+        answer = await self._post("/v1/charges/lookup", request, None, send_by)
+        if isinstance(answer, str):
+            return LookupResult(ChargeOutcome.UNKNOWN, error=f"lookup {answer}")
+        return _lookup_result(answer)
+
+    async def _post(
+        self,
+        path: str,
+        request: Mapping[str, object],
+        idempotency_key: str | None,
+        send_by: float | None,
+    ) -> Response | str:
+        """The gateway's answer, or why there is none (a timeout or a transport error: the
+        call's outcome is unknown). ``NotSent`` when the send deadline passed first."""
+        headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         try:
-            response = await self._line.post_json(
-                "/v1/charges/lookup",
-                json.dumps({"idempotencyKey": idempotency_key}, separators=(",", ":")).encode(),
-                {},
+            return await self._line.post_json(
+                path,
+                json.dumps(request, separators=(",", ":")).encode(),
+                headers,
                 send_by=send_by,
             )
         except SendMissed:
             raise NotSent from None
         except HttpTimeout as exc:
-            return LookupResult(ChargeOutcome.UNKNOWN, error=f"lookup timeout: {exc.phase}")
+            return f"timeout: {exc.phase}"
         except HttpError as exc:
-            return LookupResult(ChargeOutcome.UNKNOWN, error=f"lookup transport: {exc!r}")
-        return _lookup_result(response)
+            return f"transport: {exc!r}"
 
 
 def _lookup_result(response: Response) -> LookupResult:
