@@ -263,7 +263,7 @@ def _summary(
         ("went through dunning", count("dunned")),
         ("failed after the last retry", count("failed")),
         ("subscriptions canceled", count("canceled")),
-        ("events published to Kafka", count("published")),
+        ("events published to Kafka (this demo's subscriptions)", count("published")),
         ("gateway calls (this demo)", known(since(after.calls, before.calls))),
         ("busiest rolling second (simulator lifetime)", busiest),
         ("gateway 429 answers (this demo)", known(since(after.rate_limited, before.rate_limited))),

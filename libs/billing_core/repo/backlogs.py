@@ -71,7 +71,8 @@ _PROGRESS = text(
       (SELECT count(*) FROM subscription s WHERE s.customer_id >= :first
          AND s.status = 'CANCELED') AS canceled,
       (SELECT count(*) FROM outbox_event WHERE published_at IS NULL) AS unpublished,
-      (SELECT count(*) FROM outbox_event WHERE published_at IS NOT NULL) AS published
+      (SELECT count(*) FROM outbox_event e JOIN subscription s ON s.id = e.aggregate_id
+         WHERE s.customer_id >= :first AND e.published_at IS NOT NULL) AS published
     """
 )
 

@@ -1,0 +1,32 @@
+"""The demo's counts cover the customers it seeded only: a second demo on the same database (or
+any other data) does not show the first one's figures as its own."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.domain.events import DomainEvent, EventType
+from billing_core.repo import backlogs
+from billing_core.repo.outbox import append_events
+from tests.support.factories import create_subscription
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+async def test_published_events_are_counted_for_the_demos_own_customers(
+    engine: AsyncEngine,
+) -> None:
+    async with engine.begin() as conn:
+        earlier = await create_subscription(conn, customer_id=5, start=NOW)
+        ours = await create_subscription(conn, customer_id=1_000, start=NOW)
+        events = [
+            DomainEvent(EventType.SUBSCRIPTION_CREATED, sub, {"subscriptionId": sub})
+            for sub in (earlier, earlier, ours)
+        ]
+        await append_events(conn, events, NOW)
+        await conn.exec_driver_sql("UPDATE outbox_event SET published_at = now()")
+    async with engine.connect() as conn:
+        counts = await backlogs.demo_progress(conn, first_customer_id=1_000, now=NOW)
+    assert (counts["published"], counts["unpublished"]) == (1, 0)
