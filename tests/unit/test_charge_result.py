@@ -336,15 +336,19 @@ def test_an_uncertain_answer_of_the_call_in_flight_keeps_the_void_requested_for_
     )
 
 
-def test_a_canceled_invoice_whose_answers_stay_uncertain_is_held_for_a_person() -> None:
+def test_a_canceled_invoice_whose_answers_stay_uncertain_is_voided_for_a_person_to_check() -> None:
+    """Past the bound the cancel is done (VOID, its credit back) rather than left OPEN for
+    ever, and a reconciliation item asks a person whether money was taken under the key."""
     policy = DunningPolicy()
     spent = KeyHistory(uncertain_answers=policy.unknown_max_retries, first_used_at=NOW)
     e = apply(U, 1, void_requested=True, policy=policy, history=spent)
-    assert (e.outcome, e.invoice.status, e.invoice.next_attempt_at) == (
+    assert (e.outcome, e.invoice.status, e.invoice.next_attempt_at, e.refund) == (
         RecordOutcome.RECONCILIATION,
-        InvoiceStatus.OPEN,
+        InvoiceStatus.VOID,
+        None,
         None,
     )
+    assert types(e) == [EventType.INVOICE_VOIDED, EventType.PAYMENT_RECONCILIATION_NEEDED]
     assert e.reconciliation is not None and e.reconciliation.startswith("unknown_unresolved")
 
 

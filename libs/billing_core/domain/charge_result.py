@@ -220,9 +220,9 @@ def apply_result(
     * OPEN with its void requested (canceled while the call was in flight): a SUCCESS for any
       attempt voids it and refunds the money; a DECLINED answer of the current attempt (or a
       refusal no retry changes) voids it; an UNKNOWN one keeps the void requested and the
-      invoice is looked up by key later (``retry_later``; held for reconciliation once
-      ``uncertainty_exhausted``), since the card may have been charged; an older attempt's or a
-      webhook's UNKNOWN only is recorded.
+      invoice is looked up by key later (``retry_later``; once ``uncertainty_exhausted``,
+      VOID with a reconciliation item), since the card may have been charged; an older
+      attempt's or a webhook's UNKNOWN only is recorded.
       An UNKNOWN of our own call for a VOID invoice's current attempt (voided while the call
       was at the gateway, outside a requested void) needs reconciliation too.
     * OPEN, SUCCESS for any attempt: PAID, since money was taken for this invoice; a PAST_DUE
@@ -353,7 +353,19 @@ def _void_requested(
         # The card may have been charged: voiding now would leave that money unseen if the
         # webhook never comes. The void stays requested; the collector asks the gateway about
         # this key when the retry comes due (a look-up, never a charge) and the answer decides.
-        return _uncertain(invoice, subscription, report, history, now, policy)
+        uncertain = _uncertain(invoice, subscription, report, history, now, policy)
+        if uncertain.invoice.next_attempt_at is not None or uncertain.reconciliation is None:
+            return uncertain
+        # The answers stayed uncertain past the bound: the cancel is done, and a person finds
+        # out whether money was taken (the item says which key).
+        needed = _reconciliation(voided, subscription, report, uncertain.reconciliation)
+        return ResultEffect(
+            RecordOutcome.RECONCILIATION,
+            voided,
+            subscription,
+            [*announced, needed],
+            reconciliation=uncertain.reconciliation,
+        )
     return ResultEffect(RecordOutcome.APPLIED, voided, subscription, announced)
 
 

@@ -110,8 +110,9 @@ class CancelableInvoice:
     state: invoice_rules.InvoiceState
     credit_applied: int
     # Leased with the lease still running (its call may be at the gateway), or its current key
-    # got an uncertain answer (the gateway may have charged under it): a cancel only requests
-    # the void, and the collector's look-up by key decides.
+    # got an uncertain answer and the collector will come back to it (the gateway may have
+    # charged under it): a cancel only requests the void, and the collector's look-up by key
+    # decides. A held invoice (no next attempt: a person has its reconciliation item) is voided.
     call_in_flight: bool
 
 
@@ -120,11 +121,11 @@ _OPEN_FOR_CANCEL = text(
     SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at, paid_at,
            closed_at, credit_applied, void_requested_at,
            (leased_at IS NOT NULL AND next_attempt_at > :now)
-           OR EXISTS (
+           OR (next_attempt_at IS NOT NULL AND EXISTS (
                SELECT 1 FROM payment_attempt a
                WHERE a.invoice_id = invoice.id AND a.attempt_number = invoice.attempt_count
                  AND a.outcome = 'UNKNOWN'
-           ) AS call_in_flight
+           )) AS call_in_flight
     FROM invoice
     WHERE subscription_id = :subscription_id AND status = 'OPEN'
       AND (CAST(:keep AS bigint) IS NULL OR id <> :keep)

@@ -246,3 +246,19 @@ async def test_a_cancel_after_an_uncertain_answer_requests_the_void(
     state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
     assert (state["status"], state["void_requested_at"]) == ("OPEN", NOW)
     assert await events(engine, sub) == ["SubscriptionCanceled"]
+
+
+async def test_a_cancel_of_a_held_invoice_voids_it_at_once(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """Held after an uncertain answer (no next attempt: nothing will look its key up, a person
+    has its reconciliation item): a cancel voids it instead of waiting for ever."""
+    sub, invoice = await world(engine, leased=True)
+    assert await record(sessions, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE invoice SET next_attempt_at = NULL WHERE id = :i"), {"i": invoice}
+        )
+    await cancel_now(sessions, sub)
+    state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
+    assert (state["status"], state["void_requested_at"]) == ("VOID", None)
