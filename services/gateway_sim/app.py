@@ -25,7 +25,7 @@ from starlette.routing import Route
 from billing_core.logging import get_logger
 from billing_core.runtime.pauses import quiet_garbage_collector
 from services.gateway_sim.behaviour import Behaviour, DeclineCode
-from services.gateway_sim.charges import Gateway, problem
+from services.gateway_sim.charges import Gateway, Reply, problem
 from services.gateway_sim.ledger import ChargeInput, RefundInput
 from services.gateway_sim.settings import GatewaySimSettings
 
@@ -150,8 +150,12 @@ class Handlers:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
 
-    async def create_charge(self, request: Request) -> Response:
+    async def _gate(self, *, outcome: str, counted: bool) -> Response | None:
+        """What every call to the gateway passes first, charges, refunds and look-ups alike: a
+        stall, the rolling-second limit (429), the credentials (401). None when the call may go
+        on; else the refusal, whose words end with ``outcome`` ("nothing charged")."""
         gateway = self.gateway
+        tail = f"; {outcome}." if outcome else "."
         await gateway.stall.hold_arrival()
         admitted, now_ns = gateway.admit()
         if not admitted:
@@ -159,52 +163,48 @@ class Handlers:
             return _problem(
                 429,
                 "Too Many Requests",
-                f"More than {gateway.limiter.limit} calls in the last second; nothing charged.",
+                f"More than {gateway.limiter.limit} calls in the last second{tail}",
                 headers={"Retry-After": str(max(1, math.ceil(wait)))},
             )
         if gateway.behaviour.reject_credentials:
             gateway.ledger.unauthorized += 1
-            gateway.count("unauthorized")
-            return _problem(401, "Unauthorized", "The API key was revoked; nothing charged.")
+            if counted:
+                gateway.count("unauthorized")
+            return _problem(401, "Unauthorized", f"The API key was revoked{tail}")
+        return None
+
+    @staticmethod
+    async def _reply(reply: Reply) -> Response:
+        """A stored result as the gateway answers it: late when it was drawn late."""
+        if reply.late_s:
+            await asyncio.sleep(reply.late_s)
+        headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
+        return _json(reply.status, reply.body, headers)
+
+    async def create_charge(self, request: Request) -> Response:
+        refused = await self._gate(outcome="nothing charged", counted=True)
+        if refused is not None:
+            return refused
         try:
             charge = parse_charge(request.headers.get("idempotency-key"), await request.body())
         except InvalidCharge as exc:
             self.gateway.ledger.invalid += 1
             self.gateway.count("invalid")
             return _problem(400, "Invalid charge request", str(exc))
-        reply = await self.gateway.charge(charge)
-        if reply.late_s:
-            await asyncio.sleep(reply.late_s)
-        headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
-        return _json(reply.status, reply.body, headers)
+        return await self._reply(await self.gateway.charge(charge))
 
     async def create_refund(self, request: Request) -> Response:
         """Refunds go through the same gate as charges: the rolling-second limit, the
         credentials, a stall."""
-        gateway = self.gateway
-        await gateway.stall.hold_arrival()
-        admitted, now_ns = gateway.admit()
-        if not admitted:
-            wait = gateway.limiter.retry_after_seconds(now_ns)
-            return _problem(
-                429,
-                "Too Many Requests",
-                f"More than {gateway.limiter.limit} calls in the last second; nothing refunded.",
-                headers={"Retry-After": str(max(1, math.ceil(wait)))},
-            )
-        if gateway.behaviour.reject_credentials:
-            gateway.ledger.unauthorized += 1
-            return _problem(401, "Unauthorized", "The API key was revoked; nothing refunded.")
+        refused = await self._gate(outcome="nothing refunded", counted=False)
+        if refused is not None:
+            return refused
         try:
             refund = parse_refund(request.headers.get("idempotency-key"), await request.body())
         except InvalidCharge as exc:
-            gateway.ledger.invalid += 1
+            self.gateway.ledger.invalid += 1
             return _problem(400, "Invalid refund request", str(exc))
-        reply = await gateway.refund(refund)
-        if reply.late_s:
-            await asyncio.sleep(reply.late_s)
-        headers = {"Idempotent-Replayed": "true"} if reply.replayed else None
-        return _json(reply.status, reply.body, headers)
+        return await self._reply(await self.gateway.refund(refund))
 
     async def ledger_refunds(self, request: Request) -> Response:
         ledger = self.gateway.ledger
@@ -223,21 +223,10 @@ class Handlers:
     async def lookup_charge(self, request: Request) -> Response:
         """``POST /v1/charges/lookup {"idempotencyKey": K}``: a call like a charge (rate
         limited, counted, refused without credentials), answered from the ledger by key."""
+        refused = await self._gate(outcome="", counted=True)
+        if refused is not None:
+            return refused
         gateway = self.gateway
-        await gateway.stall.hold_arrival()
-        admitted, now_ns = gateway.admit()
-        if not admitted:
-            wait = gateway.limiter.retry_after_seconds(now_ns)
-            return _problem(
-                429,
-                "Too Many Requests",
-                f"More than {gateway.limiter.limit} calls in the last second.",
-                headers={"Retry-After": str(max(1, math.ceil(wait)))},
-            )
-        if gateway.behaviour.reject_credentials:
-            gateway.ledger.unauthorized += 1
-            gateway.count("unauthorized")
-            return _problem(401, "Unauthorized", "The API key was revoked.")
         try:
             key = parse_lookup(await request.body())
         except InvalidCharge as exc:
