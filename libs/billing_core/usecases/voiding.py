@@ -1,5 +1,5 @@
-"""Voiding a subscription's OPEN invoices: the one rule, for a cancel and for non-payment; and
-ending the void requests whose call's lease ran out without a result."""
+"""Voiding a subscription's OPEN invoices: the one rule, for a cancel and for non-payment. (A
+requested void is ended by what the gateway says: ``domain.charge_result.apply_result``.)"""
 
 from __future__ import annotations
 
