@@ -81,7 +81,7 @@ class Collector:
         key_prefix: str = "",
         reads: async_sessionmaker[AsyncSession] | None = None,
         group_max: int = 20,
-        group_wait_seconds: float = 0.05,
+        group_wait_seconds: float = 0.2,
         check_fresh_seconds: float = 0.25,
         clock_offset: timedelta = timedelta(0),
     ) -> None:
@@ -100,6 +100,9 @@ class Collector:
         self._rng = rng
         self._batch_size = batch_size
         self._max_in_flight = max_in_flight
+        # Claims are made in chunks of at least this many invoices (a quarter of what may be in
+        # flight): one claim per freed place would cost a transaction per call.
+        self._refill = max(1, min(batch_size, max_in_flight // 4))
         self._window = window
         self._lease = lease
         # A permit obtained closer than this to the end of the lease is not used: the call could
@@ -122,8 +125,12 @@ class Collector:
         return len(self._in_flight)
 
     async def tick(self) -> bool:
-        """Claim what free slots allow; True when more work may be waiting right now."""
-        while len(self._in_flight) >= self._max_in_flight and not self._stopping.is_set():
+        """Claim what free slots allow, once a chunk of them is free; True when more work may
+        be waiting right now."""
+        while (
+            len(self._in_flight) > self._max_in_flight - self._refill
+            and not self._stopping.is_set()
+        ):
             self._slot_freed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._slot_freed.wait(), timeout=1.0)

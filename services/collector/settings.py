@@ -41,7 +41,7 @@ class CollectorSettings(CoreSettings):
         "a larger group holds the event loop longer, and send slots are missed meanwhile.",
     )
     collector_group_wait_ms: int = Field(
-        default=50,
+        default=200,
         ge=0,
         le=1000,
         description="How long a result waits for others to be recorded with it (fewer "
