@@ -51,14 +51,17 @@ lint: venv ## ruff + mypy (strict)
 	$(BIN)/ruff format --check libs services tests bench migrations
 	$(BIN)/mypy
 
-test: venv infra-up lint ## Run the whole test suite (starts what it needs)
+browser: ## Install the system's Chromium for the console's browser tests (when missing)
+	@scripts/chromium.sh
+
+test: venv infra-up lint browser ## Run the whole test suite (starts what it needs)
 	$(BIN)/pytest
 
-test-fast: venv infra-up ## Developer loop: unit + integration without the slow process/chaos/e2e tests
+test-fast: venv infra-up browser ## Developer loop: unit + integration without the slow process/chaos/e2e tests
 	$(BIN)/pytest -q -n 2 -m "not slow and not timing" tests/unit tests/deploy tests/integration
 	$(BIN)/pytest -q -m "timing and not slow" tests/integration
 
-.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint test test-fast
+.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint browser test test-fast
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py

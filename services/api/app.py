@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
@@ -20,6 +21,8 @@ from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api import problems
+from services.api.console import routes as console_routes
+from services.api.console.session import Sessions
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
@@ -60,6 +63,10 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         plans=PlanCatalogue(settings.plan_cache_seconds),
         subscription_ids=IdBlocks(subscribe_uc.ID_SEQUENCES),
         policy=settings.dunning_policy(),
+        console=Sessions(
+            settings.console_secret.get_secret_value().encode() or None,
+            settings.console_session_seconds,
+        ),
     )
 
     @contextlib.asynccontextmanager
@@ -112,4 +119,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (subscriptions, plans, webhooks, health):
         app.include_router(module.router)
+    if settings.console_enabled:
+        app.include_router(console_routes.router)
+        app.mount("/console/static", StaticFiles(directory=console_routes.STATIC), name="console")
     return app

@@ -19,6 +19,7 @@ from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.plans import Plan, PlanNotFound
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
+from services.api.console.session import Sessions
 from services.api.settings import ApiSettings
 
 
@@ -99,6 +100,14 @@ class AppContext:
     reads_: async_sessionmaker[AsyncSession] | None = None
     webhooks_: Batcher[WebhookToRecord, str] | None = None
     pg_: Pool | None = None
+    console: Sessions = field(default_factory=lambda: Sessions(None, 8 * 3600))
+
+    @property
+    def database(self) -> AsyncEngine:
+        """The engine, for reads that take a connection (``async with ctx.database.connect()``)."""
+        if self.engine is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.engine
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:

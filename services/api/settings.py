@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from billing_core.settings import CoreSettings
+from services.api.console.probes import parse_processes
 
 
 class ApiSettings(CoreSettings):
@@ -66,6 +67,37 @@ class ApiSettings(CoreSettings):
         "retired by a migration is seen after at most this long).",
     )
     access_log: bool = Field(default=False, description="uvicorn's access log.")
+    console_enabled: bool = Field(default=True, description="Serve the operator console.")
+    console_secret: SecretStr = Field(
+        default=SecretStr(""),
+        description="Signs console sessions; set the same value on every API replica (empty: "
+        "a random one per process, so a session ends when the process does).",
+    )
+    console_session_seconds: int = Field(
+        default=8 * 3600, ge=60, description="How long a console login lasts."
+    )
+    console_processes: str = Field(
+        default="renewer=http://127.0.0.1:9101,collector=http://127.0.0.1:9102,"
+        "relay=http://127.0.0.1:9103,collector2=http://127.0.0.1:9104",
+        description="name=URL of each worker's health port, comma-separated: the console shows "
+        "whether each answers /readyz and adds up the 429s in their /metrics.",
+    )
+    collector_rate_limit_per_second: int = Field(
+        default=200,
+        ge=1,
+        le=100_000,
+        description="The collectors' gateway limit (the variable they read), the line drawn on "
+        "the console's chart of gateway answers per second.",
+    )
+
+    @field_validator("console_processes")
+    @classmethod
+    def _processes_parse(cls, value: str) -> str:
+        parse_processes(value)
+        return value
+
+    def console_process_list(self) -> list[tuple[str, str]]:
+        return parse_processes(self.console_processes)
 
     def webhook_secret_list(self) -> list[bytes]:
         raw = self.webhook_secrets.get_secret_value()

@@ -57,7 +57,7 @@ PROCESSES = [
         shutdown_s=15,
         shutdown_setting=None,
         shutdown_extra_s=0,
-        secrets={"BILLING_DATABASE_URL", "BILLING_WEBHOOK_SECRETS"},
+        secrets={"BILLING_DATABASE_URL", "BILLING_WEBHOOK_SECRETS", "BILLING_CONSOLE_SECRET"},
     ),
     Process(
         "renewer",

@@ -23,6 +23,7 @@ from billing_core.domain.money import (
     BIGINT_MAX,
     KNOWN_CURRENCIES,
     Money,
+    format_minor,
     is_known_currency,
     parse_amount,
     validate_currency,
@@ -218,3 +219,21 @@ def test_every_domain_error_has_the_one_root() -> None:
     classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, Exception)]
     assert len(classes) >= 10
     assert all(issubclass(c, DomainError) for c in classes)
+
+
+@pytest.mark.parametrize(
+    ("amount", "currency", "shown"),
+    [
+        (990, "EUR", "9.90 EUR"),
+        (5, "USD", "0.05 USD"),
+        (-1250, "EUR", "-12.50 EUR"),
+        (123456789, "EUR", "1,234,567.89 EUR"),
+        (500, "JPY", "500 JPY"),
+        (1500, "KWD", "1.500 KWD"),
+        (0, "GBP", "0.00 GBP"),
+    ],
+)
+def test_format_minor_shows_minor_units_in_the_currencys_own_digits(
+    amount: int, currency: str, shown: str
+) -> None:
+    assert format_minor(amount, currency) == shown

@@ -46,6 +46,29 @@ def is_known_currency(code: str) -> bool:
     return code in KNOWN_CURRENCIES
 
 
+# ISO-4217 minor-unit exponents that are not 2.
+_NO_MINOR_UNIT = frozenset(
+    "BIF CLP DJF GNF ISK JPY KMF KRW PYG RWF UGX UYI VND VUV XAF XOF XPF".split()
+)
+_THREE_DIGITS = frozenset("BHD IQD JOD KWD LYD OMR TND".split())
+
+
+def minor_unit_digits(currency: str) -> int:
+    """How many digits the minor unit has (2 for EUR: 990 is 9.90; 0 for JPY; 3 for KWD)."""
+    if currency in _NO_MINOR_UNIT:
+        return 0
+    return 3 if currency in _THREE_DIGITS else 2
+
+
+def format_minor(amount: int, currency: str) -> str:
+    """``990, "EUR"`` → ``"9.90 EUR"``: for people to read, with integer arithmetic only."""
+    digits = minor_unit_digits(currency)
+    sign = "-" if amount < 0 else ""
+    whole, part = divmod(abs(amount), 10**digits)
+    shown = f"{whole:,}" + (f".{part:0{digits}d}" if digits else "")
+    return f"{sign}{shown} {currency}"
+
+
 def parse_amount(value: object, *, allow_negative: bool = False) -> int:
     """An amount in minor units from untrusted input: ints (or ASCII digit strings) only.
 

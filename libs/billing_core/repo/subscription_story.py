@@ -1,0 +1,133 @@
+"""A subscription's story, as support reads it: the subscription, its invoices with their payment
+attempts and refunds, and the events it published. Read-only; nothing here commits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+_SUBSCRIPTION = text(
+    """
+    SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
+           s.current_period_start, s.current_period_end, s.cancel_at_period_end, s.canceled_at,
+           s.credit_balance, s.version, s.created_at, p.code AS plan_code, p.name AS plan_name,
+           p.price_amount, p.currency, p.billing_interval
+    FROM subscription s JOIN plan p ON p.id = s.plan_id
+    WHERE s.id = :id
+    """
+)
+_INVOICES = text(
+    """
+    SELECT id, kind, period_index, period_start, period_end, subtotal, credit_applied, amount,
+           currency, status, attempt_count, next_attempt_at, paid_at, closed_at,
+           void_requested_at, created_at
+    FROM invoice WHERE subscription_id = :id ORDER BY id DESC LIMIT :limit
+    """
+)
+_ATTEMPTS = text(
+    """
+    SELECT id, invoice_id, attempt_number, idempotency_key, source, outcome, amount, currency,
+           decline_code, gateway_reference, error, requested_at, recorded_at
+    FROM payment_attempt WHERE invoice_id = ANY(:ids) ORDER BY id
+    """
+)
+_REFUNDS = text(
+    """
+    SELECT id, invoice_id, amount, currency, reason, status, error, requested_at, completed_at
+    FROM refund WHERE invoice_id = ANY(:ids) ORDER BY id
+    """
+)
+_EVENTS = text(
+    """
+    SELECT sequence, event_type, occurred_at, published_at, parked_at, last_error
+    FROM outbox_event WHERE aggregate_id = :id ORDER BY sequence DESC LIMIT :limit
+    """
+)
+# What an operator may type in the search box: a subscription id, a customer id or an invoice id.
+_FIND = text(
+    """
+    SELECT 'subscription' AS found_by, id FROM subscription WHERE id = :n
+    UNION ALL
+    SELECT 'invoice', subscription_id FROM invoice WHERE id = :n
+    UNION ALL
+    (SELECT 'customer', id FROM subscription WHERE customer_id = :n ORDER BY id DESC LIMIT 50)
+    """
+)
+
+
+@dataclass
+class InvoiceStory:
+    invoice: dict[str, Any]
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    refunds: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SubscriptionStory:
+    subscription: dict[str, Any]
+    invoices: list[InvoiceStory]
+    events: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Match:
+    found_by: str  # "subscription", "invoice" or "customer"
+    subscription_id: int
+
+
+async def find(conn: AsyncConnection, number: int) -> list[Match]:
+    """The subscriptions a number may mean: its own id, an invoice's, a customer's (each
+    subscription once, by the first of these that matched)."""
+    if not -(2**63) <= number < 2**63:
+        return []
+    matches: dict[int, Match] = {}
+    for r in await conn.execute(_FIND, {"n": number}):
+        matches.setdefault(int(r.id), Match(str(r.found_by), int(r.id)))
+    return list(matches.values())
+
+
+async def story(
+    conn: AsyncConnection, subscription_id: int, *, invoices: int = 50, events: int = 200
+) -> SubscriptionStory | None:
+    """The subscription with its latest ``invoices`` invoices (newest first, each with its
+    attempts and refunds in order) and its latest ``events`` events; None when it does not exist."""
+    row = (await conn.execute(_SUBSCRIPTION, {"id": subscription_id})).mappings().first()
+    if row is None:
+        return None
+    found = (await conn.execute(_INVOICES, {"id": subscription_id, "limit": invoices})).mappings()
+    stories = {int(r["id"]): InvoiceStory(dict(r)) for r in found}
+    ids = list(stories)
+    if ids:
+        for attempt in (await conn.execute(_ATTEMPTS, {"ids": ids})).mappings():
+            stories[int(attempt["invoice_id"])].attempts.append(dict(attempt))
+        for refund in (await conn.execute(_REFUNDS, {"ids": ids})).mappings():
+            stories[int(refund["invoice_id"])].refunds.append(dict(refund))
+    published = await conn.execute(_EVENTS, {"id": subscription_id, "limit": events})
+    events_read = [dict(e) for e in published.mappings()]
+    return SubscriptionStory(dict(row), list(stories.values()), events_read)
+
+
+_CALLS = text(
+    """
+    SELECT floor(extract(epoch FROM recorded_at))::bigint AS second, count(*) AS calls
+    FROM (SELECT recorded_at FROM payment_attempt WHERE source <> 'WEBHOOK'
+          ORDER BY id DESC LIMIT :cap) recent
+    WHERE recorded_at > :since
+    GROUP BY 1 ORDER BY 1
+    """
+)
+
+
+async def gateway_answers_per_second(
+    conn: AsyncConnection, *, now: datetime, seconds: int, cap: int
+) -> dict[int, int]:
+    """Gateway answers recorded per second (the collector's charges and look-ups; webhooks are
+    not calls) over the last ``seconds``, from the newest ``cap`` attempts only, so the read stays
+    bounded however large the table is (``cap`` should exceed the limit times ``seconds``)."""
+    since = datetime.fromtimestamp(now.timestamp() - seconds, tz=now.tzinfo)
+    rows = await conn.execute(_CALLS, {"since": since, "cap": cap})
+    return {int(r.second): int(r.calls) for r in rows}

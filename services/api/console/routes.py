@@ -1,0 +1,246 @@
+"""``/console``: login, overview (live), subscription search and story, reconciliation queue.
+
+Pages are rendered on the server and work without JavaScript; ``console.js`` only refreshes the
+overview's numbers and chart every few seconds. Every page needs a console session (a login with
+an API key); actions are forms carrying the session's token.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from billing_core.domain.money import format_minor
+from billing_core.repo import api_clients as api_clients_repo
+from billing_core.repo import reconciliation as reconciliation_repo
+from billing_core.repo import subscription_story
+from services.api.console import overview as overview_data
+from services.api.console.session import COOKIE, Operator
+from services.api.context import AppContext, get_context
+from services.ops.reconcile import WHAT
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+_templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+_templates.filters["money"] = format_minor
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+class LoginRequired(Exception):
+    """No valid console session: the page answers with a redirect to the login form."""
+
+
+def _render(name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    return HTMLResponse(_templates.get_template(name).render(**values), status_code=status_code)
+
+
+def _operator(request: Request) -> tuple[AppContext, Operator, str]:
+    ctx = get_context(request)
+    cookie = request.cookies.get(COOKIE)
+    operator = ctx.console.read(cookie, time.time())
+    if operator is None or cookie is None:
+        raise LoginRequired
+    return ctx, operator, ctx.console.form_token(cookie)
+
+
+def _to_login(request: Request) -> RedirectResponse:
+    target = quote(request.url.path + (f"?{request.url.query}" if request.url.query else ""))
+    return RedirectResponse(f"/console/login?next={target}", status_code=303)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {k: v[0] for k, v in parsed.items()}
+
+
+def _safe_next(target: str | None) -> str:
+    return target if target and target.startswith("/console") and "//" not in target else "/console"
+
+
+@router.get("/login")
+async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
+    return _render("login.html", next=_safe_next(next), error=None)
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    ctx = get_context(request)
+    form = await _form(request)
+    key = form.get("api_key", "").strip()
+    target = _safe_next(form.get("next"))
+    client = None
+    if key and len(key) <= 200:
+        async with ctx.reads() as session:
+            client = await api_clients_repo.find_active_by_key(session, key)
+    if client is None:
+        return _render("login.html", 401, next=target, error="That API key is not valid.")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        COOKIE,
+        ctx.console.issue(client.id, client.name, time.time()),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/console",
+    )
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/console/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/console")
+    return response
+
+
+async def _overview(ctx: AppContext) -> overview_data.Overview:
+    settings = ctx.settings
+    return await overview_data.gather(
+        ctx.database,
+        ctx.clock.now(),
+        limit=settings.collector_rate_limit_per_second,
+        processes=settings.console_process_list(),
+    )
+
+
+@router.get("")
+async def overview(request: Request) -> Response:
+    try:
+        ctx, operator, token = _operator(request)
+    except LoginRequired:
+        return _to_login(request)
+    data = await _overview(ctx)
+    return _render(
+        "overview.html",
+        operator=operator,
+        token=token,
+        o=data,
+        chart=overview_data.chart_points(data),
+        page="overview",
+    )
+
+
+@router.get("/fragments/overview")
+async def overview_fragment(request: Request) -> Response:
+    try:
+        ctx = _operator(request)[0]
+    except LoginRequired:
+        return Response(status_code=401)
+    data = await _overview(ctx)
+    return _render("_overview_numbers.html", o=data, chart=overview_data.chart_points(data))
+
+
+@router.get("/search")
+async def search(request: Request, q: str = "") -> Response:
+    try:
+        ctx, operator, token = _operator(request)
+    except LoginRequired:
+        return _to_login(request)
+    text = q.strip().lstrip("#")
+    matches: list[subscription_story.Match] = []
+    error = None
+    if not text.isdigit():
+        error = "Type a subscription id, a customer id or an invoice id (a number)."
+    else:
+        async with ctx.database.connect() as conn:
+            matches = await subscription_story.find(conn, int(text))
+        if len(matches) == 1:
+            return RedirectResponse(
+                f"/console/subscriptions/{matches[0].subscription_id}", status_code=303
+            )
+        if not matches:
+            error = f"No subscription, customer or invoice {text}."
+    return _render(
+        "search.html",
+        operator=operator,
+        token=token,
+        q=q,
+        matches=matches,
+        error=error,
+        page="search",
+    )
+
+
+@router.get("/subscriptions/{subscription_id}")
+async def subscription_page(request: Request, subscription_id: str) -> Response:
+    try:
+        ctx, operator, token = _operator(request)
+    except LoginRequired:
+        return _to_login(request)
+    found = None
+    if subscription_id.isdigit() and int(subscription_id) < 2**63:
+        async with ctx.database.connect() as conn:
+            found = await subscription_story.story(conn, int(subscription_id))
+    if found is None:
+        return _render(
+            "search.html",
+            404,
+            operator=operator,
+            token=token,
+            q=subscription_id,
+            matches=[],
+            error=f"No subscription {subscription_id}.",
+            page="search",
+        )
+    return _render("subscription.html", operator=operator, token=token, s=found, page="search")
+
+
+@router.get("/reconciliation")
+async def reconciliation(request: Request, resolved: str | None = None) -> Response:
+    try:
+        ctx, operator, token = _operator(request)
+    except LoginRequired:
+        return _to_login(request)
+    show_resolved = resolved == "1"
+    async with ctx.database.connect() as conn:
+        items = await reconciliation_repo.list_items(conn, include_resolved=show_resolved)
+    return _render(
+        "reconciliation.html",
+        operator=operator,
+        token=token,
+        items=items,
+        what=WHAT,
+        show_resolved=show_resolved,
+        notice=request.query_params.get("notice"),
+        page="reconciliation",
+    )
+
+
+@router.post("/reconciliation/{item_id}/resolve")
+async def resolve(request: Request, item_id: int) -> Response:
+    try:
+        ctx, operator = _operator(request)[:2]
+    except LoginRequired:
+        return _to_login(request)
+    form = await _form(request)
+    if not ctx.console.form_token_ok(request.cookies.get(COOKIE), form.get("token")):
+        return _render("message.html", 403, title="Refused", text="The form has expired.")
+    note = form.get("note", "").strip()
+    if not note:
+        return RedirectResponse(
+            "/console/reconciliation?notice=" + quote("Say what was done before resolving."),
+            status_code=303,
+        )
+    async with ctx.database.begin() as conn:
+        done = await reconciliation_repo.resolve_item(
+            conn,
+            item_id,
+            who=f"console:{operator.name}",
+            how=note[:2000],
+            now=ctx.clock.now(),
+        )
+    notice = f"Item {item_id} resolved." if done else f"Item {item_id} is not open."
+    return RedirectResponse(f"/console/reconciliation?notice={quote(notice)}", status_code=303)

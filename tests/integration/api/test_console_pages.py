@@ -1,0 +1,86 @@
+"""The console's pages over HTTP (no browser): sessions, the form token, redirects, errors."""
+
+from __future__ import annotations
+
+import httpx
+from fastapi import FastAPI
+
+from tests.integration.api.conftest import asgi_client
+
+
+async def _logged_in(app: FastAPI, api_key: str) -> httpx.AsyncClient:
+    client = asgi_client(app, None)
+    answer = await client.post(
+        "/console/login",
+        content=f"api_key={api_key}&next=/console/reconciliation",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/reconciliation"
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and api_key not in cookie
+    return client
+
+
+async def test_pages_without_a_session_send_to_the_login_form(anonymous: httpx.AsyncClient) -> None:
+    answer = await anonymous.get("/console/subscriptions/1?x=1")
+    assert answer.status_code == 303
+    assert answer.headers["location"] == "/console/login?next=/console/subscriptions/1%3Fx%3D1"
+    assert (await anonymous.get("/console/fragments/overview")).status_code == 401
+
+
+async def test_a_forged_or_tampered_session_cookie_is_refused(app: FastAPI, api_key: str) -> None:
+    client = await _logged_in(app, api_key)
+    cookie = client.cookies["billing_console"]
+    body, signature = cookie.rsplit(".", 1)
+    async with asgi_client(app, None) as forged:
+        forged.cookies.set("billing_console", body + "." + signature[::-1], path="/console")
+        assert (await forged.get("/console")).status_code == 303
+    assert (await client.get("/console")).status_code == 200
+    await client.aclose()
+
+
+async def test_login_never_redirects_outside_the_console(app: FastAPI, api_key: str) -> None:
+    async with asgi_client(app, None) as client:
+        answer = await client.post(
+            "/console/login",
+            content=f"api_key={api_key}&next=//evil.example/console",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+    assert answer.headers["location"] == "/console"
+
+
+async def test_resolving_without_the_form_token_is_refused(app: FastAPI, api_key: str) -> None:
+    client = await _logged_in(app, api_key)
+    answer = await client.post(
+        "/console/reconciliation/1/resolve",
+        content="note=done&token=not-the-token",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert answer.status_code == 403
+    assert "expired" in answer.text
+    await client.aclose()
+
+
+async def test_search_explains_what_it_expects_and_an_unknown_subscription_is_a_404(
+    app: FastAPI, api_key: str
+) -> None:
+    client = await _logged_in(app, api_key)
+    words = await client.get("/console/search", params={"q": "alice"})
+    assert words.status_code == 200
+    assert "a number" in words.text
+    nothing = await client.get("/console/search", params={"q": "987654"})
+    assert "No subscription, customer or invoice 987654." in nothing.text
+    missing = await client.get("/console/subscriptions/987654")
+    assert missing.status_code == 404
+    assert "No subscription 987654." in missing.text
+    huge = await client.get("/console/subscriptions/99999999999999999999999")
+    assert huge.status_code == 404
+    await client.aclose()
+
+
+async def test_the_console_is_not_part_of_the_api_document(
+    anonymous: httpx.AsyncClient,
+) -> None:
+    paths = (await anonymous.get("/openapi.json")).json()["paths"]
+    assert not [p for p in paths if p.startswith("/console")]
