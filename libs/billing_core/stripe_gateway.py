@@ -66,6 +66,17 @@ class _PooledHttpx(stripe.HTTPXClient):
             timeout=timeout,
         )
 
+    def _get_request_args_kwargs(
+        self, method: str, url: str, headers: Mapping[str, str], post_data: Any
+    ) -> list[Any]:
+        """The form body as ``content`` (the SDK passes it as ``data``, which httpx deprecates
+        for an already encoded body and warns about on every call)."""
+        args, kwargs = super()._get_request_args_kwargs(method, url, headers, None)
+        kwargs.pop("data", None)
+        if post_data:
+            kwargs["content"] = post_data
+        return [args, kwargs]
+
 
 class StripePaymentGateway:
     def __init__(
