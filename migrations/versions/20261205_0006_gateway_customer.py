@@ -7,6 +7,10 @@ Create Date: 2026-12-05
 The Stripe adapter charges a customer's default payment method off-session; this table says
 which Stripe customer and payment method that is. Ids only, never card data. Keyed by our
 customer id (a bare BIGINT, as on subscription): no customer table exists yet.
+
+Also an index of payment_attempt by gateway_reference (where there is one): Stripe's refund and
+dispute events name the charge only by its PaymentIntent id. Built in the migration's
+transaction (writes to payment_attempt wait for it).
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ def upgrade() -> None:
         sa.CheckConstraint("gateway IN ('stripe')", name=op.f("ck_gateway_customer_gateway")),
         sa.PrimaryKeyConstraint("customer_id", name=op.f("pk_gateway_customer")),
     )
+    op.create_index(
+        "ix_payment_attempt_gateway_reference",
+        "payment_attempt",
+        ["gateway_reference"],
+        postgresql_where=sa.text("gateway_reference IS NOT NULL"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("ix_payment_attempt_gateway_reference", table_name="payment_attempt")
     op.drop_table("gateway_customer")

@@ -183,6 +183,12 @@ payment_attempt = Table(
     CheckConstraint(_in("source", ATTEMPT_SOURCES), name="source"),
     Index("ix_payment_attempt_invoice_id", "invoice_id"),
     Index("ix_payment_attempt_idempotency_key", "idempotency_key"),
+    # A gateway event about a charge (a refund, a dispute) names it by the gateway's reference.
+    Index(
+        "ix_payment_attempt_gateway_reference",
+        "gateway_reference",
+        postgresql_where=text("gateway_reference IS NOT NULL"),
+    ),
 )
 
 credit_entry = Table(
