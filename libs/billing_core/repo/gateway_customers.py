@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import literal_column, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -55,7 +55,8 @@ async def put(
             "payment_method_id": statement.excluded.payment_method_id,
             "updated_at": statement.excluded.updated_at,
         },
-    ).returning(*_g.c, (_g.c.created_at == now).label("created"))
+        # xmax is 0 on a row version written by an INSERT, not by the ON CONFLICT update.
+    ).returning(*_g.c, literal_column("(xmax = 0)").label("created"))
     row = (await db.execute(upsert)).mappings().one()
     values = {k: v for k, v in row.items() if k != "created"}
     return GatewayCustomer(**values), bool(row["created"])
