@@ -52,7 +52,7 @@ async def put_payment_method(
     "/customers/{customerId}/payment-method",
     response_model=PaymentMethodOut,
     summary="The customer's gateway customer and default payment method",
-    responses=problems(401, 404),
+    responses=problems(401, 404, 422),
 )
 async def get_payment_method(
     request: Request, customer_id: CustomerId, _client: CurrentClient
