@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.charge_result import AUTHENTICATION_REQUIRED, ChargeOutcome
 from billing_core.domain.refund import RefundOutcome
 
-AUTHENTICATION_REQUIRED = "authentication_required"
+__all__ = ["AUTHENTICATION_REQUIRED", "classify_error", "classify_payment_intent"]
 
 # 4xx answers that say "try again later", not "never": a request under the same key is still
 # being processed (409), or a lock could not be taken in time.
