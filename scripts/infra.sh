@@ -208,6 +208,8 @@ kafka_down() {
 stripe_mock_bin() {
   local bin="$VAR/bin/stripe-mock"
   if [[ ! -x "$bin" ]] || [[ "$(cat "$VAR/bin/.stripe-mock-version" 2>/dev/null)" != "$STRIPE_MOCK_VERSION" ]]; then
+    # stripe-mock needs Go >= 1.22 (Debian 13's golang-go is 1.24; a newer toolchain in
+    # /usr/local/go is used when there is one).
     command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]] || apt_install golang-go
     local go
     go="$(command -v go || echo /usr/local/go/bin/go)"
