@@ -22,6 +22,7 @@ REDIS_PORT="${BILLING_REDIS_PORT:-56379}"
 KAFKA_PORT="${BILLING_KAFKA_PORT:-59092}"
 KAFKA_CONTROLLER_PORT="${BILLING_KAFKA_CONTROLLER_PORT:-59093}"
 STRIPE_MOCK_PORT="${BILLING_STRIPE_MOCK_PORT:-52111}"
+STRIPE_MOCK_HTTPS_PORT="${BILLING_STRIPE_MOCK_HTTPS_PORT:-52112}" # unused, but always opened
 STRIPE_MOCK_VERSION=v0.203.0
 PG_USER=billing
 PG_DB=billing
@@ -231,9 +232,14 @@ stripe_mock_up() {
   local bin
   bin="$(stripe_mock_bin)"
   mkdir -p "$VAR/stripe-mock" "$VAR/log"
-  nohup "$bin" -http-addr "127.0.0.1:$STRIPE_MOCK_PORT" >"$VAR/log/stripe-mock.log" 2>&1 &
-  echo $! >"$VAR/stripe-mock/stripe-mock.pid"
+  # Both listeners on loopback: without -https-addr it opens HTTPS on every interface (:12112).
+  nohup "$bin" -http-addr "127.0.0.1:$STRIPE_MOCK_PORT" \
+    -https-addr "127.0.0.1:$STRIPE_MOCK_HTTPS_PORT" >"$VAR/log/stripe-mock.log" 2>&1 &
+  local pid=$!
+  echo "$pid" >"$VAR/stripe-mock/stripe-mock.pid"
   wait_port "$STRIPE_MOCK_PORT" 30 stripe-mock
+  sleep 0.5 # a listener that failed to bind ends the process just after the first one opened
+  kill -0 "$pid" 2>/dev/null || die "stripe-mock exited (see $VAR/log/stripe-mock.log)"
   log "stripe-mock up on $STRIPE_MOCK_PORT"
 }
 
