@@ -58,6 +58,9 @@ class _PooledHttpx(stripe.HTTPXClient):
     def __init__(self, *, max_connections: int, connect_timeout: float, read_timeout: float):
         timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         super().__init__(timeout=timeout)
+        # The SDK builds its AsyncClient with httpx's default pool (100 connections, 20 kept
+        # alive) and has no parameter for it: replaced here (the unused one never connected).
+        # ``_client_async`` is the SDK's attribute; the lock file pins the SDK's version.
         self._client_async = httpx.AsyncClient(
             verify=ssl.create_default_context(cafile=stripe.ca_bundle_path),
             limits=httpx.Limits(
