@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from datetime import UTC, datetime
-from pathlib import Path
 from urllib.parse import parse_qsl
 
 import pytest
@@ -16,16 +14,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.repo import gateway_customers
+from tests.integration.stripe.conftest import StartCollector
 from tests.support.factories import due_subscriptions_with_invoices
 from tests.support.infra import Services
-from tests.support.processes import free_port, start
 from tests.support.recording_proxy import recording_proxy
 
 pytestmark = pytest.mark.slow  # a real collector process
 
 
 async def test_collector_charges_through_stripe_mock_and_records_the_answer(
-    engine: AsyncEngine, services: Services, database_url: str, tmp_path: Path
+    engine: AsyncEngine, services: Services, stripe_collector: StartCollector
 ) -> None:
     now = datetime.now(UTC)
     async with engine.begin() as conn:
@@ -41,22 +39,7 @@ async def test_collector_charges_through_stripe_mock_and_records_the_answer(
             now=now,
         )
     async with recording_proxy(services.stripe_mock_url) as proxy:
-        port = free_port()
-        collector = start(
-            "collector-stripe",
-            "services.collector",
-            {
-                "BILLING_DATABASE_URL": database_url,
-                "BILLING_GATEWAY": "stripe",
-                "BILLING_STRIPE_API_KEY": "sk_test_123",
-                "BILLING_STRIPE_API_BASE": proxy.url,
-                "BILLING_COLLECTOR_HEALTH_PORT": str(port),
-                "BILLING_COLLECTOR_RATE_LIMIT_KEY": f"test:{uuid.uuid4().hex[:10]}:permits",
-                "BILLING_COLLECTOR_POLL_INTERVAL_SECONDS": "0.2",
-            },
-            tmp_path,
-            ready_url=f"http://127.0.0.1:{port}/readyz",
-        )
+        collector = stripe_collector(proxy.url)
         try:
             deadline = time.monotonic() + 30
             attempts: list[dict[str, object]] = []
