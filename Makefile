@@ -89,3 +89,8 @@ bench-first-of-month: venv infra-up ## The whole system on 100 000 subscriptions
 	$(BIN)/python -m bench.first_of_month --json var/bench-first-of-month.json
 
 .PHONY: bench-first-of-month
+
+bench-stripe-client: venv infra-up ## CPU per charge: the Stripe SDK vs the project's HTTP/1.1 client, against stripe-mock
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.stripe_client_cpu
+
+.PHONY: bench-stripe-client

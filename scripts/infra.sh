@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Real PostgreSQL, Redis and Apache Kafka (KRaft) on loopback, for development, tests and demos.
+# Real PostgreSQL, Redis, Apache Kafka (KRaft) and stripe-mock on loopback, for development,
+# tests and demos.
 #
-#   scripts/infra.sh up                 start all three (reuses what already answers), print URLs
-#   scripts/infra.sh down               stop all three
+#   scripts/infra.sh up                 start all four (reuses what already answers), print URLs
+#   scripts/infra.sh down               stop all four
 #   scripts/infra.sh status             which ones answer
 #   scripts/infra.sh env                print the connection settings as shell exports
-#   scripts/infra.sh start|stop NAME    one of postgres, redis, kafka (used by the fault tests)
+#   scripts/infra.sh start|stop NAME    one of postgres, redis, kafka, stripe-mock
+#
+# stripe-mock (Stripe's own API mock: it checks each request against Stripe's OpenAPI spec and
+# answers with fixture objects) is built with `go install` into $BILLING_VAR/bin when missing.
 #
 # Everything lives under $BILLING_VAR (default: ./var, ignored by git). Ports are chosen away from
 # the defaults so a server that already runs on this machine is never touched.
@@ -17,6 +21,9 @@ PG_PORT="${BILLING_PG_PORT:-55432}"
 REDIS_PORT="${BILLING_REDIS_PORT:-56379}"
 KAFKA_PORT="${BILLING_KAFKA_PORT:-59092}"
 KAFKA_CONTROLLER_PORT="${BILLING_KAFKA_CONTROLLER_PORT:-59093}"
+STRIPE_MOCK_PORT="${BILLING_STRIPE_MOCK_PORT:-52111}"
+STRIPE_MOCK_HTTPS_PORT="${BILLING_STRIPE_MOCK_HTTPS_PORT:-52112}" # unused, but always opened
+STRIPE_MOCK_VERSION=v0.203.0
 PG_USER=billing
 PG_DB=billing
 
@@ -198,17 +205,67 @@ kafka_down() {
   fi
 }
 
+# ---------------------------------------------------------------- stripe-mock
+stripe_mock_bin() {
+  local bin="$VAR/bin/stripe-mock"
+  if [[ ! -x "$bin" ]] || [[ "$(cat "$VAR/bin/.stripe-mock-version" 2>/dev/null)" != "$STRIPE_MOCK_VERSION" ]]; then
+    # stripe-mock needs Go >= 1.22 (Debian 13's golang-go is 1.24; a newer toolchain in
+    # /usr/local/go is used when there is one).
+    command -v go >/dev/null || [[ -x /usr/local/go/bin/go ]] || apt_install golang-go
+    local go
+    go="$(command -v go || echo /usr/local/go/bin/go)"
+    mkdir -p "$VAR/bin" "$VAR/log"
+    log "go install github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION"
+    GOBIN="$VAR/bin" "$go" install "github.com/stripe/stripe-mock@$STRIPE_MOCK_VERSION" \
+      >"$VAR/log/stripe-mock-install.log" 2>&1 \
+      || die "stripe-mock could not be installed (see $VAR/log/stripe-mock-install.log)"
+    echo "$STRIPE_MOCK_VERSION" >"$VAR/bin/.stripe-mock-version"
+  fi
+  echo "$bin"
+}
+
+stripe_mock_up() {
+  if port_open "$STRIPE_MOCK_PORT"; then
+    log "stripe-mock already answers on $STRIPE_MOCK_PORT"
+    return
+  fi
+  local bin
+  bin="$(stripe_mock_bin)"
+  mkdir -p "$VAR/stripe-mock" "$VAR/log"
+  # Both listeners on loopback: without -https-addr it opens HTTPS on every interface (:12112).
+  nohup "$bin" -http-addr "127.0.0.1:$STRIPE_MOCK_PORT" \
+    -https-addr "127.0.0.1:$STRIPE_MOCK_HTTPS_PORT" >"$VAR/log/stripe-mock.log" 2>&1 &
+  local pid=$!
+  echo "$pid" >"$VAR/stripe-mock/stripe-mock.pid"
+  wait_port "$STRIPE_MOCK_PORT" 30 stripe-mock
+  sleep 0.5 # a listener that failed to bind ends the process just after the first one opened
+  kill -0 "$pid" 2>/dev/null || die "stripe-mock exited (see $VAR/log/stripe-mock.log)"
+  log "stripe-mock up on $STRIPE_MOCK_PORT"
+}
+
+stripe_mock_down() {
+  local pidf="$VAR/stripe-mock/stripe-mock.pid"
+  if [[ -f "$pidf" ]] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+    kill "$(cat "$pidf")"
+    rm -f "$pidf"
+    log "stripe-mock stopped"
+  else
+    log "stripe-mock not running"
+  fi
+}
+
 print_env() {
   cat <<EOF
 export BILLING_DATABASE_URL=postgresql+asyncpg://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB
 export BILLING_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export BILLING_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
+export BILLING_STRIPE_MOCK_URL=http://127.0.0.1:$STRIPE_MOCK_PORT
 EOF
 }
 
 status() {
   local name port
-  for name in postgres:$PG_PORT redis:$REDIS_PORT kafka:$KAFKA_PORT; do
+  for name in postgres:$PG_PORT redis:$REDIS_PORT kafka:$KAFKA_PORT stripe-mock:$STRIPE_MOCK_PORT; do
     port="${name#*:}"
     if port_open "$port"; then echo "${name%%:*}: up ($port)"; else echo "${name%%:*}: down"; fi
   done
@@ -220,19 +277,22 @@ case "$cmd" in
     pg_up
     redis_up
     kafka_up
+    stripe_mock_up
     echo "PostgreSQL: postgresql://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB"
     echo "Redis:      redis://127.0.0.1:$REDIS_PORT/0"
     echo "Kafka:      127.0.0.1:$KAFKA_PORT"
+    echo "stripe-mock: http://127.0.0.1:$STRIPE_MOCK_PORT"
     ;;
-  down) kafka_down; redis_down; pg_down ;;
+  down) stripe_mock_down; kafka_down; redis_down; pg_down ;;
   status) status ;;
   env) print_env ;;
   start | stop)
-    svc="${2:?name one of postgres, redis, kafka}"
+    svc="${2:?name one of postgres, redis, kafka, stripe-mock}"
     case "$svc" in
       postgres) if [[ $cmd == start ]]; then pg_up; else pg_down; fi ;;
       redis) if [[ $cmd == start ]]; then redis_up; else redis_down; fi ;;
       kafka) if [[ $cmd == start ]]; then kafka_up; else kafka_down; fi ;;
+      stripe-mock) if [[ $cmd == start ]]; then stripe_mock_up; else stripe_mock_down; fi ;;
       *) die "unknown service $svc" ;;
     esac
     ;;

@@ -28,6 +28,9 @@ class ChargeResult:
     http_status: int | None = None
     error: str | None = None
     retry_after_seconds: float | None = None  # a 429's Retry-After (seconds or HTTP date)
+    # A 4xx that says "later", not "never" (Stripe's 409 for a key whose first request is still
+    # being processed): retried with the same key like any UNKNOWN, never held as a refusal.
+    transient: bool = False
 
     @property
     def rate_limited(self) -> bool:
@@ -44,6 +47,7 @@ class ChargeResult:
             and status is not None
             and 400 <= status < 500
             and status not in (401, 403, 429)
+            and not self.transient
         )
 
     @property

@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
 from billing_core.repo.plans import Plan
 from billing_core.repo.subscriptions import Subscription
@@ -70,6 +71,53 @@ class ChangePlanRequest(_Request):
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
     )
+
+
+StripeCustomerId = Annotated[
+    str,
+    Field(
+        min_length=5,
+        max_length=255,
+        pattern=r"^cus_[A-Za-z0-9]+$",
+        description="The Stripe customer (cus_...).",
+    ),
+]
+StripePaymentMethodId = Annotated[
+    str,
+    Field(
+        min_length=4,
+        max_length=255,
+        pattern=r"^(pm|card|src)_[A-Za-z0-9]+$",
+        description="The customer's default Stripe payment method (pm_..., or an older card_ or "
+        "src_): an id, never card data.",
+    ),
+]
+
+
+class PaymentMethodRequest(_Request):
+    gateway: Literal["stripe"] = "stripe"
+    gateway_customer_id: StripeCustomerId
+    payment_method_id: StripePaymentMethodId
+
+
+class PaymentMethodOut(_Camel):
+    customer_id: int
+    gateway: str
+    gateway_customer_id: str
+    payment_method_id: str
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, row: GatewayCustomer) -> PaymentMethodOut:
+        return cls(
+            customer_id=row.customer_id,
+            gateway=row.gateway,
+            gateway_customer_id=row.gateway_customer_id,
+            payment_method_id=row.payment_method_id,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
 
 
 class PlanOut(_Camel):

@@ -30,6 +30,15 @@ class ApiSettings(CoreSettings):
     webhook_tolerance_seconds: int = Field(
         default=300, ge=1, description="Maximum age (and clock skew) of a webhook signature."
     )
+    stripe_webhook_secrets: SecretStr = Field(
+        default=SecretStr(""),
+        description="Comma-separated signing secrets (whsec_...) of the Stripe webhook endpoint "
+        "(POST /webhooks/stripe); any of them may match (rotation). Empty: the route refuses "
+        "every event with 401.",
+    )
+    stripe_webhook_tolerance_seconds: int = Field(
+        default=300, ge=1, description="Maximum age (and clock skew) of a Stripe-Signature."
+    )
     webhook_group_wait_ms: float = Field(
         default=50.0,
         ge=0,
@@ -100,5 +109,11 @@ class ApiSettings(CoreSettings):
         return parse_processes(self.console_processes)
 
     def webhook_secret_list(self) -> list[bytes]:
-        raw = self.webhook_secrets.get_secret_value()
-        return [s.strip().encode() for s in raw.split(",") if s.strip()]
+        return _secrets(self.webhook_secrets)
+
+    def stripe_webhook_secret_list(self) -> list[bytes]:
+        return _secrets(self.stripe_webhook_secrets)
+
+
+def _secrets(value: SecretStr) -> list[bytes]:
+    return [s.strip().encode() for s in value.get_secret_value().split(",") if s.strip()]

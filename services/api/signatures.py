@@ -1,4 +1,6 @@
-"""Webhook signatures: ``Billing-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>...]``.
+"""Webhook signatures: ``Billing-Signature: t=<unix seconds>,v1=<hex>[,v1=<hex>...]``, and
+Stripe's ``Stripe-Signature``, which is the same scheme (its other entries, such as ``v0``,
+are ignored).
 
 ``v1`` is HMAC-SHA256(secret, "<t>.<raw body>") in hex. Several ``v1`` entries and several
 configured secrets may be present (rotation): the signature is valid when any entry matches any
@@ -27,7 +29,7 @@ class ParsedSignature:
 
 def parse_header(header: str | None) -> ParsedSignature:
     if not header:
-        raise SignatureError("missing Billing-Signature header")
+        raise SignatureError("missing signature header")
     timestamp: int | None = None
     signatures: list[str] = []
     for part in header.split(","):

@@ -11,10 +11,10 @@ import redis.asyncio as aioredis
 
 from billing_core.clock import clock_from_offset
 from billing_core.db.engine import create_engine, session_factory
-from billing_core.gateway import HttpPaymentGateway
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
+from services.collector.gateways import build_gateway
 from services.collector.refunds import RefundSender
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
@@ -28,12 +28,8 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
     redis = aioredis.from_url(
         settings.redis_url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=5
     )
-    gateway = HttpPaymentGateway(
-        settings.collector_gateway_url,
-        max_connections=settings.collector_max_in_flight,
-        connect_timeout=settings.collector_connect_timeout_seconds,
-        read_timeout=settings.collector_read_timeout_seconds,
-    )
+    reads = session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
+    gateway, close_gateway, gateway_at = build_gateway(settings, reads)
     limiter = GlobalRateLimiter(
         redis,
         key=settings.collector_rate_limit_key,
@@ -51,7 +47,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
     clock = clock_from_offset(settings.clock_offset_seconds)
     collector = Collector(
         sessions=session_factory(engine),
-        reads=session_factory(engine.execution_options(isolation_level="AUTOCOMMIT")),
+        reads=reads,
         gateway=gateway,
         limiter=limiter,
         redis=redis,
@@ -110,9 +106,9 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
             process.Periodic("collector-refunds", 1.0, refunds.send_due),
         ],
         drain=drain,
-        close=[limiter.close, gateway.aclose, redis.aclose],
+        close=[limiter.close, close_gateway, redis.aclose],
         started={
-            "gateway": settings.collector_gateway_url,
+            "gateway": gateway_at,
             "limit": settings.collector_rate_limit_per_second,
         },
     )

@@ -237,7 +237,11 @@ class Collector:
                 invoice.amount,
                 invoice.currency,
                 invoice.idempotency_key,
-                {"invoiceId": invoice.id, "attempt": invoice.attempt_count},
+                {
+                    "invoiceId": invoice.id,
+                    "attempt": invoice.attempt_count,
+                    "subscriptionId": invoice.subscription_id,
+                },
                 send_by=send_by,
             )
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.cloudevents import CloudEvent
+from billing_core.domain.charge_result import AUTHENTICATION_REQUIRED
 from billing_core.logging import get_logger
 
 log = get_logger(__name__)
@@ -44,6 +45,13 @@ def email_for(event: CloudEvent) -> Email | None:
         if customer is not None
         else (f"subscription-{event.subscription_id}@example.invalid")
     )
+    if (
+        event.event_type == "PaymentFailed"
+        and payload.get("declineCode") == AUTHENTICATION_REQUIRED
+    ):
+        # The bank wants the customer to confirm the payment (3-D Secure), which an off-session
+        # charge cannot ask for: the e-mail asks the customer to do it.
+        subject = "Action needed: confirm your payment with your bank"
     if event.event_type == "PaymentRefunded":  # the credit note's number is the refund's id
         subject = (
             f"{subject} CN-{payload.get('refundId')}: {payload.get('amount')} "

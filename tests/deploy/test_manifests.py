@@ -24,7 +24,13 @@ OVERLAY = K8S / "overlays" / "example"
 
 SECRET_NAME = "billing-secrets"
 # Settings whose values are credentials: only ever read from the Secret.
-SECRET_SETTINGS = {"BILLING_DATABASE_URL", "BILLING_REDIS_URL", "BILLING_WEBHOOK_SECRETS"}
+SECRET_SETTINGS = {
+    "BILLING_DATABASE_URL",
+    "BILLING_REDIS_URL",
+    "BILLING_WEBHOOK_SECRETS",
+    "BILLING_STRIPE_API_KEY",
+    "BILLING_STRIPE_WEBHOOK_SECRETS",
+}
 
 
 class Process:
@@ -57,7 +63,12 @@ PROCESSES = [
         shutdown_s=15,
         shutdown_setting=None,
         shutdown_extra_s=0,
-        secrets={"BILLING_DATABASE_URL", "BILLING_WEBHOOK_SECRETS", "BILLING_CONSOLE_SECRET"},
+        secrets={
+            "BILLING_DATABASE_URL",
+            "BILLING_WEBHOOK_SECRETS",
+            "BILLING_STRIPE_WEBHOOK_SECRETS",
+            "BILLING_CONSOLE_SECRET",
+        },
     ),
     Process(
         "renewer",
@@ -78,7 +89,7 @@ PROCESSES = [
         shutdown_s=40,
         shutdown_setting="BILLING_COLLECTOR_SHUTDOWN_TIMEOUT_SECONDS",
         shutdown_extra_s=7,
-        secrets={"BILLING_DATABASE_URL", "BILLING_REDIS_URL"},
+        secrets={"BILLING_DATABASE_URL", "BILLING_REDIS_URL", "BILLING_STRIPE_API_KEY"},
     ),
     Process(
         "relay",

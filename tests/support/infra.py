@@ -1,5 +1,6 @@
 """Where the tests find PostgreSQL, Redis and Kafka: containers when a Docker engine answers,
-otherwise the project's own loopback servers (scripts/infra.sh). Never a fake, never a skip."""
+otherwise the project's own loopback servers (scripts/infra.sh). stripe-mock always comes from
+scripts/infra.sh (it installs it when missing). Never a fake, never a skip."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ class Services:
     admin_database_url: str  # the maintenance database, to create the test database
     redis_url: str
     kafka_bootstrap: str
+    stripe_mock_url: str
 
     def database_url(self, name: str) -> str:
         base, _, _ = self.admin_database_url.rpartition("/")
@@ -55,6 +57,22 @@ def docker_engine_available() -> bool:
         return False
 
 
+def _infra_env() -> dict[str, str]:
+    env = subprocess.run(
+        [str(ROOT / "scripts" / "infra.sh"), "env"], check=True, capture_output=True, text=True
+    ).stdout
+    return dict(
+        line.removeprefix("export ").split("=", 1) for line in env.splitlines() if "=" in line
+    )
+
+
+def _stripe_mock() -> str:
+    subprocess.run(
+        [str(ROOT / "scripts" / "infra.sh"), "start", "stripe-mock"], check=True, stdout=sys.stderr
+    )
+    return _infra_env()["BILLING_STRIPE_MOCK_URL"]
+
+
 def _containers() -> Services:  # pragma: no cover - needs a Docker engine
     from testcontainers.kafka import KafkaContainer  # noqa: PLC0415
     from testcontainers.postgres import PostgresContainer  # noqa: PLC0415
@@ -71,23 +89,20 @@ def _containers() -> Services:  # pragma: no cover - needs a Docker engine
         admin_database_url=f"postgresql+asyncpg://billing:billing@{host}:{port}/postgres",
         redis_url=f"redis://{redis.get_container_host_ip()}:{redis.get_exposed_port(6379)}/0",
         kafka_bootstrap=kafka.get_bootstrap_server(),
+        stripe_mock_url=_stripe_mock(),
     )
 
 
 def _local() -> Services:
     subprocess.run([str(ROOT / "scripts" / "infra.sh"), "up"], check=True, stdout=sys.stderr)
-    env = subprocess.run(
-        [str(ROOT / "scripts" / "infra.sh"), "env"], check=True, capture_output=True, text=True
-    ).stdout
-    values = dict(
-        line.removeprefix("export ").split("=", 1) for line in env.splitlines() if "=" in line
-    )
+    values = _infra_env()
     db = values["BILLING_DATABASE_URL"]
     return Services(
         how="local servers started by scripts/infra.sh (no Docker engine)",
         admin_database_url=db.rpartition("/")[0] + "/postgres",
         redis_url=values["BILLING_REDIS_URL"],
         kafka_bootstrap=values["BILLING_KAFKA_BOOTSTRAP"],
+        stripe_mock_url=values["BILLING_STRIPE_MOCK_URL"],
     )
 
 

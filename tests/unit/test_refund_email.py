@@ -1,4 +1,5 @@
-"""The customer hears of a refund: the notifier's e-mail carries the credit note."""
+"""The customer hears of a refund (its e-mail carries the credit note) and of a payment to
+confirm with the bank."""
 
 from __future__ import annotations
 
@@ -39,3 +40,26 @@ def test_a_refund_sends_its_credit_note() -> None:
     assert email is not None
     assert email.to == "subscription-3@example.invalid"
     assert email.subject == "Your refund and credit note CN-12: 990 EUR for invoice 9"
+
+
+def _cloud_event(domain_event: ev.DomainEvent) -> CloudEvent:
+    return CloudEvent(
+        id=uuid.uuid4(),
+        event_type=str(domain_event.type),
+        source="urn:billing:outbox",
+        time=NOW,
+        subscription_id=3,
+        sequence=5,
+        schema_version=1,
+        data=json.dumps(domain_event.payload).encode(),
+    )
+
+
+def test_a_payment_the_bank_wants_authenticated_asks_the_customer_to_confirm_it() -> None:
+    needs_3ds = ev.payment_failed(3, 9, 1, "authentication_required", NOW)
+    declined = ev.payment_failed(3, 9, 1, "insufficient_funds", NOW)
+    asked = email_for(_cloud_event(needs_3ds))
+    told = email_for(_cloud_event(declined))
+    assert asked is not None and told is not None
+    assert asked.subject == "Action needed: confirm your payment with your bank"
+    assert told.subject == "Your payment did not go through"

@@ -54,6 +54,7 @@ ATTEMPT_OUTCOMES = tuple(str(o) for o in ChargeOutcome)
 ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK", "IMPORT", "LOOKUP")
 CREDIT_REASONS = ("DOWNGRADE", "INVOICE", "VOID_REFUND", "ADJUSTMENT")
 REFUND_STATUSES = tuple(str(s) for s in RefundStatus)
+GATEWAYS = ("stripe",)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -182,6 +183,12 @@ payment_attempt = Table(
     CheckConstraint(_in("source", ATTEMPT_SOURCES), name="source"),
     Index("ix_payment_attempt_invoice_id", "invoice_id"),
     Index("ix_payment_attempt_idempotency_key", "idempotency_key"),
+    # A gateway event about a charge (a refund, a dispute) names it by the gateway's reference.
+    Index(
+        "ix_payment_attempt_gateway_reference",
+        "gateway_reference",
+        postgresql_where=text("gateway_reference IS NOT NULL"),
+    ),
 )
 
 credit_entry = Table(
@@ -324,6 +331,20 @@ reconciliation_item = Table(
     CheckConstraint("(resolved_at IS NULL) = (resolved_by IS NULL)", name="resolved_with_who"),
     Index("idx_reconciliation_open", "id", postgresql_where=text("resolved_at IS NULL")),
     Index("ix_reconciliation_item_invoice_id", "invoice_id"),
+)
+
+# Where the payment gateway keeps a customer's card (ids only, never card data): our customer id
+# (a bare BIGINT, as on subscription) -> the gateway's customer and default payment method.
+gateway_customer = Table(
+    "gateway_customer",
+    metadata,
+    Column("customer_id", BigInteger, primary_key=True, autoincrement=False),
+    Column("gateway", String(20), nullable=False),
+    Column("gateway_customer_id", String(255), nullable=False),
+    Column("payment_method_id", String(255), nullable=False),
+    Column("created_at", TZ, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    CheckConstraint(_in("gateway", GATEWAYS), name="gateway"),
 )
 
 ALL_TABLES = [t.name for t in metadata.sorted_tables]

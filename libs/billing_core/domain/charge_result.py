@@ -47,6 +47,11 @@ DECLINE_CODES = frozenset(
 )
 
 
+# A decline the customer can fix by confirming the payment with their bank (3-D Secure), which an
+# off-session charge cannot ask for: the PaymentFailed event carries it, so they can be asked.
+AUTHENTICATION_REQUIRED = "authentication_required"
+
+
 def idempotency_key(invoice_id: int, attempt_count: int, prefix: str = "") -> str:
     """The gateway key of one attempt: the same key for a retry after an uncertain result.
     ``prefix`` names the deployment (``prod-``, ``staging-``): two systems sharing one gateway

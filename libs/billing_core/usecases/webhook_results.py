@@ -3,6 +3,11 @@
 Each event id is recorded once (``webhook_event``); an event seen before — earlier, or earlier
 in the same group — is a DUPLICATE and changes nothing. A first charge result goes through
 :func:`record_charge_results`, the collector's rules, in the group's order.
+
+An event about a charge already taken (a refund or a dispute made at the gateway) is matched to
+our successful charge by the gateway's reference: when a person must look (a dispute, money
+given back that we did not ask for), a reconciliation item is written (RECONCILIATION); our own
+refund's event changes nothing (IGNORED); a charge we do not know is NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -13,17 +18,28 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.repo import gateway_charges, webhook_events
 from billing_core.repo import payment_results as results_repo
-from billing_core.repo import webhook_events
+from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo.payment_results import AttemptToRecord
 from billing_core.repo.webhook_events import ReceivedEvent
 from billing_core.usecases.payment_result import record_charge_results
 
 
 @dataclass(frozen=True)
+class AboutACharge:
+    """An event about a charge already taken, for a person unless it is our own refund."""
+
+    gateway_reference: str
+    reason: str  # ``<kind>: <details>`` for the reconciliation item
+    ours_if_refund_requested: bool = False  # a refund event: ours when we asked for it
+
+
+@dataclass(frozen=True)
 class WebhookToRecord:
     event: ReceivedEvent
     result: AttemptToRecord | None  # None: an event type that carries no charge result
+    about_charge: AboutACharge | None = None
 
 
 async def record_webhooks(
@@ -45,18 +61,54 @@ async def record_webhooks(
     answers = ["DUPLICATE"] * len(webhooks)
     to_record: list[AttemptToRecord] = []
     positions: list[int] = []
+    about: dict[int, AboutACharge] = {}
     for position, webhook in enumerate(webhooks):
         event_id = webhook.event.event_id
         if event_id not in first_seen or distinct[event_id] is not webhook:
             continue
-        if webhook.result is None:
-            answers[position] = "IGNORED"
-        else:
+        if webhook.result is not None:
             to_record.append(webhook.result)
             positions.append(position)
+        elif webhook.about_charge is not None:
+            about[position] = webhook.about_charge
+        else:
+            answers[position] = "IGNORED"
     outcomes = await record_charge_results(
         session, to_record, now=now, rng=rng, policy=policy, key_prefix=key_prefix
     )
     for position, outcome in zip(positions, outcomes, strict=True):
         answers[position] = str(outcome)
+    if about:  # after the results: a success and a dispute of it may come in one group
+        for position, answer in (await _about_charges(session, about, now=now)).items():
+            answers[position] = answer
+    return answers
+
+
+async def _about_charges(
+    session: results_repo.Db, about: dict[int, AboutACharge], *, now: datetime
+) -> dict[int, str]:
+    known = await gateway_charges.find_charges(
+        session, sorted({a.gateway_reference for a in about.values()})
+    )
+    answers: dict[int, str] = {}
+    items: list[reconciliation_repo.NewItem] = []
+    for position, event in about.items():
+        charge = known.get(event.gateway_reference)
+        if charge is None:
+            answers[position] = "NOT_FOUND"
+        elif event.ours_if_refund_requested and charge.refund_requested:
+            answers[position] = "IGNORED"
+        else:
+            answers[position] = "RECONCILIATION"
+            items.append(
+                reconciliation_repo.NewItem(
+                    invoice_id=charge.invoice_id,
+                    subscription_id=charge.subscription_id,
+                    reason=event.reason,
+                    idempotency_key=charge.idempotency_key,
+                    gateway_reference=charge.gateway_reference,
+                    payment_attempt_id=charge.payment_attempt_id,
+                )
+            )
+    await reconciliation_repo.add_items(session, items, now=now)
     return answers

@@ -26,6 +26,7 @@ from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRETS = ("whsec_current", "whsec_previous")
+STRIPE_SECRETS = ("whsec_stripe_new", "whsec_stripe_old")
 # Mid-period, mid-month, mid-morning: far from month ends and DST changes.
 START = datetime(2026, 3, 10, 9, 30, tzinfo=UTC)
 
@@ -42,6 +43,7 @@ def api_settings(settings: CoreSettings) -> ApiSettings:
         process_name="api-tests",
         log_json=False,
         webhook_secrets=",".join(SECRETS),
+        stripe_webhook_secrets=",".join(STRIPE_SECRETS),
         idempotency_purge_interval_seconds=0,
         auth_cache_seconds=0,
         db_pool_size=25,

@@ -1,0 +1,339 @@
+"""The Stripe adapter of the gateway port (``BILLING_GATEWAY=stripe``).
+
+* A charge is a PaymentIntent created with ``confirm=true, off_session=true``, the customer's
+  Stripe customer id and default payment method (``gateway_customer``), the amount in minor
+  units, metadata naming the invoice, attempt, subscription, customer and key, and the
+  attempt's idempotency key as ``Idempotency-Key``.
+* A refund is a Refund of the PaymentIntent, under the refund's own key.
+* A look-up by key searches PaymentIntents by ``metadata['idempotency_key']``.
+
+Answers are mapped by :mod:`billing_core.domain.stripe_answers` onto the same result fields as
+the simulator's (outcome, decline code, HTTP status, error), so the collector's rules — 429
+pause, credentials pause, UNKNOWN retry with the same key, refusals held for a person — apply
+unchanged. The SDK's own retries are off: the collector retries, always under the same key.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import stripe
+
+from billing_core.domain import stripe_answers
+from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.refund import RefundOutcome
+from billing_core.gateway import (
+    ChargeResult,
+    LookupResult,
+    NotSent,
+    RefundResult,
+    retry_after_seconds,
+)
+
+# Our decline code when a customer has no Stripe customer and payment method on file: nothing
+# is sent to Stripe, and the invoice follows the dunning schedule like any declined card.
+NO_PAYMENT_METHOD = "no_payment_method"
+
+
+@dataclass(frozen=True)
+class StripeCustomer:
+    """Where Stripe keeps one of our customers' card: ids only, never card data."""
+
+    customer: str  # cus_...
+    payment_method: str  # pm_...
+
+
+CustomerLookup = Callable[[int], Awaitable[StripeCustomer | None]]
+
+
+class _PooledHttpx(stripe.HTTPXClient):
+    """The SDK's httpx client with the collector's pool size and timeouts."""
+
+    def __init__(self, *, max_connections: int, connect_timeout: float, read_timeout: float):
+        timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        super().__init__(timeout=timeout)
+        # The SDK builds its AsyncClient with httpx's default pool (100 connections, 20 kept
+        # alive) and has no parameter for it: replaced here (the unused one never connected).
+        # ``_client_async`` is the SDK's attribute; the lock file pins the SDK's version.
+        self._client_async = httpx.AsyncClient(
+            verify=ssl.create_default_context(cafile=stripe.ca_bundle_path),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            timeout=timeout,
+        )
+
+    def _get_request_args_kwargs(
+        self, method: str, url: str, headers: Mapping[str, str], post_data: Any
+    ) -> list[Any]:
+        """The form body as ``content`` (the SDK passes it as ``data``, which httpx deprecates
+        for an already encoded body and warns about on every call)."""
+        args, kwargs = super()._get_request_args_kwargs(method, url, headers, None)
+        kwargs.pop("data", None)
+        if post_data:
+            kwargs["content"] = post_data
+        return [args, kwargs]
+
+
+class StripePaymentGateway:
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        customers: CustomerLookup,
+        api_base: str = "https://api.stripe.com",
+        max_connections: int = 100,
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+    ) -> None:
+        self._http = _PooledHttpx(
+            max_connections=max_connections,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+        )
+        client = stripe.StripeClient(
+            api_key,
+            base_addresses={"api": api_base},
+            http_client=self._http,
+            max_network_retries=0,
+        )
+        self._line = StripeLine(client, customers)
+
+    async def aclose(self) -> None:
+        await self._http.close_async()  # type: ignore[no-untyped-call]
+
+    @asynccontextmanager
+    async def line(self) -> AsyncIterator[StripeLine]:
+        """Every caller shares the SDK's pool (httpx connects on first use, then keeps it)."""
+        yield self._line
+
+    async def charge(
+        self,
+        customer_id: int,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: Mapping[str, int | str],
+    ) -> ChargeResult:
+        return await self._line.charge(customer_id, amount, currency, idempotency_key, metadata)
+
+    async def refund(
+        self, charge_reference: str, amount: int, idempotency_key: str
+    ) -> RefundResult:
+        return await self._line.refund(charge_reference, amount, idempotency_key)
+
+    async def lookup(self, idempotency_key: str) -> LookupResult:
+        return await self._line.lookup(idempotency_key)
+
+
+def intent_metadata(
+    customer_id: int, idempotency_key: str, metadata: Mapping[str, int | str]
+) -> dict[str, str]:
+    """Stripe metadata (string values) naming what the charge is for; read back by webhooks and
+    look-ups."""
+    names = {"invoiceId": "invoice_id", "attempt": "attempt", "subscriptionId": "subscription_id"}
+    tagged = {names.get(k, k): str(v) for k, v in metadata.items()}
+    return {**tagged, "customer_id": str(customer_id), "idempotency_key": idempotency_key}
+
+
+class StripeLine:
+    def __init__(self, client: stripe.StripeClient, customers: CustomerLookup) -> None:
+        self._client = client
+        self._customers = customers
+
+    async def charge(
+        self,
+        customer_id: int,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: Mapping[str, int | str],
+        *,
+        send_by: float | None = None,
+    ) -> ChargeResult:
+        on_file = await self._customers(customer_id)
+        if on_file is None:
+            return ChargeResult(
+                ChargeOutcome.DECLINED,
+                decline_code=NO_PAYMENT_METHOD,
+                error="no Stripe customer and payment method on file; nothing sent",
+            )
+        _not_late(send_by)
+        params: Any = {
+            "amount": amount,
+            "currency": currency.lower(),
+            "customer": on_file.customer,
+            "payment_method": on_file.payment_method,
+            "confirm": True,
+            "off_session": True,
+            "metadata": intent_metadata(customer_id, idempotency_key, metadata),
+        }
+        try:
+            intent = await self._client.v1.payment_intents.create_async(
+                params, {"idempotency_key": idempotency_key}
+            )
+        except stripe.StripeError as exc:
+            return _charge_error(exc)
+        raw = intent.to_dict()
+        outcome, decline_code = stripe_answers.classify_payment_intent(raw)
+        return ChargeResult(
+            outcome,
+            decline_code=decline_code,
+            gateway_reference=_text(raw.get("id")),
+            http_status=200,
+            error=None
+            if outcome != ChargeOutcome.UNKNOWN
+            else f"payment intent {raw.get('status')}",
+        )
+
+    async def refund(
+        self,
+        charge_reference: str,
+        amount: int,
+        idempotency_key: str,
+        *,
+        send_by: float | None = None,
+    ) -> RefundResult:
+        _not_late(send_by)
+        what = "charge" if charge_reference.startswith("ch_") else "payment_intent"
+        params: Any = {
+            what: charge_reference,
+            "amount": amount,
+            "metadata": {"idempotency_key": idempotency_key},
+        }
+        try:
+            refund = await self._client.v1.refunds.create_async(
+                params, {"idempotency_key": idempotency_key}
+            )
+        except stripe.StripeError as exc:
+            status, body = exc.http_status, _body(exc)
+            refused = (
+                status is not None
+                and 400 <= status < 500
+                and status not in (401, 403, 429)
+                and not stripe_answers.is_transient(body)
+            )
+            return RefundResult(
+                RefundOutcome.FAILED if refused else RefundOutcome.UNKNOWN,
+                http_status=status,
+                error=_describe(exc),
+                retry_after_seconds=_retry_after(exc),
+            )
+        raw = refund.to_dict()
+        outcome, words = stripe_answers.classify_refund(raw)
+        return RefundResult(
+            outcome,
+            gateway_reference=_text(raw.get("id")),
+            http_status=200,
+            error=words if words else None,
+        )
+
+    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+        """The PaymentIntent created under the key (found by its metadata), or ``never seen``.
+        Stripe's search index trails writes by up to a minute: a charge too recent to be found
+        is charged again under the same key, which Stripe answers with the first charge."""
+        _not_late(send_by)
+        quoted = idempotency_key.replace("\\", "\\\\").replace("'", "\\'")
+        params: Any = {"query": f"metadata['idempotency_key']:'{quoted}'", "limit": 10}
+        try:
+            found = await self._client.v1.payment_intents.search_async(params)
+        except stripe.StripeError as exc:
+            return LookupResult(
+                ChargeOutcome.UNKNOWN,
+                http_status=exc.http_status,
+                error=f"lookup {_describe(exc)}",
+                retry_after_seconds=_retry_after(exc),
+            )
+        hits = found.to_dict().get("data")
+        ours = [
+            hit
+            for hit in (hits if isinstance(hits, list) else [])
+            if isinstance(hit, Mapping) and _metadata(hit).get("idempotency_key") == idempotency_key
+        ]
+        if not ours:
+            return LookupResult(None, http_status=200)
+        return lookup_result(ours[0])
+
+
+def lookup_result(intent: Mapping[str, Any]) -> LookupResult:
+    """A PaymentIntent found under a key, with what it says it charged (checked against the
+    invoice before it is applied)."""
+    outcome, decline_code = stripe_answers.classify_payment_intent(intent)
+    amount, currency = intent.get("amount"), intent.get("currency")
+    if not isinstance(amount, int) or not isinstance(currency, str):
+        return LookupResult(
+            ChargeOutcome.UNKNOWN,
+            http_status=200,
+            error="lookup: a payment intent without amount or currency",
+        )
+    customer = _metadata(intent).get("customer_id")
+    return LookupResult(
+        outcome,
+        decline_code=decline_code,
+        gateway_reference=_text(intent.get("id")),
+        amount=amount,
+        currency=currency.upper(),
+        customer_id=int(customer) if isinstance(customer, str) and customer.isdigit() else None,
+        http_status=200,
+        error=None
+        if outcome != ChargeOutcome.UNKNOWN
+        else f"payment intent {intent.get('status')}",
+    )
+
+
+def _unsettled(outcome: ChargeOutcome, intent: Mapping[str, Any]) -> str | None:
+    """Why a PaymentIntent is UNKNOWN (``processing``: its webhook settles it)."""
+    return None if outcome != ChargeOutcome.UNKNOWN else f"payment intent {intent.get('status')}"
+
+
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _not_late(send_by: float | None) -> None:
+    if send_by is not None and time.monotonic() > send_by:
+        raise NotSent
+
+
+def _body(exc: stripe.StripeError) -> Mapping[str, object] | None:
+    body = exc.json_body
+    return body if isinstance(body, Mapping) else None
+
+
+def _describe(exc: stripe.StripeError) -> str:
+    if exc.http_status is None:  # no answer: a timeout or a connection error
+        return f"stripe no answer: {type(exc).__name__}: {str(exc.user_message or exc)[:300]}"
+    return stripe_answers.describe_error(exc.http_status, _body(exc))
+
+
+def _retry_after(exc: stripe.StripeError) -> float | None:
+    if exc.http_status != 429 or not exc.headers:
+        return None
+    return retry_after_seconds(exc.headers.get("retry-after"))
+
+
+def _charge_error(exc: stripe.StripeError) -> ChargeResult:
+    status, body = exc.http_status, _body(exc)
+    outcome, decline_code = stripe_answers.classify_error(status, body)
+    intent = stripe_answers.error_object(body).get("payment_intent")
+    reference = intent.get("id") if isinstance(intent, Mapping) else None
+    return ChargeResult(
+        outcome,
+        decline_code=decline_code,
+        gateway_reference=reference if isinstance(reference, str) else None,
+        http_status=status,
+        error=None if outcome != ChargeOutcome.UNKNOWN else _describe(exc),
+        retry_after_seconds=_retry_after(exc),
+        transient=stripe_answers.is_transient(body),
+    )

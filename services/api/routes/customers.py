@@ -1,0 +1,64 @@
+"""Customers' payment methods at the gateway: which Stripe customer and default payment method
+charge one of our customers (``gateway_customer``). Ids only: card data never reaches us."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from starlette.responses import Response
+
+from billing_core.domain.money import BIGINT_MAX
+from billing_core.repo import gateway_customers
+from services.api.auth import CurrentClient
+from services.api.context import get_context
+from services.api.problems import NOT_FOUND, ApiProblem
+from services.api.routes.common import json_response, problems
+from services.api.schemas import PaymentMethodOut, PaymentMethodRequest
+
+router = APIRouter(tags=["customers"])
+
+CustomerId = Annotated[
+    int, Path(ge=1, le=BIGINT_MAX, description="Our customer id.", alias="customerId")
+]
+
+
+@router.put(
+    "/customers/{customerId}/payment-method",
+    response_model=PaymentMethodOut,
+    summary="Set the customer's gateway customer and default payment method",
+    description="The Stripe customer and payment method the collector charges off-session for "
+    "this customer's invoices (the next charge uses it). 201 when the customer had none, 200 "
+    "when it replaced one. Idempotent: the same body gives the same state.",
+    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 413, 422)},
+)
+async def put_payment_method(
+    request: Request, customer_id: CustomerId, body: PaymentMethodRequest, _client: CurrentClient
+) -> Response:
+    ctx = get_context(request)
+    async with ctx.sessions.begin() as session:
+        saved, created = await gateway_customers.put(
+            session,
+            customer_id=customer_id,
+            gateway=body.gateway,
+            gateway_customer_id=body.gateway_customer_id,
+            payment_method_id=body.payment_method_id,
+            now=ctx.clock.now(),
+        )
+    return json_response(PaymentMethodOut.of(saved), status=201 if created else 200)
+
+
+@router.get(
+    "/customers/{customerId}/payment-method",
+    response_model=PaymentMethodOut,
+    summary="The customer's gateway customer and default payment method",
+    responses=problems(401, 404, 422),
+)
+async def get_payment_method(
+    request: Request, customer_id: CustomerId, _client: CurrentClient
+) -> Response:
+    async with get_context(request).reads() as session:
+        found = await gateway_customers.get(session, customer_id)
+    if found is None:
+        raise ApiProblem(NOT_FOUND, f"Customer {customer_id} has no payment method on file.")
+    return json_response(PaymentMethodOut.of(found))
