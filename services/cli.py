@@ -77,6 +77,28 @@ def gateway_sim() -> None:
 
 
 @app.command()
+def contracts(
+    check_only: Annotated[
+        bool, typer.Option("--check", help="Change nothing; exit 1 if a file is out of date.")
+    ] = False,
+    root: Annotated[str, typer.Option(help="The repository's root folder.")] = ".",
+) -> None:
+    """Regenerate the contract files (event schemas, AsyncAPI, docs/EVENTS.md, OpenAPI)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from services.ops.contracts import artifacts  # noqa: PLC0415
+
+    files = artifacts.all_artifacts()
+    if check_only:
+        stale = artifacts.differences(Path(root), files)
+        for path in stale:
+            typer.echo(f"out of date: {path} (run `make contracts`)", err=True)
+        raise typer.Exit(1 if stale else 0)
+    for path in artifacts.write(Path(root), files):
+        typer.echo(f"wrote {path}")
+
+
+@app.command()
 def check(
     gateway_url: str = typer.Option(
         "http://127.0.0.1:8100",

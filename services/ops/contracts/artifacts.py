@@ -1,0 +1,66 @@
+"""Every generated contract file by its path in the repository, and the write / check of them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from billing_core.domain.event_payloads import PAYLOAD_MODELS, EventPayload
+from services.ops.contracts import asyncapi, events_doc
+from services.ops.contracts.event_schemas import SCHEMA_FOLDER, all_schemas
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+
+
+def event_artifacts(models: Iterable[type[EventPayload]] = PAYLOAD_MODELS) -> dict[str, str]:
+    """The event contract files generated from ``models`` (default: the published ones)."""
+    chosen = list(models)
+    files = {path: dump_json(schema) for path, schema in all_schemas(chosen).items()}
+    files[asyncapi.ASYNCAPI_PATH] = asyncapi.render(chosen)
+    files[events_doc.EVENTS_DOC_PATH] = events_doc.render(chosen)
+    return files
+
+
+def all_artifacts() -> dict[str, str]:
+    """Every generated contract file: ``make contracts`` writes these."""
+    return event_artifacts()
+
+
+def differences(root: Path, files: dict[str, str]) -> list[str]:
+    """The paths under ``root`` whose content is not ``files[path]``, and schema files in the
+    schema folder that nothing generates any more."""
+    stale = [p for p, text in files.items() if _read(root / p) != text]
+    folder = root / SCHEMA_FOLDER
+    if folder.is_dir():
+        known = {Path(p).name for p in files if p.startswith(SCHEMA_FOLDER + "/")}
+        stale += [
+            f"{SCHEMA_FOLDER}/{f.name}"
+            for f in sorted(folder.glob("*.json"))
+            if f.name not in known
+        ]
+    return sorted(stale)
+
+
+def write(root: Path, files: dict[str, str]) -> list[str]:
+    """Write ``files`` under ``root`` (and remove schema files nothing generates); return the
+    paths that changed."""
+    changed = differences(root, files)
+    for path in changed:
+        target = root / path
+        if path in files:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(files[path], encoding="utf-8")
+        else:
+            target.unlink()
+    return changed
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
