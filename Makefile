@@ -44,6 +44,9 @@ status: venv ## Backlogs of the running system
 check: venv ## Invariant checker against the running system
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing check
 
+contracts: venv ## Regenerate every checked-in generated contract file (event schemas, AsyncAPI, EVENTS.md, OpenAPI)
+	$(BIN)/billing contracts
+
 down: infra-down ## Stop the infrastructure (processes stop with Ctrl-C on `make up`)
 
 lint: venv ## ruff + mypy (strict)
@@ -58,7 +61,7 @@ test-fast: venv infra-up ## Developer loop: unit + integration without the slow 
 	$(BIN)/pytest -q -n 2 -m "not slow and not timing" tests/unit tests/deploy tests/integration
 	$(BIN)/pytest -q -m "timing and not slow" tests/integration
 
-.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint test test-fast
+.PHONY: help venv lock infra-up infra-down migrate up down demo status check contracts lint test test-fast
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py

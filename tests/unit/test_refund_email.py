@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime
 
@@ -33,9 +32,9 @@ def test_a_refund_sends_its_credit_note() -> None:
         subscription_id=3,
         sequence=4,
         schema_version=1,
-        data=json.dumps(refunded.payload).encode(),
+        data=refunded.payload_json().encode(),
     )
-    email = email_for(event)
+    email = email_for(event, refunded.data, None)
     assert email is not None
     assert email.to == "subscription-3@example.invalid"
     assert email.subject == "Your refund and credit note CN-12: 990 EUR for invoice 9"
