@@ -19,7 +19,7 @@ from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases import subscribe as subscribe_uc
-from services.api import problems
+from services.api import openapi, problems
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
@@ -112,4 +112,5 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     for module in (subscriptions, plans, webhooks, health):
         app.include_router(module.router)
+    openapi.install(app)
     return app

@@ -46,6 +46,15 @@ class _Request(_Camel):
 
 
 class CreateSubscriptionRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"customerId": 42, "planCode": "PRO_MONTHLY", "timeZone": "Europe/Paris"},
+                {"customerId": 43, "planCode": "BASIC_YEARLY", "startAt": "2026-12-01T00:00:00Z"},
+            ]
+        }
+    )
+
     customer_id: Id
     plan_code: PlanCode
     time_zone: TimeZone = "UTC"
@@ -57,6 +66,12 @@ class CreateSubscriptionRequest(_Request):
 
 
 class CancelRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"atPeriodEnd": True}, {"atPeriodEnd": False, "expectedVersion": 3}]
+        }
+    )
+
     at_period_end: StrictBool = Field(
         description="true: cancel when the current period ends; false: cancel now."
     )
@@ -66,6 +81,10 @@ class CancelRequest(_Request):
 
 
 class ChangePlanRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"planCode": "PRO_MONTHLY", "expectedVersion": 2}]}
+    )
+
     plan_code: PlanCode
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
@@ -211,7 +230,28 @@ class WebhookData(_Camel):
 
 class WebhookEvent(_Camel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "evt_0001",
+                    "type": "charge.succeeded",
+                    "created": 1764547200,
+                    "data": {
+                        "chargeId": "ch_0001",
+                        "idempotencyKey": "inv-7-try-0",
+                        "invoiceId": 7,
+                        "attempt": 0,
+                        "customerId": 42,
+                        "amount": 2990,
+                        "currency": "EUR",
+                    },
+                }
+            ]
+        },
     )
     id: str = Field(min_length=1, max_length=100)
     type: str = Field(min_length=1, max_length=50)

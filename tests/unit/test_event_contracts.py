@@ -111,3 +111,14 @@ def test_the_sequence_header_sorts_as_a_string_like_the_number() -> None:
     texts = [cloudevents.format_sequence(n) for n in numbers]
     assert sorted(texts) == texts
     assert [int(t) for t in texts] == numbers
+
+
+def test_a_schema_file_nothing_generates_is_reported_and_removed(tmp_path: Path) -> None:
+    files = artifacts.event_artifacts()
+    artifacts.write(tmp_path, files)
+    assert artifacts.differences(tmp_path, files) == []
+    orphan = tmp_path / "docs/schemas/events/InvoiceSent.v1.json"
+    orphan.write_text("{}")
+    assert artifacts.differences(tmp_path, files) == ["docs/schemas/events/InvoiceSent.v1.json"]
+    artifacts.write(tmp_path, files)
+    assert not orphan.exists()

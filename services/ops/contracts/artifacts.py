@@ -25,18 +25,29 @@ def event_artifacts(models: Iterable[type[EventPayload]] = PAYLOAD_MODELS) -> di
     return files
 
 
+def openapi_artifact() -> dict[str, str]:
+    """docs/openapi.json: the API's document as ``/openapi.json`` serves it."""
+    from billing_core.clock import SystemClock  # noqa: PLC0415
+    from services.api import openapi  # noqa: PLC0415
+    from services.api.app import create_app  # noqa: PLC0415
+    from services.api.settings import ApiSettings  # noqa: PLC0415
+
+    app = create_app(ApiSettings(process_name="contracts"), SystemClock())
+    return {openapi.OPENAPI_PATH: dump_json(openapi.document(app))}
+
+
 def all_artifacts() -> dict[str, str]:
     """Every generated contract file: ``make contracts`` writes these."""
-    return event_artifacts()
+    return {**event_artifacts(), **openapi_artifact()}
 
 
 def differences(root: Path, files: dict[str, str]) -> list[str]:
-    """The paths under ``root`` whose content is not ``files[path]``, and schema files in the
-    schema folder that nothing generates any more."""
+    """The paths under ``root`` whose content is not ``files[path]``, and, when ``files`` holds
+    event schemas, schema files in their folder that nothing generates any more."""
     stale = [p for p, text in files.items() if _read(root / p) != text]
+    known = {Path(p).name for p in files if p.startswith(SCHEMA_FOLDER + "/")}
     folder = root / SCHEMA_FOLDER
-    if folder.is_dir():
-        known = {Path(p).name for p in files if p.startswith(SCHEMA_FOLDER + "/")}
+    if known and folder.is_dir():
         stale += [
             f"{SCHEMA_FOLDER}/{f.name}"
             for f in sorted(folder.glob("*.json"))
