@@ -83,12 +83,13 @@ def contracts(
     ] = False,
     root: Annotated[str, typer.Option(help="The repository's root folder.")] = ".",
 ) -> None:
-    """Regenerate the contract files (event schemas, AsyncAPI, docs/EVENTS.md, OpenAPI)."""
+    """Regenerate the contract files (event schemas, AsyncAPI, docs/EVENTS.md, OpenAPI, the
+    PrometheusRule)."""
     from pathlib import Path  # noqa: PLC0415
 
     from services.ops.contracts import artifacts  # noqa: PLC0415
 
-    files = artifacts.all_artifacts()
+    files = artifacts.all_artifacts(Path(root))
     if check_only:
         stale = artifacts.differences(Path(root), files)
         for path in stale:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from billing_core.domain.event_payloads import PAYLOAD_MODELS, EventPayload
-from services.ops.contracts import asyncapi, events_doc
+from services.ops.contracts import asyncapi, events_doc, monitoring
 from services.ops.contracts.event_schemas import SCHEMA_FOLDER, all_schemas
 
 
@@ -36,9 +36,15 @@ def openapi_artifact() -> dict[str, str]:
     return {openapi.OPENAPI_PATH: dump_json(openapi.document(app))}
 
 
-def all_artifacts() -> dict[str, str]:
-    """Every generated contract file: ``make contracts`` writes these."""
-    return {**event_artifacts(), **openapi_artifact()}
+def monitoring_artifacts(root: Path) -> dict[str, str]:
+    """The PrometheusRule, from the rules file under ``root`` that promtool checks."""
+    return {monitoring.PROMETHEUS_RULE_PATH: monitoring.render(root)}
+
+
+def all_artifacts(root: Path) -> dict[str, str]:
+    """Every generated contract file of the checkout at ``root``: ``make contracts`` writes
+    these."""
+    return {**event_artifacts(), **openapi_artifact(), **monitoring_artifacts(root)}
 
 
 def differences(root: Path, files: dict[str, str]) -> list[str]:
