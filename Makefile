@@ -32,8 +32,9 @@ infra-down: ## Stop PostgreSQL, Redis and Kafka
 migrate: venv infra-up ## Apply database migrations
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing migrate
 
-up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process
-	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -e deploy/dev.env -f Procfile start
+up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process (BILLING_LOG_JSON=true: JSON lines)
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing run-all -e deploy/dev.env -f Procfile \
+		$(if $(BILLING_LOG_JSON),--set BILLING_LOG_JSON=$(BILLING_LOG_JSON))
 
 demo: venv ## With `make up` running (another terminal): a small 1st of the month, end to end
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing demo

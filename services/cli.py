@@ -76,6 +76,29 @@ def gateway_sim() -> None:
     run()
 
 
+@app.command("run-all")
+def run_all(
+    procfile: Annotated[str, typer.Option("-f", "--procfile", help="The Procfile.")] = "Procfile",
+    env: Annotated[
+        list[str] | None, typer.Option("-e", "--env", help="Env file(s), over the environment.")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="NAME=VALUE, over the env files.")
+    ] = None,
+) -> None:
+    """Run every process of the Procfile together (`make up`); JSON lines only when
+    BILLING_LOG_JSON=true."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from services.ops.run_all import run  # noqa: PLC0415
+
+    bad = [item for item in set_ or [] if "=" not in item]
+    if bad:
+        raise typer.BadParameter(f"expected NAME=VALUE, got {bad[0]!r}", param_hint="--set")
+    overrides = dict(item.split("=", 1) for item in set_ or [])
+    raise typer.Exit(run(Path(procfile), [Path(e) for e in env or []], overrides))
+
+
 @app.command()
 def contracts(
     check_only: Annotated[

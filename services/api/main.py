@@ -27,6 +27,7 @@ def main() -> None:
         port=settings.api_port,
         workers=1,
         access_log=settings.access_log,
+        log_config=None,  # uvicorn logs through the root handler of configure_logging
         log_level=settings.log_level.lower(),
         proxy_headers=True,
         server_header=False,
