@@ -140,14 +140,19 @@ def check(
     since: str = typer.Option(
         "", help="ISO-8601: invoices paid / subscriptions canceled before it need no evidence."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON document (every violation) instead of the table."
+    ),
 ) -> None:
     """Check the hard invariants from independent evidence; exit 1 on any violation."""
     import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
     from datetime import datetime, timedelta  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
     from billing_core.db.engine import create_engine  # noqa: PLC0415
     from billing_core.invariants.checker import run_checker  # noqa: PLC0415
+    from billing_core.logging import configure_logging  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
 
     def instant(value: str, option: str) -> datetime:
@@ -157,6 +162,8 @@ def check(
         return parsed
 
     settings = CoreSettings(process_name="check")
+    if as_json:  # stdout holds the document alone; log lines go to stderr
+        configure_logging(settings.process_name, settings.log_level, settings.log_json)
     at = instant(now, "--now") if now else clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> bool:
@@ -175,7 +182,10 @@ def check(
             )
         finally:
             await engine.dispose()
-        report.render()
+        if as_json:
+            typer.echo(json.dumps(report.as_dict()))
+        else:
+            report.render()
         return report.ok
 
     if not asyncio.run(go()):
@@ -212,16 +222,22 @@ def seed(
 
 
 @app.command()
-def status() -> None:
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, not tables."),
+) -> None:
     """Backlogs: due subscriptions, invoices by attempt, outbox lag, gateway budget use."""
     import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
     from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.logging import configure_logging  # noqa: PLC0415
     from services.collector.settings import CollectorSettings  # noqa: PLC0415
-    from services.ops.status import gather, render  # noqa: PLC0415
+    from services.ops.status import as_dict, gather, render  # noqa: PLC0415
 
     settings = CollectorSettings(process_name="status")
+    if as_json:  # stdout holds the document alone; log lines go to stderr
+        configure_logging(settings.process_name, settings.log_level, settings.log_json)
     now = clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> None:
@@ -237,7 +253,10 @@ def status() -> None:
             )
         finally:
             await engine.dispose()
-        render(result, now)
+        if as_json:
+            typer.echo(json.dumps(as_dict(result, now)))
+        else:
+            render(result, now)
 
     asyncio.run(go())
 
