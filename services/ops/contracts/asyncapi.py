@@ -9,7 +9,7 @@ from billing_core.cloudevents import ce_type
 from billing_core.domain.event_payloads import PAYLOAD_MODELS, EventPayload
 from billing_core.settings import CoreSettings
 from services.ops.contracts import envelope
-from services.ops.contracts.event_schemas import inline_refs, payload_schema, schema_path
+from services.ops.contracts.event_schemas import inline_refs, payload_schema
 
 ASYNCAPI_PATH = "docs/asyncapi.yaml"
 KAFKA_BINDING_VERSION = "0.5.0"
@@ -32,7 +32,6 @@ def _message(model: type[EventPayload]) -> dict[str, Any]:
         "bindings": {
             "kafka": {"key": envelope.KEY_SCHEMA, "bindingVersion": KAFKA_BINDING_VERSION}
         },
-        "externalDocs": {"url": f"../{schema_path(model)}"},
     }
 
 
