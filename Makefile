@@ -32,8 +32,9 @@ infra-down: ## Stop PostgreSQL, Redis and Kafka
 migrate: venv infra-up ## Apply database migrations
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing migrate
 
-up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process
-	@eval "$$(scripts/infra.sh env)" && $(BIN)/honcho -e deploy/dev.env -f Procfile start
+up: venv infra-up migrate ## Run the whole system: infrastructure, migrations, every process (BILLING_LOG_JSON=true: JSON lines)
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing run-all -e deploy/dev.env -f Procfile \
+		$(if $(BILLING_LOG_JSON),--set BILLING_LOG_JSON=$(BILLING_LOG_JSON))
 
 demo: venv ## With `make up` running (another terminal): a small 1st of the month, end to end
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing demo
@@ -43,6 +44,9 @@ status: venv ## Backlogs of the running system
 
 check: venv ## Invariant checker against the running system
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing check
+
+contracts: venv ## Regenerate every checked-in generated contract file (event schemas, AsyncAPI, EVENTS.md, OpenAPI)
+	$(BIN)/billing contracts
 
 down: infra-down ## Stop the infrastructure (processes stop with Ctrl-C on `make up`)
 
@@ -61,7 +65,7 @@ test-fast: venv infra-up browser ## Developer loop: unit + integration without t
 	$(BIN)/pytest -q -n 2 -m "not slow and not timing" tests/unit tests/deploy tests/integration
 	$(BIN)/pytest -q -m "timing and not slow" tests/integration
 
-.PHONY: help venv lock infra-up infra-down migrate up down demo status check lint browser test test-fast
+.PHONY: help venv lock infra-up infra-down migrate up down demo status check contracts lint browser test test-fast
 
 bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpoint
 	PYTHONPATH=libs:. $(BIN)/python bench/gateway_sim_capacity.py

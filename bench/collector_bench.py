@@ -43,7 +43,7 @@ def cpu_seconds(proc: Proc) -> float:
 def late_permits(health_port: int) -> int:
     metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=10).text
     for line in metrics.splitlines():
-        if line.startswith("billing_collector_limiter_late_permits "):
+        if line.startswith("billing_collector_limiter_late_permits_total "):
             return int(float(line.split()[1]))
     return 0
 

@@ -197,7 +197,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 counts["open_invoices"],
                 counts["due_invoices"],
                 counts["unpublished"],
-                metric(body, "billing_gateway_sim_webhook_backlog"),
+                metric(body, "billing_gateway_sim_webhook_backlog_deliveries"),
             )
             samples.append(sample)
             if int(sample.t) % 10 == 0:

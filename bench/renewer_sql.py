@@ -11,15 +11,28 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import datetime
 
 import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.domain import period as period_rules
+from billing_core.domain.event_payloads import InvoiceCreatedV1
+from billing_core.domain.invoice import InvoiceKind
 
-FLOOR_SQL = """
+
+def iso_utc_sql(column: str) -> str:
+    """SQL rendering a timestamptz as the event models do: ``2026-12-01T00:00:00Z``, with
+    microseconds only when there are some."""
+    return (
+        f"replace(to_char({column} AT TIME ZONE 'UTC', "
+        "'YYYY-MM-DD\"T\"HH24:MI:SS.US'), '.000000', '') || 'Z'"
+    )
+
+
+# The InvoiceCreated payload is written in the shape of InvoiceCreatedV1 (a test validates it
+# against docs/schemas/events/InvoiceCreated.v1.json), so the floor does the renewer's work.
+FLOOR_SQL = f"""
 WITH due AS (
     SELECT s.id, s.customer_id, s.period_index, s.billing_anchor, s.time_zone,
            s.current_period_end, p.price_amount, p.currency,
@@ -45,7 +58,8 @@ inv AS (
            price_amount, currency, 'OPEN', $1, $1, $1
     FROM nxt
     ON CONFLICT (subscription_id, period_start) WHERE kind = 'RENEWAL' DO NOTHING
-    RETURNING id, subscription_id, period_index, period_start, period_end, amount, currency
+    RETURNING id, subscription_id, kind, period_index, period_start, period_end, subtotal,
+              credit_applied, amount, currency
 ),
 adv AS (
     UPDATE subscription s
@@ -58,10 +72,12 @@ adv AS (
 )
 INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
 SELECT gen_random_uuid(), i.subscription_id, a.event_seq, 'InvoiceCreated',
-       jsonb_build_object('invoiceId', i.id, 'subscriptionId', i.subscription_id,
-                          'periodIndex', i.period_index, 'periodStart', i.period_start,
-                          'periodEnd', i.period_end, 'amount', i.amount,
-                          'currency', i.currency),
+       jsonb_build_object('subscriptionId', i.subscription_id, 'invoiceId', i.id,
+                          'kind', i.kind, 'periodIndex', i.period_index,
+                          'periodStart', {iso_utc_sql("i.period_start")},
+                          'periodEnd', {iso_utc_sql("i.period_end")},
+                          'subtotal', i.subtotal, 'creditApplied', i.credit_applied,
+                          'amount', i.amount, 'currency', i.currency),
        $1
 FROM inv i JOIN adv a ON a.id = i.subscription_id
 """
@@ -127,14 +143,17 @@ async def row_by_row_batch(conn: asyncpg.Connection, *, now: datetime, batch_siz
                 now,
             )
             seq = await conn.fetchval(_ADVANCE, r["id"], index, start, end, now)
-            payload = {
-                "invoiceId": invoice_id,
-                "subscriptionId": r["id"],
-                "periodIndex": index,
-                "periodStart": start.isoformat(),
-                "periodEnd": end.isoformat(),
-                "amount": r["price_amount"],
-                "currency": r["currency"],
-            }
-            await conn.execute(_EVENT, uuid.uuid4(), r["id"], seq, json.dumps(payload), now)
+            payload = InvoiceCreatedV1(
+                subscriptionId=r["id"],
+                invoiceId=invoice_id,
+                kind=InvoiceKind.RENEWAL,
+                periodIndex=index,
+                periodStart=start,
+                periodEnd=end,
+                subtotal=r["price_amount"],
+                creditApplied=0,
+                amount=r["price_amount"],
+                currency=r["currency"],
+            )
+            await conn.execute(_EVENT, uuid.uuid4(), r["id"], seq, payload.to_json(), now)
     return len(rows)

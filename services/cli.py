@@ -76,6 +76,52 @@ def gateway_sim() -> None:
     run()
 
 
+@app.command("run-all")
+def run_all(
+    procfile: Annotated[str, typer.Option("-f", "--procfile", help="The Procfile.")] = "Procfile",
+    env: Annotated[
+        list[str] | None, typer.Option("-e", "--env", help="Env file(s), over the environment.")
+    ] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="NAME=VALUE, over the env files.")
+    ] = None,
+) -> None:
+    """Run every process of the Procfile together (`make up`); JSON lines only when
+    BILLING_LOG_JSON=true."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from services.ops.run_all import run  # noqa: PLC0415
+
+    bad = [item for item in set_ or [] if "=" not in item]
+    if bad:
+        raise typer.BadParameter(f"expected NAME=VALUE, got {bad[0]!r}", param_hint="--set")
+    overrides = dict(item.split("=", 1) for item in set_ or [])
+    raise typer.Exit(run(Path(procfile), [Path(e) for e in env or []], overrides))
+
+
+@app.command()
+def contracts(
+    check_only: Annotated[
+        bool, typer.Option("--check", help="Change nothing; exit 1 if a file is out of date.")
+    ] = False,
+    root: Annotated[str, typer.Option(help="The repository's root folder.")] = ".",
+) -> None:
+    """Regenerate the contract files (event schemas, AsyncAPI, docs/EVENTS.md, OpenAPI, the
+    PrometheusRule)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from services.ops.contracts import artifacts  # noqa: PLC0415
+
+    files = artifacts.all_artifacts(Path(root))
+    if check_only:
+        stale = artifacts.differences(Path(root), files)
+        for path in stale:
+            typer.echo(f"out of date: {path} (run `make contracts`)", err=True)
+        raise typer.Exit(1 if stale else 0)
+    for path in artifacts.write(Path(root), files):
+        typer.echo(f"wrote {path}")
+
+
 @app.command()
 def check(
     gateway_url: str = typer.Option(
@@ -94,14 +140,19 @@ def check(
     since: str = typer.Option(
         "", help="ISO-8601: invoices paid / subscriptions canceled before it need no evidence."
     ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON document (every violation) instead of the table."
+    ),
 ) -> None:
     """Check the hard invariants from independent evidence; exit 1 on any violation."""
     import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
     from datetime import datetime, timedelta  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
     from billing_core.db.engine import create_engine  # noqa: PLC0415
     from billing_core.invariants.checker import run_checker  # noqa: PLC0415
+    from billing_core.logging import configure_logging  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
 
     def instant(value: str, option: str) -> datetime:
@@ -111,6 +162,8 @@ def check(
         return parsed
 
     settings = CoreSettings(process_name="check")
+    if as_json:  # stdout holds the document alone; log lines go to stderr
+        configure_logging(settings.process_name, settings.log_level, settings.log_json)
     at = instant(now, "--now") if now else clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> bool:
@@ -129,7 +182,10 @@ def check(
             )
         finally:
             await engine.dispose()
-        report.render()
+        if as_json:
+            typer.echo(json.dumps(report.as_dict()))
+        else:
+            report.render()
         return report.ok
 
     if not asyncio.run(go()):
@@ -166,16 +222,22 @@ def seed(
 
 
 @app.command()
-def status() -> None:
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document, not tables."),
+) -> None:
     """Backlogs: due subscriptions, invoices by attempt, outbox lag, gateway budget use."""
     import asyncio  # noqa: PLC0415
+    import json  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
     from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.logging import configure_logging  # noqa: PLC0415
     from services.collector.settings import CollectorSettings  # noqa: PLC0415
-    from services.ops.status import gather, render  # noqa: PLC0415
+    from services.ops.status import as_dict, gather, render  # noqa: PLC0415
 
     settings = CollectorSettings(process_name="status")
+    if as_json:  # stdout holds the document alone; log lines go to stderr
+        configure_logging(settings.process_name, settings.log_level, settings.log_json)
     now = clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> None:
@@ -191,7 +253,10 @@ def status() -> None:
             )
         finally:
             await engine.dispose()
-        render(result, now)
+        if as_json:
+            typer.echo(json.dumps(as_dict(result, now)))
+        else:
+            render(result, now)
 
     asyncio.run(go())
 

@@ -6,10 +6,12 @@ format is defined in one place (docs/EVENTS.md describes it for other teams):
 * key: the subscription id as ASCII decimal (so one subscription's events share a partition);
 * value: the JSON payload of the event, UTF-8;
 * headers: ``ce_specversion`` ("1.0"), ``ce_id`` (the outbox event UUID), ``ce_type``
-  (``billing.<EventType>``, e.g. ``billing.InvoicePaid``), ``ce_source``, ``ce_time`` (RFC 3339,
-  UTC, microseconds), ``content-type`` ("application/json"), and the extensions
-  ``ce_subscriptionid``, ``ce_sequence`` (per-subscription, starts at 1, no gaps) and
-  ``ce_schemaversion`` (the payload schema version of that type).
+  (``billing.<EventType>``, e.g. ``billing.InvoicePaid``), ``ce_source``, ``ce_subject`` (the
+  subscription id), ``ce_time`` (RFC 3339, UTC, microseconds), ``ce_dataschema`` (the URI of the
+  payload's JSON Schema, its ``$id``), ``content-type`` ("application/json"), and the extensions
+  ``ce_subscriptionid``, ``ce_sequence`` (per-subscription, starts at 1, no gaps; written
+  zero-padded to 20 digits so it also sorts as a string) and ``ce_schemaversion`` (the payload
+  schema version of that type).
 
 The codec is pure: no I/O, no Kafka client types.
 """
@@ -32,10 +34,15 @@ H_TYPE = "ce_type"
 H_SOURCE = "ce_source"
 H_TIME = "ce_time"
 H_SPECVERSION = "ce_specversion"
+H_SUBJECT = "ce_subject"
+H_DATASCHEMA = "ce_dataschema"
 H_SUBSCRIPTION = "ce_subscriptionid"
 H_SEQUENCE = "ce_sequence"
 H_SCHEMA_VERSION = "ce_schemaversion"
 H_CONTENT_TYPE = "content-type"
+
+SEQUENCE_DIGITS = 20  # a bigint's digits and more: the string order is the number order
+SCHEMA_URI_PREFIX = "urn:billing:schema:"
 
 Headers = list[tuple[str, bytes]]
 
@@ -70,6 +77,16 @@ def ce_type(event_type: str) -> str:
     return f"{TYPE_PREFIX}{event_type}"
 
 
+def schema_uri(event_type: str, schema_version: int) -> str:
+    """The ``dataschema`` of a payload: the ``$id`` of its JSON Schema, e.g.
+    ``urn:billing:schema:InvoicePaid:1`` (docs/schemas/events/InvoicePaid.v1.json)."""
+    return f"{SCHEMA_URI_PREFIX}{event_type}:{schema_version}"
+
+
+def format_sequence(sequence: int) -> str:
+    return str(sequence).zfill(SEQUENCE_DIGITS)
+
+
 def format_time(when: datetime) -> str:
     if when.tzinfo is None:
         raise ValueError("CloudEvent time must be timezone-aware")
@@ -97,15 +114,18 @@ def encode_headers(
     schema_version: int,
     source: str = DEFAULT_SOURCE,
 ) -> Headers:
+    subject = str(subscription_id).encode("ascii")
     return [
         (H_SPECVERSION, b"1.0"),
         (H_ID, str(event_id).encode("ascii")),
         (H_TYPE, ce_type(event_type).encode("utf-8")),
         (H_SOURCE, source.encode("utf-8")),
+        (H_SUBJECT, subject),
         (H_TIME, format_time(occurred_at).encode("ascii")),
+        (H_DATASCHEMA, schema_uri(event_type, schema_version).encode("utf-8")),
         (H_CONTENT_TYPE, CONTENT_TYPE.encode("ascii")),
-        (H_SUBSCRIPTION, str(subscription_id).encode("ascii")),
-        (H_SEQUENCE, str(sequence).encode("ascii")),
+        (H_SUBSCRIPTION, subject),
+        (H_SEQUENCE, format_sequence(sequence).encode("ascii")),
         (H_SCHEMA_VERSION, str(schema_version).encode("ascii")),
     ]
 
@@ -177,6 +197,11 @@ def decode(
     if key is not None and key != encode_key(event.subscription_id):
         raise InvalidCloudEvent(
             f"event {event.id}: key {key!r} differs from subscription {event.subscription_id}"
+        )
+    if H_SUBJECT in found and found[H_SUBJECT] != str(event.subscription_id):
+        raise InvalidCloudEvent(
+            f"event {event.id}: subject {found[H_SUBJECT]!r} differs from subscription "
+            f"{event.subscription_id}"
         )
     if event.sequence < 1:
         raise InvalidCloudEvent(f"event {event.id}: sequence {event.sequence} < 1")

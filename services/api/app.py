@@ -20,7 +20,7 @@ from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases import subscribe as subscribe_uc
-from services.api import problems
+from services.api import openapi, problems
 from services.api.console import routes as console_routes
 from services.api.console.session import Sessions
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
@@ -122,4 +122,5 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     if settings.console_enabled:
         app.include_router(console_routes.router)
         app.mount("/console/static", StaticFiles(directory=console_routes.STATIC), name="console")
+    openapi.install(app)
     return app

@@ -7,6 +7,7 @@ import uvicorn
 
 from billing_core.clock import clock_from_offset
 from billing_core.logging import configure_logging
+from billing_core.runtime import build_info
 from billing_core.runtime.pauses import quiet_garbage_collector
 from services.api.app import create_app
 from services.api.settings import ApiSettings
@@ -15,6 +16,7 @@ from services.api.settings import ApiSettings
 def main() -> None:
     settings = ApiSettings()
     configure_logging(settings.process_name, settings.log_level, settings.log_json)
+    build_info.publish("api")
     app = create_app(settings, clock_from_offset(settings.clock_offset_seconds))
     # The app, its routes and models live as long as the process: never scanned again, and
     # full collections made rare (a full collection stalls every request in flight).
@@ -25,6 +27,7 @@ def main() -> None:
         port=settings.api_port,
         workers=1,
         access_log=settings.access_log,
+        log_config=None,  # uvicorn logs through the root handler of configure_logging
         log_level=settings.log_level.lower(),
         proxy_headers=True,
         server_header=False,

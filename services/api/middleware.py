@@ -50,15 +50,32 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"The request body exceeds {limit} bytes.")
 
 
-def _id_and_length(scope: Scope) -> tuple[bytes | None, bytes | None]:
-    """The request's X-Request-ID and Content-Length headers (the last of each, if repeated)."""
-    request_id = length = None
+def _id_and_length(scope: Scope) -> tuple[bytes | None, bytes | None, bytes | None]:
+    """The request's X-Request-ID, Content-Length and traceparent headers (the last of each,
+    if repeated)."""
+    request_id = length = traceparent = None
     for name, value in scope.get("headers") or ():
         if name == b"x-request-id":
             request_id = value
         elif name == b"content-length":
             length = value
-    return request_id, length
+        elif name == b"traceparent":
+            traceparent = value
+    return request_id, length, traceparent
+
+
+# W3C Trace Context: version-traceid-parentid-flags; an all-zero trace id is invalid.
+_TRACEPARENT = re.compile(rb"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+def trace_id(traceparent: bytes | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` header, or None when absent or malformed."""
+    if traceparent is None:
+        return None
+    found = _TRACEPARENT.match(traceparent.strip())
+    if found is None or found.group(1) == b"0" * 32:
+        return None
+    return found.group(1).decode("ascii")
 
 
 _SERIES: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -94,7 +111,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        supplied_raw, declared = _id_and_length(scope)
+        supplied_raw, declared, traceparent = _id_and_length(scope)
         supplied = supplied_raw.decode("latin-1") if supplied_raw is not None else ""
         request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
         scope[REQUEST_ID_SCOPE_KEY] = request_id
@@ -124,7 +141,12 @@ class RequestContextMiddleware:
                     raise BodyTooLarge(limit)
             return message
 
-        tokens = structlog.contextvars.bind_contextvars(request_id=request_id)
+        trace = trace_id(traceparent)
+        tokens = (
+            structlog.contextvars.bind_contextvars(request_id=request_id)
+            if trace is None
+            else structlog.contextvars.bind_contextvars(request_id=request_id, trace_id=trace)
+        )
         try:
             try:
                 if declared is not None and declared.isdigit() and int(declared) > limit:

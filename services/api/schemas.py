@@ -47,6 +47,15 @@ class _Request(_Camel):
 
 
 class CreateSubscriptionRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"customerId": 42, "planCode": "PRO_MONTHLY", "timeZone": "Europe/Paris"},
+                {"customerId": 43, "planCode": "BASIC_YEARLY", "startAt": "2026-12-01T00:00:00Z"},
+            ]
+        }
+    )
+
     customer_id: Id
     plan_code: PlanCode
     time_zone: TimeZone = "UTC"
@@ -58,6 +67,12 @@ class CreateSubscriptionRequest(_Request):
 
 
 class CancelRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"atPeriodEnd": True}, {"atPeriodEnd": False, "expectedVersion": 3}]
+        }
+    )
+
     at_period_end: StrictBool = Field(
         description="true: cancel when the current period ends; false: cancel now."
     )
@@ -67,6 +82,10 @@ class CancelRequest(_Request):
 
 
 class ChangePlanRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"planCode": "PRO_MONTHLY", "expectedVersion": 2}]}
+    )
+
     plan_code: PlanCode
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
@@ -95,6 +114,18 @@ StripePaymentMethodId = Annotated[
 
 
 class PaymentMethodRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "gateway": "stripe",
+                    "gatewayCustomerId": "cus_NffrFeUfNV2Hib",
+                    "paymentMethodId": "pm_1MqLiJLkdIwHu7ixUEgbFdYF",
+                }
+            ]
+        }
+    )
+
     gateway: Literal["stripe"] = "stripe"
     gateway_customer_id: StripeCustomerId
     payment_method_id: StripePaymentMethodId
@@ -259,7 +290,28 @@ class WebhookData(_Camel):
 
 class WebhookEvent(_Camel):
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, frozen=True, extra="ignore"
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "evt_0001",
+                    "type": "charge.succeeded",
+                    "created": 1764547200,
+                    "data": {
+                        "chargeId": "ch_0001",
+                        "idempotencyKey": "inv-7-try-0",
+                        "invoiceId": 7,
+                        "attempt": 0,
+                        "customerId": 42,
+                        "amount": 2990,
+                        "currency": "EUR",
+                    },
+                }
+            ]
+        },
     )
     id: str = Field(min_length=1, max_length=100)
     type: str = Field(min_length=1, max_length=50)
@@ -297,6 +349,38 @@ class Problem(BaseModel):
     requestId: str | None = None
     errors: list[FieldError] | None = None
     currentVersion: int | None = None
+
+
+class StripeEventBody(BaseModel):
+    """What the OpenAPI document shows of a Stripe event: the envelope the receiver reads (the
+    receiver itself parses the signed raw body, and acknowledges types it does not handle)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "evt_3MtwBwLkdIwHu7ix0Zv0AbCd",
+                    "object": "event",
+                    "type": "payment_intent.succeeded",
+                    "data": {
+                        "object": {
+                            "id": "pi_3MtwBwLkdIwHu7ix28a3tqPa",
+                            "object": "payment_intent",
+                            "amount": 990,
+                            "currency": "eur",
+                            "status": "succeeded",
+                            "metadata": {"invoiceId": "42", "attempt": "0"},
+                        }
+                    },
+                }
+            ]
+        },
+    )
+
+    id: str
+    type: str
+    data: dict[str, Any]
 
 
 class Health(BaseModel):

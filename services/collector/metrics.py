@@ -6,7 +6,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 CALLS = Counter("billing_collector_gateway_calls_total", "Gateway calls by outcome", ["outcome"])
 CALL_SECONDS = Histogram(
-    "billing_collector_gateway_call_seconds",
+    "billing_collector_gateway_call_duration_seconds",
     "Gateway call latency",
     buckets=(0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 5, 10, 30),
 )
@@ -18,9 +18,9 @@ LIMITER_WAIT = Histogram(
 LIMITER_CLOSED = Gauge(
     "billing_collector_limiter_closed", "1 while Redis is unreachable (collection paused)"
 )
-LATE_PERMITS = Gauge(
-    "billing_collector_limiter_late_permits",
-    "Send slots dropped because the process woke too late to use them (since start)",
+LATE_PERMITS = Counter(
+    "billing_collector_limiter_late_permits_total",
+    "Send slots dropped because the process woke too late to use them",
 )
 RECORDED = Counter("billing_collector_results_total", "Recorded results", ["result"])
 ABANDONED = Counter(
@@ -36,11 +36,11 @@ UNAUTHORIZED = Counter(
     "401/403 answers: the gateway refuses the credentials; every replica pauses, no invoice is "
     "touched",
 )
-IN_FLIGHT = Gauge("billing_collector_in_flight", "Invoices being charged now")
-BACKLOG = Gauge("billing_collector_due_backlog", "OPEN invoices whose next attempt is due")
+IN_FLIGHT = Gauge("billing_collector_in_flight_invoices", "Invoices being charged now")
+BACKLOG = Gauge("billing_collector_due_backlog_invoices", "OPEN invoices whose next attempt is due")
 OLDEST_DUE = Gauge("billing_collector_oldest_due_age_seconds", "Age of the oldest due OPEN invoice")
 WINDOW = Gauge(
-    "billing_collector_call_window",
+    "billing_collector_call_window_calls",
     "Calls this replica may have outstanding at the gateway now (shrinks on latency spikes, 429s)",
 )
 RATE_LIMITED = Counter(
@@ -56,7 +56,7 @@ WINDOW_FULL_SLOTS = Counter(
     "Send slots left unused because the window of outstanding calls was full (slow gateway)",
 )
 RECORD_GROUP = Histogram(
-    "billing_collector_record_group_size",
+    "billing_collector_record_group_results",
     "Results recorded together in one transaction",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
 )

@@ -94,6 +94,7 @@ class Collector:
         self._sessions = sessions
         self._gateway = gateway
         self._limiter = limiter
+        self._late_permits_counted = 0  # of limiter.late_drops, already added to the counter
         self._redis = redis
         self._clock = clock
         self._policy = policy
@@ -464,7 +465,9 @@ class Collector:
         async with self._sessions() as session:
             due, oldest, now = await due_backlog_at(session, clock_offset=self._clock_offset)
         metrics.BACKLOG.set(due)
-        metrics.LATE_PERMITS.set(self._limiter.late_drops)
+        late = self._limiter.late_drops
+        metrics.LATE_PERMITS.inc(late - self._late_permits_counted)
+        self._late_permits_counted = late
         metrics.OLDEST_DUE.set((now - oldest).total_seconds() if oldest else 0)
 
 

@@ -37,6 +37,7 @@ def main() -> None:
             loop="auto",
             http="auto",
             access_log=False,
+            log_config=None,  # uvicorn logs through the root handler of configure_logging
             log_level="warning",
             timeout_graceful_shutdown=max(1, int(settings.late_answer_grace_seconds)),
             server_header=False,

@@ -158,7 +158,7 @@ class WebhookSender:
         self._failed = deliveries.labels("failed")
         self._dropped = deliveries.labels("dropped")
         Gauge(
-            "billing_gateway_sim_webhook_backlog",
+            "billing_gateway_sim_webhook_backlog_deliveries",
             "Webhook deliveries not finished: waiting for their instant, due, or being sent.",
             registry=registry,
         ).set_function(lambda: self.pending)

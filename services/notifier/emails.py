@@ -1,4 +1,11 @@
-"""Which e-mail each billing event would send. The notifier only logs them (no mail server)."""
+"""Which e-mail each billing event would send. The notifier only logs them (no mail server).
+
+Payloads are read through their models (``billing_core.domain.event_payloads``), the same ones
+the producer writes them with. Only SubscriptionCreated names the customer, so the notifier
+remembers it per subscription (``notifier_recipient``) and addresses every later e-mail of that
+subscription to the customer; a subscription whose SubscriptionCreated it never saw (imported
+before the notifier ran) gets the subscription's fallback address.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,10 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.cloudevents import CloudEvent
+from billing_core.domain import event_payloads as p
 from billing_core.domain.charge_result import AUTHENTICATION_REQUIRED
 from billing_core.logging import get_logger
+from billing_core.repo import recipients
 
 log = get_logger(__name__)
 
@@ -33,38 +42,61 @@ class Email:
     event_id: str
 
 
-def email_for(event: CloudEvent) -> Email | None:
-    """The e-mail for ``event``, or None for event types customers are not told about."""
+def address(subscription_id: int, customer_id: int | None) -> str:
+    if customer_id is None:
+        return f"subscription-{subscription_id}@example.invalid"
+    return f"customer-{customer_id}@example.invalid"
+
+
+def email_for(event: CloudEvent, payload: p.EventPayload, customer_id: int | None) -> Email | None:
+    """The e-mail for ``event`` (its ``payload`` read through its model) to ``customer_id``,
+    or None for event types customers are not told about."""
     subject = SUBJECTS.get(event.event_type)
     if subject is None:
         return None
-    payload = event.payload()
-    customer = payload.get("customer_id", payload.get("customerId"))
-    to = (
-        f"customer-{customer}@example.invalid"
-        if customer is not None
-        else (f"subscription-{event.subscription_id}@example.invalid")
-    )
-    if (
-        event.event_type == "PaymentFailed"
-        and payload.get("declineCode") == AUTHENTICATION_REQUIRED
-    ):
+    if isinstance(payload, p.PaymentFailedV1) and payload.declineCode == AUTHENTICATION_REQUIRED:
         # The bank wants the customer to confirm the payment (3-D Secure), which an off-session
         # charge cannot ask for: the e-mail asks the customer to do it.
         subject = "Action needed: confirm your payment with your bank"
-    if event.event_type == "PaymentRefunded":  # the credit note's number is the refund's id
+    if isinstance(payload, p.PaymentRefundedV1):  # the credit note's number is the refund's id
         subject = (
-            f"{subject} CN-{payload.get('refundId')}: {payload.get('amount')} "
-            f"{payload.get('currency')} for invoice {payload.get('invoiceId')}"
+            f"{subject} CN-{payload.refundId}: {payload.amount} {payload.currency} "
+            f"for invoice {payload.invoiceId}"
         )
-    return Email(to=to, subject=subject, event_id=str(event.id))
+    return Email(
+        to=address(event.subscription_id, customer_id), subject=subject, event_id=str(event.id)
+    )
+
+
+async def email_to_send(session: AsyncSession, event: CloudEvent) -> Email | None:
+    """The e-mail ``event`` calls for, if any, remembering the customer of a new subscription.
+    A payload that does not match its model raises pydantic's ValidationError."""
+    if event.event_type not in SUBJECTS:
+        log.info("event_ignored", event_type=event.event_type, event_id=str(event.id))
+        return None
+    try:
+        payload = p.parse_payload(event.event_type, event.schema_version, event.data)
+    except KeyError:  # a version newer than this notifier understands: skip, do not misread
+        log.warning(
+            "event_version_unknown",
+            event_type=event.event_type,
+            schema_version=event.schema_version,
+            event_id=str(event.id),
+        )
+        return None
+    if isinstance(payload, p.SubscriptionCreatedV1):
+        await recipients.remember(session, payload.subscriptionId, payload.customerId)
+        customer: int | None = payload.customerId
+    else:
+        customer = await recipients.customer_of(session, event.subscription_id)
+    return email_for(event, payload, customer)
 
 
 async def handle(session: AsyncSession, event: CloudEvent) -> None:
-    """The consumer kit's handler: runs once per event, in the de-duplicating transaction."""
-    email = email_for(event)
+    """The consumer kit's handler: runs once per event, in the de-duplicating transaction. A
+    payload that does not match its model raises (the kit retries, then logs and skips it)."""
+    email = await email_to_send(session, event)
     if email is None:
-        log.info("event_ignored", event_type=event.event_type, event_id=str(event.id))
         return
     log.info(
         "email_would_send",
@@ -74,4 +106,5 @@ async def handle(session: AsyncSession, event: CloudEvent) -> None:
         event_type=event.event_type,
         subscription_id=event.subscription_id,
         sequence=event.sequence,
+        recipient_known=not email.to.startswith("subscription-"),
     )

@@ -1,4 +1,5 @@
-"""``billing status``: the backlogs an operator looks at first, as readable tables."""
+"""``billing status``: the backlogs an operator looks at first, as readable tables (or one
+JSON document with ``--json``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.domain.instant import iso_utc
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo import backlogs
 
@@ -49,6 +51,33 @@ async def gather(
         await limiter.close()
         await client.aclose()
     return Status(subs, invs, outbox, booked, rate_limit, money_back)
+
+
+def _plain(value: object) -> object:
+    """A JSON value: instants as ISO-8601 UTC, anything else as it is."""
+    return iso_utc(value) if isinstance(value, datetime) else value
+
+
+def _rows(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: _plain(v) for k, v in r.items()} for r in rows]
+
+
+def as_dict(status: Status, now: datetime) -> dict[str, object]:
+    """``billing status --json``: the same figures as the tables, for scripts and CI."""
+    oldest = status.outbox.get("oldest")
+    lag = (now - oldest).total_seconds() if isinstance(oldest, datetime) else 0.0
+    return {
+        "at": iso_utc(now),
+        "subscriptions": _rows(status.subscriptions),
+        "invoices": _rows(status.invoices),
+        "outbox": {**{k: _plain(v) for k, v in status.outbox.items()}, "lag_seconds": lag},
+        "gateway": {
+            "redis_reachable": status.slots_booked is not None,
+            "slots_booked": status.slots_booked,
+            "rate_limit": status.rate_limit,
+        },
+        "money_back": status.money_back,
+    }
 
 
 def render(status: Status, now: datetime, console: Console | None = None) -> None:

@@ -27,7 +27,7 @@ PRUNED = Counter("billing_relay_pruned_events_total", "Published events deleted 
 OWNED_SHARDS = Gauge("billing_relay_owned_shards", "Shards this replica holds the lease of.")
 MEMBERS = Gauge("billing_relay_members", "Relay replicas seen alive (shard leasing).")
 BATCH_SECONDS = Histogram(
-    "billing_relay_batch_seconds",
+    "billing_relay_batch_duration_seconds",
     "Claim + send + acknowledgement + mark, per batch.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )

@@ -23,13 +23,14 @@ OVERLAY = ROOT / "deploy" / "k8s" / "overlays" / "example"
 DEFINITION = re.compile(r"\b(Counter|Gauge|Histogram|Summary)\(\s*\"(billing_[a-z0-9_]+)\"")
 # Modules that define metrics on the default registry (the simulator uses registries of its own).
 METRIC_MODULES = [
+    "billing_core.runtime.build_info",
     "services.api.middleware",
     "services.renewer.metrics",
     "services.collector.metrics",
     "services.relay.metrics",
     "billing_core.consumer",
 ]
-METRIC_PREFIXES = ("api", "renewer", "collector", "relay", "consumer", "gateway_sim")
+METRIC_PREFIXES = ("api", "renewer", "collector", "relay", "consumer", "gateway_sim", "build")
 # Series PromQL derives from a histogram or summary.
 DERIVED_SUFFIXES = ("_bucket", "_sum", "_count")
 
@@ -146,3 +147,48 @@ def test_adapter_rules_serve_each_metric_as_one_value() -> None:
     rules = yaml.safe_load((ROOT / "deploy" / "k8s" / "prometheus-adapter-rules.yaml").read_text())
     for rule in rules["rules"]["external"]:
         assert rule["metricsQuery"].startswith("max("), rule["name"]["as"]
+
+
+# The unit (or counted thing) a gauge or histogram name ends with; `info` and `closed` are the
+# two conventional exceptions (an info metric, a 0/1 state).
+UNIT_NOUNS = (
+    "_seconds",
+    "_subscriptions",
+    "_invoices",
+    "_events",
+    "_calls",
+    "_results",
+    "_shards",
+    "_members",
+    "_deliveries",
+    "_info",
+    "_closed",
+)
+
+
+def test_metric_names_follow_the_prometheus_conventions() -> None:
+    """Counters end in `_total`, nothing else does; times are in `_seconds`; every other name
+    ends with what it counts."""
+    for name, kind in _defined_in_code().items():
+        if kind == "counter":
+            assert name.endswith("_total"), name
+            continue
+        assert not name.endswith("_total"), f"{name}: a {kind} named like a counter"
+        assert name.endswith(UNIT_NOUNS), f"{name}: no unit noun"
+        if any(word in name for word in ("duration", "latency", "wait", "age")):
+            assert name.endswith("_seconds"), name
+
+
+def test_every_process_exports_its_build() -> None:
+    from billing_core.runtime import build_info  # noqa: PLC0415
+
+    build_info.publish("tests")
+    samples = [
+        s
+        for family in prometheus_client.REGISTRY.collect()
+        if family.name == "billing_build_info"
+        for s in family.samples
+        if s.labels["process"] == "tests"
+    ]
+    assert [(s.value, s.labels["version"]) for s in samples] == [(1.0, build_info.version())]
+    assert build_info.version() != "unknown"  # the package is installed (make venv)

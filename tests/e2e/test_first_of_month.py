@@ -57,7 +57,7 @@ def wait_webhooks_settled(system: System, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while True:
         body = httpx.get(f"{system.gateway_url}/metrics", timeout=10).text
-        if metric(body, "billing_gateway_sim_webhook_backlog") == 0:
+        if metric(body, "billing_gateway_sim_webhook_backlog_deliveries") == 0:
             return body
         if time.monotonic() > deadline:
             raise AssertionError(f"webhook backlog not empty after {timeout:g} s")

@@ -1,6 +1,7 @@
-"""The whole system started the way ``make up`` starts it: honcho, the Procfile and the
-development profile ``deploy/dev.env``, with only what must differ on a shared machine (the
-database, ports, topic and rate-limit key) layered on top in a second env file."""
+"""The whole system started the way ``make up`` starts it: ``billing run-all`` (honcho's
+manager), the Procfile and the development profile ``deploy/dev.env``, with only what must
+differ on a shared machine (the database, ports, topic and rate-limit key) layered on top in a
+second env file."""
 
 from __future__ import annotations
 
@@ -46,8 +47,10 @@ class System:
         kafka_bootstrap: str,
         log_dir: Path,
         extra_env: dict[str, str] | None = None,
+        log_json: bool = False,
     ) -> None:
         self.ports = Ports()
+        self.log_json = log_json
         self.topic = f"billing.e2e.{uuid.uuid4().hex[:8]}"
         self.gateway_url = f"http://127.0.0.1:{self.ports.gateway}"
         self.api_url = f"http://127.0.0.1:{self.ports.api}"
@@ -73,7 +76,7 @@ class System:
 
     @property
     def pid(self) -> int | None:
-        """honcho's process id (every process of the system is its descendant)."""
+        """The supervisor's process id (every process of the system is its descendant)."""
         return None if self._proc is None else self._proc.pid
 
     def env(self) -> dict[str, str]:
@@ -93,12 +96,15 @@ class System:
         with self.log_path.open("ab") as log:
             self._proc = subprocess.Popen(
                 [
-                    str(BIN / "honcho"),
+                    str(BIN / "billing"),
+                    "run-all",
                     "-e",
-                    f"{DEV_PROFILE},{override_file}",
+                    str(DEV_PROFILE),
+                    "-e",
+                    str(override_file),
                     "-f",
                     str(ROOT / "Procfile"),
-                    "start",
+                    *(["--set", "BILLING_LOG_JSON=true"] if self.log_json else []),
                 ],
                 cwd=ROOT,
                 env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
@@ -142,8 +148,8 @@ class System:
         )
 
     def stop(self, timeout: float = 60) -> bool:
-        """SIGTERM to honcho, which passes it on (Ctrl-C on ``make up`` does the same); True when
-        every process stopped by itself, False when honcho or this had to SIGKILL one."""
+        """SIGTERM to the supervisor, which passes it on (Ctrl-C on ``make up`` does the same);
+        True when every process stopped by itself, False when it or this had to SIGKILL one."""
         proc = self._proc
         if proc is None:
             return True

@@ -3,7 +3,6 @@ confirm with the bank."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime
 
@@ -34,9 +33,9 @@ def test_a_refund_sends_its_credit_note() -> None:
         subscription_id=3,
         sequence=4,
         schema_version=1,
-        data=json.dumps(refunded.payload).encode(),
+        data=refunded.payload_json().encode(),
     )
-    email = email_for(event)
+    email = email_for(event, refunded.data, None)
     assert email is not None
     assert email.to == "subscription-3@example.invalid"
     assert email.subject == "Your refund and credit note CN-12: 990 EUR for invoice 9"
@@ -51,15 +50,15 @@ def _cloud_event(domain_event: ev.DomainEvent) -> CloudEvent:
         subscription_id=3,
         sequence=5,
         schema_version=1,
-        data=json.dumps(domain_event.payload).encode(),
+        data=domain_event.payload_json().encode(),
     )
 
 
 def test_a_payment_the_bank_wants_authenticated_asks_the_customer_to_confirm_it() -> None:
     needs_3ds = ev.payment_failed(3, 9, 1, "authentication_required", NOW)
     declined = ev.payment_failed(3, 9, 1, "insufficient_funds", NOW)
-    asked = email_for(_cloud_event(needs_3ds))
-    told = email_for(_cloud_event(declined))
+    asked = email_for(_cloud_event(needs_3ds), needs_3ds.data, 7)
+    told = email_for(_cloud_event(declined), declined.data, 7)
     assert asked is not None and told is not None
     assert asked.subject == "Action needed: confirm your payment with your bank"
     assert told.subject == "Your payment did not go through"

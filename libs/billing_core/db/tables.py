@@ -280,6 +280,16 @@ processed_event = Table(
     PrimaryKeyConstraint("consumer", "event_id"),
 )
 
+# The reference notifier's own memory: whom a subscription's e-mails go to, learned from its
+# SubscriptionCreated (the only event that names the customer).
+notifier_recipient = Table(
+    "notifier_recipient",
+    metadata,
+    Column("subscription_id", BigInteger, primary_key=True),
+    Column("customer_id", BigInteger, nullable=False),
+    Column("learned_at", TZ, nullable=False, server_default=NOW),
+)
+
 refund = Table(
     "refund",
     metadata,

@@ -1,7 +1,8 @@
 """Domain events: what other systems learn through the outbox and Kafka.
 
-Payloads are JSON-serialisable (ints, strings, booleans, ISO-8601 UTC strings, null) with
-camelCase keys; ``SCHEMA_VERSION`` is bumped on any incompatible payload change.
+Every payload is built through its model in ``billing_core.domain.event_payloads`` (the single
+source of the wire shapes and of the published schemas): camelCase keys, ints, strings,
+booleans, ISO-8601 UTC strings, null.
 
 An ``EventType`` member's value is the type on the wire: ``EventType.INVOICE_PAID`` is
 ``"InvoicePaid"``, and ``EventType("InvoicePaid")`` finds it.
@@ -12,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
+from billing_core.domain import event_payloads as p
 from billing_core.domain.instant import iso_utc
+from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the version of every type today; each model carries its own
 
 
 class EventType(StrEnum):
@@ -33,11 +36,32 @@ class EventType(StrEnum):
     PAYMENT_REFUNDED = "PaymentRefunded"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DomainEvent:
-    type: EventType
-    subscription_id: int
-    payload: dict[str, object]
+    """One event: its payload model says its type, version and subscription."""
+
+    data: p.EventPayload
+
+    @property
+    def type(self) -> EventType:
+        return EventType(self.data.event_type)
+
+    @property
+    def version(self) -> int:
+        return self.data.version
+
+    @property
+    def subscription_id(self) -> int:
+        return self.data.subscriptionId
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The payload as JSON values (what consumers read)."""
+        return self.data.to_dict()
+
+    def payload_json(self) -> str:
+        """The payload exactly as the outbox stores it and Kafka carries it."""
+        return self.data.to_json()
 
 
 def iso(when: datetime | None) -> str | None:
@@ -56,16 +80,14 @@ def subscription_created(
     time_zone: str,
 ) -> DomainEvent:
     return DomainEvent(
-        EventType.SUBSCRIPTION_CREATED,
-        subscription_id,
-        {
-            "subscriptionId": subscription_id,
-            "customerId": customer_id,
-            "planCode": plan_code,
-            "currentPeriodStart": iso(period_start),
-            "currentPeriodEnd": iso(period_end),
-            "timeZone": time_zone,
-        },
+        p.SubscriptionCreatedV1(
+            subscriptionId=subscription_id,
+            customerId=customer_id,
+            planCode=plan_code,
+            currentPeriodStart=period_start,
+            currentPeriodEnd=period_end,
+            timeZone=time_zone,
+        )
     )
 
 
@@ -73,39 +95,33 @@ def subscription_plan_changed(
     subscription_id: int, old_plan_code: str, new_plan_code: str, due: int, changed_at: datetime
 ) -> DomainEvent:
     return DomainEvent(
-        EventType.SUBSCRIPTION_PLAN_CHANGED,
-        subscription_id,
-        {
-            "subscriptionId": subscription_id,
-            "oldPlanCode": old_plan_code,
-            "newPlanCode": new_plan_code,
-            "prorationDue": due,
-            "changedAt": iso(changed_at),
-        },
+        p.SubscriptionPlanChangedV1(
+            subscriptionId=subscription_id,
+            oldPlanCode=old_plan_code,
+            newPlanCode=new_plan_code,
+            prorationDue=due,
+            changedAt=changed_at,
+        )
     )
 
 
 def subscription_canceled(subscription_id: int, reason: str, canceled_at: datetime) -> DomainEvent:
     return DomainEvent(
-        EventType.SUBSCRIPTION_CANCELED,
-        subscription_id,
-        {"subscriptionId": subscription_id, "reason": reason, "canceledAt": iso(canceled_at)},
+        p.SubscriptionCanceledV1(
+            subscriptionId=subscription_id, reason=reason, canceledAt=canceled_at
+        )
     )
 
 
 def subscription_past_due(subscription_id: int, invoice_id: int | None) -> DomainEvent:
     return DomainEvent(
-        EventType.SUBSCRIPTION_PAST_DUE,
-        subscription_id,
-        {"subscriptionId": subscription_id, "invoiceId": invoice_id},
+        p.SubscriptionPastDueV1(subscriptionId=subscription_id, invoiceId=invoice_id)
     )
 
 
 def subscription_reactivated(subscription_id: int, invoice_id: int | None) -> DomainEvent:
     return DomainEvent(
-        EventType.SUBSCRIPTION_REACTIVATED,
-        subscription_id,
-        {"subscriptionId": subscription_id, "invoiceId": invoice_id},
+        p.SubscriptionReactivatedV1(subscriptionId=subscription_id, invoiceId=invoice_id)
     )
 
 
@@ -135,20 +151,18 @@ class IssuedInvoice(Protocol):
 def invoice_created(invoice: IssuedInvoice, invoice_id: int, kind: str) -> DomainEvent:
     """One shape for every invoice, whoever issues it (subscribe, plan change, renewal)."""
     return DomainEvent(
-        EventType.INVOICE_CREATED,
-        invoice.subscription_id,
-        {
-            "subscriptionId": invoice.subscription_id,
-            "invoiceId": invoice_id,
-            "kind": str(kind),
-            "periodIndex": invoice.period_index,
-            "periodStart": iso(invoice.period_start),
-            "periodEnd": iso(invoice.period_end),
-            "subtotal": invoice.subtotal,
-            "creditApplied": invoice.credit_applied,
-            "amount": invoice.amount,
-            "currency": invoice.currency,
-        },
+        p.InvoiceCreatedV1(
+            subscriptionId=invoice.subscription_id,
+            invoiceId=invoice_id,
+            kind=InvoiceKind(kind),
+            periodIndex=invoice.period_index,
+            periodStart=invoice.period_start,
+            periodEnd=invoice.period_end,
+            subtotal=invoice.subtotal,
+            creditApplied=invoice.credit_applied,
+            amount=invoice.amount,
+            currency=invoice.currency,
+        )
     )
 
 
@@ -173,15 +187,13 @@ def invoice_paid(
     subscription_id: int, invoice_id: int, amount: int, currency: str, paid_at: datetime
 ) -> DomainEvent:
     return DomainEvent(
-        EventType.INVOICE_PAID,
-        subscription_id,
-        {
-            "subscriptionId": subscription_id,
-            "invoiceId": invoice_id,
-            "amount": amount,
-            "currency": currency,
-            "paidAt": iso(paid_at),
-        },
+        p.InvoicePaidV1(
+            subscriptionId=subscription_id,
+            invoiceId=invoice_id,
+            amount=amount,
+            currency=currency,
+            paidAt=paid_at,
+        )
     )
 
 
@@ -193,24 +205,20 @@ def payment_failed(
     next_attempt_at: datetime | None,
 ) -> DomainEvent:
     return DomainEvent(
-        EventType.PAYMENT_FAILED,
-        subscription_id,
-        {
-            "subscriptionId": subscription_id,
-            "invoiceId": invoice_id,
-            "attempt": attempt,
-            "declineCode": decline_code,
-            "nextAttemptAt": iso(next_attempt_at),
-            "final": next_attempt_at is None,
-        },
+        p.PaymentFailedV1(
+            subscriptionId=subscription_id,
+            invoiceId=invoice_id,
+            attempt=attempt,
+            declineCode=decline_code,
+            nextAttemptAt=next_attempt_at,
+            final=next_attempt_at is None,
+        )
     )
 
 
 def invoice_voided(subscription_id: int, invoice_id: int, voided_at: datetime) -> DomainEvent:
     return DomainEvent(
-        EventType.INVOICE_VOIDED,
-        subscription_id,
-        {"subscriptionId": subscription_id, "invoiceId": invoice_id, "voidedAt": iso(voided_at)},
+        p.InvoiceVoidedV1(subscriptionId=subscription_id, invoiceId=invoice_id, voidedAt=voided_at)
     )
 
 
@@ -228,16 +236,14 @@ def payment_reconciliation_needed(
     held); ``charged_settled_invoice`` in events from before money on a closed invoice was
     refunded automatically."""
     return DomainEvent(
-        EventType.PAYMENT_RECONCILIATION_NEEDED,
-        subscription_id,
-        {
-            "subscriptionId": subscription_id,
-            "invoiceId": invoice_id,
-            "invoiceStatus": invoice_status,
-            "idempotencyKey": idempotency_key,
-            "gatewayReference": gateway_reference,
-            "reason": reason,
-        },
+        p.PaymentReconciliationNeededV1(
+            subscriptionId=subscription_id,
+            invoiceId=invoice_id,
+            invoiceStatus=InvoiceStatus(invoice_status),
+            idempotencyKey=idempotency_key,
+            gatewayReference=gateway_reference,
+            reason=reason,
+        )
     )
 
 
@@ -256,17 +262,15 @@ def payment_refunded(
     """Money taken for an invoice that could not keep it is back with the customer. The refund
     id is the number of the customer's credit note."""
     return DomainEvent(
-        EventType.PAYMENT_REFUNDED,
-        subscription_id,
-        {
-            "subscriptionId": subscription_id,
-            "invoiceId": invoice_id,
-            "refundId": refund_id,
-            "amount": amount,
-            "currency": currency,
-            "reason": reason,
-            "chargeReference": charge_reference,
-            "gatewayReference": gateway_reference,
-            "refundedAt": iso(refunded_at),
-        },
+        p.PaymentRefundedV1(
+            subscriptionId=subscription_id,
+            invoiceId=invoice_id,
+            refundId=refund_id,
+            amount=amount,
+            currency=currency,
+            reason=reason,
+            chargeReference=charge_reference,
+            gatewayReference=gateway_reference,
+            refundedAt=refunded_at,
+        )
     )

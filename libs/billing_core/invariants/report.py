@@ -1,13 +1,14 @@
 """The checker's report: one :class:`Check` per invariant, each with its :class:`Violation` s.
 
 Plain dataclasses, so tests assert on them (``report.check("charges").ids("double_charge")``)
-and the command prints them (:meth:`Report.render`).
+and the command prints them (:meth:`Report.render`, or :meth:`Report.as_dict` as JSON).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -73,6 +74,30 @@ class Report:
             if c.name == name:
                 return c
         raise KeyError(name)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``billing check --json``: every check with all its violations (not a sample)."""
+        return {
+            "ok": self.ok,
+            "complete": self.complete,
+            "violation_count": self.violation_count,
+            "checks": [
+                {
+                    "name": c.name,
+                    "description": c.description,
+                    "ok": c.ok,
+                    "checked": c.checked,
+                    "duplicates": c.duplicates,
+                    "skipped": c.skipped,
+                    "notes": list(c.notes),
+                    "violations": [
+                        {"kind": v.kind, "subject": v.subject, "id": v.id, "detail": v.detail}
+                        for v in c.violations
+                    ],
+                }
+                for c in self.checks
+            ],
+        }
 
     def render(self, console: Console | None = None) -> None:
         console = console or Console()

@@ -13,7 +13,6 @@ subscription instead of two.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -29,8 +28,8 @@ _APPEND = text(
     WITH ev AS (
         SELECT * FROM unnest(
             CAST(:aggregate_ids AS bigint[]), CAST(:types AS text[]),
-            CAST(:payloads AS jsonb[]), CAST(:event_ids AS uuid[])
-        ) WITH ORDINALITY AS e(aggregate_id, event_type, payload, event_id, ord)
+            CAST(:payloads AS jsonb[]), CAST(:event_ids AS uuid[]), CAST(:versions AS int[])
+        ) WITH ORDINALITY AS e(aggregate_id, event_type, payload, event_id, schema_version, ord)
     ),
     counts AS (SELECT aggregate_id, count(*) AS n FROM ev GROUP BY aggregate_id),
     bumped AS (
@@ -38,10 +37,11 @@ _APPEND = text(
         FROM counts c WHERE s.id = c.aggregate_id
         RETURNING s.id, s.event_seq - c.n AS base
     )
-    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
+    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
+                              payload, occurred_at)
     SELECT ev.event_id, ev.aggregate_id,
            b.base + row_number() OVER (PARTITION BY ev.aggregate_id ORDER BY ev.ord),
-           ev.event_type, ev.payload, :occurred_at
+           ev.event_type, ev.schema_version, ev.payload, :occurred_at
     FROM ev JOIN bumped b ON b.id = ev.aggregate_id
     """
 )
@@ -49,18 +49,22 @@ _APPEND = text(
 
 _INSERT_NUMBERED = text(
     """
-    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
-    SELECT e.event_id, e.aggregate_id, e.sequence, e.event_type, e.payload, :occurred_at
+    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
+                              payload, occurred_at)
+    SELECT e.event_id, e.aggregate_id, e.sequence, e.event_type, e.schema_version, e.payload,
+           :occurred_at
     FROM unnest(
         CAST(:event_ids AS uuid[]), CAST(:aggregate_ids AS bigint[]),
-        CAST(:sequences AS bigint[]), CAST(:types AS text[]), CAST(:payloads AS jsonb[])
-    ) AS e(event_id, aggregate_id, sequence, event_type, payload)
+        CAST(:sequences AS bigint[]), CAST(:types AS text[]), CAST(:versions AS int[]),
+        CAST(:payloads AS jsonb[])
+    ) AS e(event_id, aggregate_id, sequence, event_type, schema_version, payload)
     """
 )
 
 
 def _payload(event: DomainEvent) -> str:
-    return json.dumps(event.payload, separators=(",", ":"))
+    """The payload as its model serialises it: the only way a payload reaches the outbox."""
+    return event.payload_json()
 
 
 def event_counts(events: Sequence[DomainEvent]) -> Counter[int]:
@@ -94,6 +98,7 @@ async def insert_numbered_events(
             "aggregate_ids": [e.subscription_id for e in events],
             "sequences": sequences,
             "types": [str(e.type) for e in events],
+            "versions": [e.version for e in events],
             "payloads": [_payload(e) for e in events],
             "occurred_at": occurred_at,
         },
@@ -115,6 +120,7 @@ async def append_events(
         {
             "aggregate_ids": [e.subscription_id for e in events],
             "types": [str(e.type) for e in events],
+            "versions": [e.version for e in events],
             "payloads": [_payload(e) for e in events],
             "event_ids": event_ids,
             "occurred_at": occurred_at,

@@ -8,7 +8,6 @@ the caller the current version instead of overwriting that work.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -206,6 +205,8 @@ def _new_parameters(
         raise ValueError("now must be timezone-aware")
     if any(e.subscription_id != sub.id for e in events):
         raise ValueError("every event must be the new subscription's")
+    if any(e.version != 1 for e in events):  # the statement leaves schema_version at its default
+        raise ValueError("a new subscription's events are written at schema version 1")
     return (
         sub.id,
         sub.customer_id,
@@ -241,7 +242,7 @@ def _new_parameters(
         invoice.created_at,
         [uuid.uuid4() for _ in events],
         [str(e.type) for e in events],
-        [json.dumps(e.payload, separators=(",", ":")) for e in events],
+        [e.payload_json() for e in events],
         now,
     )
 

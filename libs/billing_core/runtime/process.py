@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.db.engine import database_answers
 from billing_core.logging import configure_logging, get_logger
+from billing_core.runtime import build_info
 from billing_core.runtime.http import Check, HealthServer
 from billing_core.runtime.pauses import quiet_garbage_collector
 from billing_core.runtime.startup import load_settings, require_database
@@ -111,6 +112,7 @@ def run(name: str, settings_cls: type[S], build: Callable[[S], WorkerProcess]) -
     """The whole life of a worker process (``main()`` of each service)."""
     settings = load_settings(settings_cls, name)
     configure_logging(settings.process_name, settings.log_level, settings.log_json)
+    build_info.publish(name)
     require_database(name, settings)
 
     async def main() -> None:

@@ -10,7 +10,6 @@ from starlette.responses import Response
 
 from services.api.idempotency import JSON, Outcome
 from services.api.problems import PROBLEM_JSON, ApiProblem, ProblemKind
-from services.api.schemas import Problem
 
 _DESCRIPTIONS = {
     400: "Malformed request (bad JSON, missing or invalid Idempotency-Key, bad If-Match)",
@@ -28,7 +27,6 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {
         status: {
             "description": _DESCRIPTIONS.get(status, "Error"),
-            "model": Problem,
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
         for status in statuses

@@ -28,7 +28,7 @@ from services.api import signatures
 from services.api.context import get_context
 from services.api.problems import MALFORMED_JSON, VALIDATION, WEBHOOK_SIGNATURE, ApiProblem
 from services.api.routes.common import json_response, problems
-from services.api.schemas import WebhookAck
+from services.api.schemas import StripeEventBody, WebhookAck, inline_schema
 
 router = APIRouter(tags=["webhooks"])
 log = get_logger(__name__)
@@ -47,7 +47,7 @@ log = get_logger(__name__)
     openapi_extra={
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": {"type": "object"}}},
+            "content": {"application/json": {"schema": inline_schema(StripeEventBody)}},
         }
     },
 )

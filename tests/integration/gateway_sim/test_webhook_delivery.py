@@ -151,7 +151,7 @@ async def test_deliveries_in_flight_never_exceed_the_concurrency(
                 return await metric(client, delivered) == 200
 
             await eventually(all_delivered)
-            assert await metric(client, "billing_gateway_sim_webhook_backlog") == 0
+            assert await metric(client, "billing_gateway_sim_webhook_backlog_deliveries") == 0
     finally:
         stop_simulator(sim)
 
@@ -232,7 +232,7 @@ async def test_a_deep_webhook_backlog_does_not_slow_the_gateway(
     samples = 400
     # The same requests with an empty backlog, then with 20 000 deliveries pending at a
     # receiver that never answers (each attempt times out after 5 s and is retried).
-    assert await metric(gw, "billing_gateway_sim_webhook_backlog") == 0
+    assert await metric(gw, "billing_gateway_sim_webhook_backlog_deliveries") == 0
     empty = await measure(gw, range(1_000_000, 1_000_000 + samples))
 
     counting_receiver.hang = True
@@ -246,10 +246,10 @@ async def test_a_deep_webhook_backlog_does_not_slow_the_gateway(
     )
     await charge_many(gw, range(10_000))
     await configure(gw, webhook_url="", webhook_duplicate_rate=0.0)  # measured charges: none
-    assert await metric(gw, "billing_gateway_sim_webhook_backlog") == 20_000
+    assert await metric(gw, "billing_gateway_sim_webhook_backlog_deliveries") == 20_000
     loaded = await measure(gw, range(2_000_000, 2_000_000 + samples))
     metrics_started = time.perf_counter()
-    assert await metric(gw, "billing_gateway_sim_webhook_backlog") == 20_000
+    assert await metric(gw, "billing_gateway_sim_webhook_backlog_deliveries") == 20_000
     metrics_s = time.perf_counter() - metrics_started
 
     figures = {
@@ -268,7 +268,7 @@ async def test_a_deep_webhook_backlog_does_not_slow_the_gateway(
     assert counting_receiver.max_connections <= 32
     assert counting_receiver.max_requests <= 32
     await gw.post("/v1/admin/reset")
-    assert await metric(gw, "billing_gateway_sim_webhook_backlog") == 0
+    assert await metric(gw, "billing_gateway_sim_webhook_backlog_deliveries") == 0
 
 
 # -- idle CPU ---------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ async def test_an_idle_simulator_uses_no_cpu(
     # A thousand deliveries waiting ten minutes for their instant: nothing to do meanwhile.
     await configure(gw, webhook_reorder_rate=1.0, webhook_reorder_delay_ms=600_000)
     await charge_many(gw, range(1000, 2000))
-    assert await metric(gw, "billing_gateway_sim_webhook_backlog") == 1000
+    assert await metric(gw, "billing_gateway_sim_webhook_backlog_deliveries") == 1000
     await asyncio.sleep(0.5)
 
     window = 5.0

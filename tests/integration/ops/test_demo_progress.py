@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.domain.events import DomainEvent, EventType
+from billing_core.domain import events as ev
 from billing_core.repo import backlogs
 from billing_core.repo.outbox import append_events
 from tests.support.factories import create_subscription
@@ -22,8 +22,8 @@ async def test_published_events_are_counted_for_the_demos_own_customers(
         earlier = await create_subscription(conn, customer_id=5, start=NOW)
         ours = await create_subscription(conn, customer_id=1_000, start=NOW)
         events = [
-            DomainEvent(EventType.SUBSCRIPTION_CREATED, sub, {"subscriptionId": sub})
-            for sub in (earlier, earlier, ours)
+            ev.subscription_created(sub, customer, "BASIC_MONTHLY", NOW, NOW, "UTC")
+            for sub, customer in ((earlier, 5), (earlier, 5), (ours, 1_000))
         ]
         await append_events(conn, events, NOW)
         await conn.exec_driver_sql("UPDATE outbox_event SET published_at = now()")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.cloudevents import CloudEvent
 from billing_core.consumer import EventConsumer
+from billing_core.domain import events as ev
+from billing_core.repo.outbox import append_events
 from billing_core.settings import CoreSettings
 from services.relay.relay import CRASH_EXIT_CODE
 from tests.integration.relay.conftest import RelayFactory, drain
@@ -167,11 +170,17 @@ async def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
 
 
 @pytest.mark.slow
-async def test_notifier_process_logs_one_email_per_event(
+async def test_notifier_process_logs_one_email_per_event_to_the_customer(
     engine: AsyncEngine, make_relay: RelayFactory, kafka_topic: str
 ) -> None:
     subs = await create_subscriptions(engine, 3)
-    await insert_events(engine, subs, 1, event_type="InvoicePaid")
+    customers = {sub: 1000 + n for n, sub in enumerate(subs, start=1)}  # as created
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    async with engine.begin() as conn:
+        for sub in subs:
+            created = ev.subscription_created(sub, customers[sub], "BASIC", now, now, "UTC")
+            paid = ev.invoice_paid(sub, 10 + sub, 990, "USD", now)
+            await append_events(conn, [created, paid], now)
     async with make_relay() as relay:
         await drain(relay)
     log_path = Path(tempfile.mkstemp(prefix="notifier-", suffix=".log")[1])
@@ -188,20 +197,22 @@ async def test_notifier_process_logs_one_email_per_event(
         )
         try:
 
-            async def three_emails() -> bool:
-                return log_path.read_text().count('"email_would_send"') >= 3
+            async def six_emails() -> bool:
+                return log_path.read_text().count('"email_would_send"') >= 6
 
-            await wait_for(three_emails, timeout=60, what="three e-mails logged")
+            await wait_for(six_emails, timeout=60, what="six e-mails logged")
         finally:
             proc.send_signal(signal.SIGTERM)
             rc = await asyncio.to_thread(proc.wait, 30)
     lines = [json.loads(x) for x in log_path.read_text().splitlines() if x.startswith("{")]
     log_path.unlink()
     emails = [x for x in lines if x.get("event") == "email_would_send"]
+    paid = [e for e in emails if e["event_type"] == "InvoicePaid"]
     assert rc == 0
-    assert sorted(e["subscription_id"] for e in emails) == subs
-    assert {e["subject"] for e in emails} == {"Payment received, thank you"}
-    assert await _processed(engine, "notifier") == 3
+    assert sorted(e["subscription_id"] for e in paid) == subs
+    assert {e["subject"] for e in paid} == {"Payment received, thank you"}
+    assert {e["to"] for e in paid} == {f"customer-{c}@example.invalid" for c in customers.values()}
+    assert await _processed(engine, "notifier") == 6
 
 
 async def _processed(engine: AsyncEngine, consumer: str) -> int:

@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
-from billing_core.domain.events import DomainEvent, EventType
+from billing_core.domain import events
 from billing_core.repo.outbox import append_events
 from billing_core.settings import CoreSettings
 from services.relay import metrics
@@ -32,16 +32,8 @@ async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers
         ids = await append_events(
             conn,
             [
-                DomainEvent(
-                    type=EventType("InvoicePaid"),
-                    subscription_id=sub,
-                    payload={"invoice_id": 7, "amount": 1999},
-                ),
-                DomainEvent(
-                    type=EventType("SubscriptionCanceled"),
-                    subscription_id=sub,
-                    payload={"at_period_end": False},
-                ),
+                events.invoice_paid(sub, 7, 1999, "USD", occurred),
+                events.subscription_canceled(sub, "customer_request", occurred),
             ],
             occurred,
         )
@@ -57,12 +49,20 @@ async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers
     assert headers["ce_id"] == str(ids[0]).encode()
     assert headers["ce_type"] == b"billing.InvoicePaid"
     assert headers["ce_source"] == b"urn:billing:test"
+    assert headers["ce_subject"] == str(sub).encode()
+    assert headers["ce_dataschema"] == b"urn:billing:schema:InvoicePaid:1"
     assert headers["ce_time"] == b"2026-12-03T10:00:00.123456Z"
     assert headers["content-type"] == b"application/json"
     assert headers["ce_subscriptionid"] == str(sub).encode()
-    assert headers["ce_sequence"] == b"1"
+    assert headers["ce_sequence"] == b"00000000000000000001"
     assert headers["ce_schemaversion"] == b"1"
-    assert json.loads(first.value) == {"invoice_id": 7, "amount": 1999}
+    assert json.loads(first.value) == {
+        "subscriptionId": sub,
+        "invoiceId": 7,
+        "amount": 1999,
+        "currency": "USD",
+        "paidAt": "2026-12-03T10:00:00.123456Z",
+    }
     event = cloudevents.decode(second.key, second.value, second.headers)
     assert (event.id, event.event_type, event.sequence) == (ids[1], "SubscriptionCanceled", 2)
     assert event.time == occurred

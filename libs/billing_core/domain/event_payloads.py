@@ -1,0 +1,277 @@
+"""The payload of every event type and version: one pydantic model each, the single source.
+
+The outbox writer serialises these models and nothing else; the JSON Schemas under
+``docs/schemas/events/``, the AsyncAPI document and docs/EVENTS.md are generated from them
+(``billing contracts``), and a test fails when a checked-in file differs from what they give.
+
+Field names are the wire names (camelCase). Money is an integer amount in minor units with an
+ISO-4217 currency; instants are RFC 3339 UTC strings (``2026-12-01T00:00:00Z``); ids are
+integers. A model's docstring says when the event is published; each field's description says
+what it holds. Changing a model changes the contract: additive, optional fields keep the
+version; anything else is a new model with ``version`` + 1 (docs/EVENTS.md, "Versioning rules").
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated, Any, ClassVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+)
+
+from billing_core.domain.instant import to_utc
+from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+
+# Normalised to UTC when built, so pydantic writes it as iso_utc does: ``...Z``.
+Instant = Annotated[datetime, AfterValidator(to_utc)]
+Id = Annotated[int, Field(ge=1)]
+Amount = Annotated[int, Field(description="Minor units of `currency` (cents for USD).")]
+Currency = Annotated[
+    str, Field(pattern=r"^[A-Z]{3}$", description="ISO-4217 code, e.g. `USD`.", examples=["USD"])
+]
+SubscriptionId = Annotated[
+    int, Field(ge=1, description="The subscription, as in the Kafka key and `ce_subject`.")
+]
+
+CANCEL_REASONS = ("customer_request", "period_end", "nonpayment")
+REFUND_REASONS = ("charged_closed_invoice", "canceled_in_flight", "duplicate_charge")
+
+
+def _cancel_reason(value: str) -> str:
+    if value not in CANCEL_REASONS:
+        raise ValueError(f"{value!r} is not one of {', '.join(CANCEL_REASONS)}")
+    return value
+
+
+def _refund_reason(value: str) -> str:
+    if value not in REFUND_REASONS:
+        raise ValueError(f"{value!r} is not one of {', '.join(REFUND_REASONS)}")
+    return value
+
+
+CancelReason = Annotated[
+    str,
+    AfterValidator(_cancel_reason),
+    WithJsonSchema({"type": "string", "enum": list(CANCEL_REASONS)}),
+]
+RefundReasonName = Annotated[
+    str,
+    AfterValidator(_refund_reason),
+    WithJsonSchema({"type": "string", "enum": list(REFUND_REASONS)}),
+]
+
+
+class EventPayload(BaseModel):
+    """The base of every payload model: its event type and version, and how it is written."""
+
+    # The producer writes exactly the declared fields; the published schema lets consumers
+    # accept fields added later (additive changes keep the version).
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, json_schema_extra={"additionalProperties": True}
+    )
+
+    event_type: ClassVar[str]
+    version: ClassVar[int] = 1
+
+    subscriptionId: SubscriptionId
+
+    def to_json(self) -> str:
+        """The payload as published: compact JSON, UTF-8 once encoded."""
+        return self.model_dump_json()
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+class SubscriptionCreatedV1(EventPayload):
+    """A customer subscribed (API `POST /subscriptions`)."""
+
+    event_type = "SubscriptionCreated"
+
+    customerId: Id = Field(description="The customer who subscribed.")
+    planCode: str = Field(description="The plan subscribed to.", examples=["pro-monthly"])
+    currentPeriodStart: Instant = Field(description="Start of the first period.")
+    currentPeriodEnd: Instant = Field(description="End of the first period (exclusive).")
+    timeZone: str = Field(
+        description="IANA time zone the billing anchor is kept in.", examples=["Europe/Paris"]
+    )
+
+
+class SubscriptionPlanChangedV1(EventPayload):
+    """A plan change was applied; a PRORATION invoice follows when something is owed."""
+
+    event_type = "SubscriptionPlanChanged"
+
+    oldPlanCode: str = Field(description="The plan before the change.")
+    newPlanCode: str = Field(description="The plan after the change.")
+    prorationDue: Amount = Field(
+        description="Prorated difference for the rest of the period, minor units of the plan's "
+        "currency; negative = credit kept on the subscription's balance."
+    )
+    changedAt: Instant = Field(description="When the change was applied.")
+
+
+class SubscriptionCanceledV1(EventPayload):
+    """The subscription was canceled: now (customer request), at period end, or for
+    non-payment after the last dunning attempt."""
+
+    event_type = "SubscriptionCanceled"
+
+    reason: CancelReason = Field(
+        description="`customer_request` (cancel now), `period_end` (scheduled cancel reached "
+        "its period end), `nonpayment` (dunning gave up)."
+    )
+    canceledAt: Instant = Field(description="When it was canceled.")
+
+
+class SubscriptionPastDueV1(EventPayload):
+    """A renewal payment was declined; dunning starts."""
+
+    event_type = "SubscriptionPastDue"
+
+    invoiceId: Id | None = Field(description="The declined invoice (null if unknown).")
+
+
+class SubscriptionReactivatedV1(EventPayload):
+    """A past-due subscription paid and is active again."""
+
+    event_type = "SubscriptionReactivated"
+
+    invoiceId: Id | None = Field(description="The invoice whose payment reactivated it.")
+
+
+class InvoiceCreatedV1(EventPayload):
+    """An invoice was issued (subscribe, plan change, renewal: one shape); followed by
+    `InvoicePaid` when credit covered all of it."""
+
+    event_type = "InvoiceCreated"
+
+    invoiceId: Id = Field(description="The new invoice.")
+    kind: InvoiceKind = Field(description="`RENEWAL` (a period) or `PRORATION` (a plan change).")
+    periodIndex: int = Field(ge=0, description="The period's number from the anchor (0 = first).")
+    periodStart: Instant = Field(description="Start of the invoiced period.")
+    periodEnd: Instant = Field(description="End of the invoiced period (exclusive).")
+    subtotal: Amount = Field(ge=0, description="Price before credit, minor units.")
+    creditApplied: Amount = Field(ge=0, description="Credit used from the balance, minor units.")
+    amount: Amount = Field(ge=0, description="What is owed: `subtotal` - `creditApplied`.")
+    currency: Currency
+
+
+class InvoicePaidV1(EventPayload):
+    """The gateway confirmed a charge for the invoice, or credit covered all of it."""
+
+    event_type = "InvoicePaid"
+
+    invoiceId: Id = Field(description="The paid invoice.")
+    amount: Amount = Field(ge=0, description="The amount paid, minor units.")
+    currency: Currency
+    paidAt: Instant = Field(description="When the payment was recorded.")
+
+
+class PaymentFailedV1(EventPayload):
+    """A charge was declined."""
+
+    event_type = "PaymentFailed"
+
+    invoiceId: Id = Field(description="The invoice whose charge was declined.")
+    attempt: int = Field(ge=1, description="Declines so far for this invoice.")
+    declineCode: str | None = Field(
+        description="The gateway's decline code, e.g. `insufficient_funds`. "
+        "`authentication_required`: the bank wants the customer to confirm the payment "
+        "(3-D Secure), so ask them to; `no_payment_method`: no Stripe payment method on file "
+        "(docs/GATEWAYS.md)."
+    )
+    nextAttemptAt: Instant | None = Field(
+        description="When the next attempt is due; null after the last attempt."
+    )
+    final: bool = Field(description="True when no attempt follows (`nextAttemptAt` is null).")
+
+
+class InvoiceVoidedV1(EventPayload):
+    """An open invoice was voided (immediate cancel, or cancel for non-payment; for an invoice
+    the gateway may hold a charge for, once what the gateway says decides, later than the
+    `SubscriptionCanceled`); the credit it had consumed goes back to the balance."""
+
+    event_type = "InvoiceVoided"
+
+    invoiceId: Id = Field(description="The voided invoice.")
+    voidedAt: Instant = Field(description="When it was voided.")
+
+
+class PaymentReconciliationNeededV1(EventPayload):
+    """A person must settle a payment: a success whose report does not match its invoice, or
+    an invoice held after uncertain or refused answers (`billing reconcile` lists them)."""
+
+    event_type = "PaymentReconciliationNeeded"
+
+    invoiceId: Id = Field(description="The invoice concerned.")
+    invoiceStatus: InvoiceStatus = Field(description="The invoice's status when this was raised.")
+    idempotencyKey: str = Field(
+        description="The gateway key of the call concerned.", examples=["inv-42-try-0"]
+    )
+    gatewayReference: str | None = Field(description="The gateway's charge id, when known.")
+    reason: str = Field(
+        description="`report_mismatch: ...` (what differs), `unknown_unresolved: ...`, "
+        "`gateway_rejected: http <status>: <the gateway's words>`, `uncertain_on_void: ...`; "
+        "`charged_settled_invoice` in older events."
+    )
+
+
+class PaymentRefundedV1(EventPayload):
+    """Money the invoice could not keep is back with the customer: the gateway confirmed the
+    refund. `refundId` is the number of the customer's credit note."""
+
+    event_type = "PaymentRefunded"
+
+    invoiceId: Id = Field(description="The invoice the money was taken for.")
+    refundId: Id = Field(description="The refund, and the credit note's number.")
+    amount: Amount = Field(ge=0, description="The amount refunded, minor units.")
+    currency: Currency
+    reason: RefundReasonName = Field(
+        description="`charged_closed_invoice` (a success for a VOID/FAILED invoice), "
+        "`canceled_in_flight` (canceled during the call), `duplicate_charge` (a PAID invoice "
+        "charged again under another key)."
+    )
+    chargeReference: str | None = Field(description="The gateway's charge id.")
+    gatewayReference: str | None = Field(description="The gateway's refund id.")
+    refundedAt: Instant = Field(description="When the refund was confirmed.")
+
+
+PAYLOAD_MODELS: tuple[type[EventPayload], ...] = (
+    SubscriptionCreatedV1,
+    SubscriptionPlanChangedV1,
+    SubscriptionCanceledV1,
+    SubscriptionPastDueV1,
+    SubscriptionReactivatedV1,
+    InvoiceCreatedV1,
+    InvoicePaidV1,
+    PaymentFailedV1,
+    InvoiceVoidedV1,
+    PaymentReconciliationNeededV1,
+    PaymentRefundedV1,
+)
+
+_BY_KEY: dict[tuple[str, int], type[EventPayload]] = {
+    (m.event_type, m.version): m for m in PAYLOAD_MODELS
+}
+
+
+def payload_model(event_type: str, version: int = 1) -> type[EventPayload]:
+    """The model of ``event_type`` at ``version``; KeyError for an unknown pair."""
+    return _BY_KEY[(event_type, version)]
+
+
+def parse_payload(event_type: str, version: int, data: bytes | str) -> EventPayload:
+    """A published payload read back through its model, ignoring fields added after it (raises
+    pydantic's ValidationError, or ValueError when the JSON is not an object)."""
+    model = payload_model(event_type, version)
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise ValueError(f"{event_type} v{version}: payload is not a JSON object")
+    return model.model_validate({k: v for k, v in value.items() if k in model.model_fields})

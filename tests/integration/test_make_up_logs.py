@@ -1,0 +1,74 @@
+"""``make up`` with BILLING_LOG_JSON=true logs JSON lines only, each with its logger name: the
+processes' own lines, uvicorn's, the libraries' and the supervisor's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from billing_core.db import migrate
+from tests.support.db import recreate_database
+from tests.support.infra import Services, checkout_database_name
+from tests.support.system import System
+
+RUN_SECONDS = 20
+
+
+@pytest.fixture
+def system(services: Services, tmp_path: Path) -> Iterator[System]:
+    name = f"{checkout_database_name()}_logs"
+    asyncio.run(recreate_database(services.admin_database_url, name))
+    url = services.database_url(name)
+    migrate.upgrade(url)
+    running = System(
+        database_url=url,
+        redis_url=services.redis_url,
+        kafka_bootstrap=services.kafka_bootstrap,
+        log_dir=tmp_path,
+        log_json=True,
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.mark.slow
+def test_make_up_logs_are_json_lines_with_a_logger_name(system: System) -> None:
+    key = system.cli("create-api-key", "logs").stdout.strip().splitlines()[-1]
+    auth = {"Authorization": f"Bearer {key}"}
+    deadline = time.monotonic() + RUN_SECONDS
+    customer = 1
+    while time.monotonic() < deadline:  # some traffic: requests, invoices, charges, webhooks
+        httpx.post(
+            f"{system.api_url}/subscriptions",
+            json={"customerId": customer, "planCode": "PRO_MONTHLY"},
+            headers={**auth, "Idempotency-Key": f"logs-{customer}"},
+            timeout=10,
+        )
+        httpx.get(f"{system.api_url}/nowhere", headers=auth, timeout=10)
+        customer += 1
+        time.sleep(0.5)
+    assert system.stop()
+
+    lines = system.log_path.read_text().splitlines()
+    assert len(lines) > 20
+    records = []
+    for line in lines:
+        record = json.loads(line)
+        assert isinstance(record, dict), line
+        assert record.get("logger"), line
+        assert record.get("process"), line
+        records.append(record)
+    loggers = {r["logger"] for r in records}
+    assert "uvicorn.error" in loggers  # uvicorn's own lines, through the same pipeline
+    assert "supervisor" in loggers  # the supervisor's "started"/"stopped" lines
+    assert any(name.startswith("services.") for name in loggers)
+    assert {r["process"] for r in records} >= {"billing.api", "run-all"}
