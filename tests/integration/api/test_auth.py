@@ -12,8 +12,8 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.repo import api_clients as api_clients_repo
 from billing_core.clock import ManualClock
+from billing_core.repo import api_clients as api_clients_repo
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 from tests.integration.api.conftest import ROOT, asgi_client
