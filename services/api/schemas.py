@@ -345,9 +345,7 @@ class HistoryEntry(_Camel):
     request_id: str | None = None
     version_before: int | None = None
     version_after: int | None = None
-    ref: int | str | None = Field(
-        default=None, description="The invoice or attempt id, or the event id."
-    )
+    ref: str = Field(description="The audit row, invoice or attempt id, or the event id.")
     detail: dict[str, Any] = Field(default_factory=dict)
 
 

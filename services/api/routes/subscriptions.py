@@ -1,4 +1,4 @@
-"""Subscriptions: create, read, cancel, change plan, list invoices."""
+"""Subscriptions: create, read, cancel, change plan, list invoices, history."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from starlette.responses import Response
 from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
+from billing_core.repo import history as history_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
@@ -30,9 +31,11 @@ from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
     CreateSubscriptionRequest,
+    HistoryEntry,
     InvoiceOut,
     InvoicePage,
     PlanChangeOut,
+    SubscriptionHistory,
     SubscriptionOut,
 )
 
@@ -242,4 +245,28 @@ async def list_invoices(
     next_cursor = _encode_cursor(page[-1].id) if len(rows) > limit else None
     return json_response(
         InvoicePage(items=[InvoiceOut.of(i) for i in page], next_cursor=next_cursor)
+    )
+
+
+@router.get(
+    "/subscriptions/{id}/history",
+    response_model=SubscriptionHistory,
+    summary="A subscription's timeline, oldest first",
+    description="Every change made through the API (who, what, versions, request id), the "
+    "invoices, the payment attempts and the events, in time order: the first place to look "
+    "when a customer asks what happened.",
+    responses=problems(401, 403, 404, 422, 429),
+)
+async def subscription_history(
+    request: Request,
+    subscription_id: SubscriptionId,
+    _client: Reader,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> Response:
+    async with get_context(request).reads() as session:
+        if not await subscriptions_repo.exists(session, subscription_id):
+            raise subscriptions_repo.SubscriptionNotFound(subscription_id)
+        rows = await history_repo.for_subscription(session, subscription_id, limit=limit)
+    return json_response(
+        SubscriptionHistory(items=[HistoryEntry.model_validate(vars(row)) for row in rows])
     )
