@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
+import pytest
+import structlog
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -130,6 +132,23 @@ async def failing_audit(engine: AsyncEngine) -> AsyncIterator[None]:
             await conn.execute(text("DROP FUNCTION test_refuse_audit()"))
 
 
+@pytest.fixture
+def plain_tracebacks() -> Iterator[None]:
+    """The 500s below are logged with plain tracebacks (the default renders every local)."""
+    saved = structlog.get_config()
+    structlog.configure(
+        processors=[
+            *saved["processors"][:-1],
+            structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.plain_traceback),
+        ]
+    )
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+
+
+@pytest.mark.usefixtures("plain_tracebacks")
 async def test_the_audit_row_and_the_write_roll_back_together(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
