@@ -324,7 +324,12 @@ Seconds = Annotated[StrictInt, Field(ge=1, le=10 * 365 * 86_400)]
 
 
 class CreateApiKeyRequest(_Request):
-    name: str = Field(min_length=1, max_length=200, pattern=r"\S")
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$",
+        description="Who the key is for (printable text).",
+    )
     scopes: list[Scope] = Field(min_length=1, max_length=len(Scope))
     expires_in_seconds: Seconds | None = None
     rate_limit_per_minute: Annotated[StrictInt, Field(ge=1, le=10_000_000)] | None = None

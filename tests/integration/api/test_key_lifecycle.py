@@ -160,7 +160,8 @@ async def test_admin_keys_manage_keys_over_the_api(
         assert_problem(await ci.get("/api-keys"), 403, "forbidden")
 
     listed = (await client.get("/api-keys")).json()["items"]
-    assert prefix in [k["prefix"] for k in listed]
+    (ci_key,) = [k for k in listed if k["prefix"] == prefix]
+    assert ci_key["lastUsedAt"] is not None  # noted by the look-up that verified it
     assert new_key not in str(listed)
 
     rotated = await client.post(f"/api-keys/{prefix}/rotate", json={"graceSeconds": 0})
