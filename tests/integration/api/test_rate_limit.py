@@ -87,6 +87,21 @@ async def test_a_key_over_its_limit_gets_429_with_headers_and_recovers(
         assert recovered.headers["ratelimit-remaining"] == "2"
 
 
+async def test_concurrent_requests_are_each_counted_once(
+    app: FastAPI, settings: CoreSettings
+) -> None:
+    """Requests that arrive together share one Redis call; each is still counted once."""
+    key = await create_api_key_async(settings, "burst", rate_limit_per_minute=25)
+    async with client_from(app, "10.0.0.4", key) as c:
+        answers = await asyncio.gather(*(c.get("/plans") for _ in range(60)))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] * 25 + [429] * 35
+    remaining = sorted(
+        int(a.headers["ratelimit-remaining"]) for a in answers if a.status_code == 200
+    )
+    assert remaining == list(range(25))
+
+
 async def test_the_default_limit_applies_to_keys_without_their_own(
     api_settings: ApiSettings, clock: ManualClock, engine: AsyncEngine, api_key: str
 ) -> None:
