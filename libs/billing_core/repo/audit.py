@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
 
@@ -24,9 +24,11 @@ SUBSCRIPTION_CHANGE_PLAN = "subscription.change_plan"
 API_KEY_CREATE = "api_key.create"
 API_KEY_REVOKE = "api_key.revoke"
 API_KEY_ROTATE = "api_key.rotate"
+RECONCILIATION_RESOLVE = "reconciliation.resolve"
 
 SUBSCRIPTION = "subscription"
 API_CLIENT = "api_client"
+RECONCILIATION_ITEM = "reconciliation_item"
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class AuditEntry:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
-async def record(session: AsyncSession, entry: AuditEntry, *, now: datetime) -> None:
+async def record(
+    session: AsyncSession | AsyncConnection, entry: AuditEntry, *, now: datetime
+) -> None:
     await session.execute(
         insert(t.audit_event).values(
             occurred_at=now,
