@@ -27,6 +27,7 @@ def main() -> None:
         access_log=settings.access_log,
         log_level=settings.log_level.lower(),
         proxy_headers=True,
+        forwarded_allow_ips=settings.api_forwarded_allow_ips,
         server_header=False,
         timeout_graceful_shutdown=10,
     )

@@ -104,6 +104,11 @@ class ApiSettings(CoreSettings):
         default=False,
         description="Also serve /docs and /openapi.json on the public port (development).",
     )
+    api_forwarded_allow_ips: str = Field(
+        default="127.0.0.1",
+        description="Proxies whose X-Forwarded-For gives the client's address (comma-separated, "
+        "'*' for any): the address the limit on unknown API keys counts.",
+    )
     access_log: bool = Field(default=False, description="uvicorn's access log.")
 
     def webhook_secret_list(self) -> list[bytes]:
