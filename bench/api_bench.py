@@ -294,6 +294,7 @@ def api_server(database_url: str, **settings: str) -> Iterator[ApiServer]:
         **os.environ,
         "BILLING_DATABASE_URL": database_url,
         "BILLING_API_PORT": str(port),
+        "BILLING_API_INTERNAL_PORT": "0",
         "BILLING_LOG_LEVEL": "WARNING",
         **settings,
     }
@@ -322,7 +323,10 @@ def main() -> None:
     from services.api.admin import create_api_key  # noqa: PLC0415
 
     migrated_database(args.database_url)
-    token = create_api_key(CoreSettings(database_url=args.database_url), "bench")
+    # A limit the bench never reaches: it measures what counting costs, not refusals.
+    token = create_api_key(
+        CoreSettings(database_url=args.database_url), "bench", rate_limit_per_minute=100_000_000
+    )
     with api_server(args.database_url, BILLING_AUTH_CACHE_SECONDS="30") as server:
         host = "127.0.0.1"
         common = {"host": host, "port": server.port, "token": token}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,11 +29,138 @@ def api() -> None:
 
 @app.command("create-api-key")
 def create_api_key(name: str = typer.Argument(..., help="Who the key is for.")) -> None:
-    """Create an API client and print its key (shown once; only its hash is stored)."""
+    """Create a full-access API client and print its key (``api-keys create`` with every
+    scope)."""
     from services.api.admin import create_api_key as create  # noqa: PLC0415
     from services.api.settings import ApiSettings  # noqa: PLC0415
 
     typer.echo(create(ApiSettings(), name))
+
+
+api_keys = typer.Typer(no_args_is_help=True, help="API keys: create, list, revoke, rotate.")
+app.add_typer(api_keys, name="api-keys")
+
+
+def _key_settings() -> Any:
+    from services.api.settings import ApiSettings  # noqa: PLC0415
+
+    return ApiSettings(process_name="api-keys")
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(2)
+
+
+@api_keys.command("create")
+def api_keys_create(
+    name: str = typer.Argument(..., help="Who the key is for."),
+    scope: Annotated[
+        list[str],
+        typer.Option(
+            "--scope",
+            help="plans:read, subscriptions:read, subscriptions:write, invoices:read, admin "
+            "(repeat, or comma-separated; 'all' for every one).",
+        ),
+    ] = [],  # noqa: B006
+    expires_in: str = typer.Option("", help="Lifetime, e.g. 90d, 12h (default: no expiry)."),
+    rate_limit: int = typer.Option(
+        0, help="Requests per minute (default: BILLING_API_RATE_LIMIT_PER_MINUTE)."
+    ),
+) -> None:
+    """Create an API key with its scopes; print the key (shown once, only its hash is kept)."""
+    from billing_core.domain.errors import DomainError  # noqa: PLC0415
+    from billing_core.domain.scopes import ALL_SCOPES, parse_scopes  # noqa: PLC0415
+    from services.api.admin import create_key, parse_duration  # noqa: PLC0415
+
+    try:
+        scopes = ALL_SCOPES if scope == ["all"] else parse_scopes(scope)
+        if not scopes:
+            raise ValueError("give at least one --scope")
+        if rate_limit < 0:
+            raise ValueError("--rate-limit must be positive")
+        new = create_key(
+            _key_settings(),
+            name,
+            scopes=scopes,
+            expires_in=parse_duration(expires_in) if expires_in else None,
+            rate_limit_per_minute=rate_limit or None,
+        )
+    except (ValueError, DomainError) as exc:
+        raise _fail(exc) from exc
+    typer.echo(new.key)
+    typer.echo(
+        f"prefix {new.info.key_prefix}  scopes {','.join(new.info.scopes)}  expires "
+        f"{new.info.expires_at.isoformat() if new.info.expires_at else 'never'}",
+        err=True,
+    )
+
+
+@api_keys.command("list")
+def api_keys_list(
+    all_keys: bool = typer.Option(False, "--all", help="Also revoked and expired keys."),
+) -> None:
+    """List keys: prefix, name, scopes, created, last used, expires (never the keys)."""
+    from services.api.admin import list_keys  # noqa: PLC0415
+
+    now, keys = list_keys(_key_settings(), include_inactive=all_keys)
+
+    def when(value: Any) -> str:
+        return value.strftime("%Y-%m-%d %H:%M") if value is not None else "-"
+
+    typer.echo(
+        f"{'PREFIX':<12} {'STATUS':<8} {'NAME':<20} {'CREATED':<16} {'LAST USED':<16} "
+        f"{'EXPIRES':<16} SCOPES"
+    )
+    for k in keys:
+        typer.echo(
+            f"{k.key_prefix:<12} {k.status_at(now):<8} {k.name[:20]:<20} {when(k.created_at):<16} "
+            f"{when(k.last_used_at):<16} {when(k.expires_at):<16} {','.join(k.scopes)}"
+        )
+
+
+@api_keys.command("revoke")
+def api_keys_revoke(
+    prefix: str = typer.Argument(..., help="The key's prefix (from list)."),
+) -> None:
+    """Revoke a key: it stops working within BILLING_AUTH_CACHE_SECONDS."""
+    from billing_core.domain.errors import DomainError  # noqa: PLC0415
+    from services.api.admin import revoke_key  # noqa: PLC0415
+
+    try:
+        info = revoke_key(_key_settings(), prefix)
+    except DomainError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"revoked {info.key_prefix} ({info.name})")
+
+
+@api_keys.command("rotate")
+def api_keys_rotate(
+    prefix: str = typer.Argument(..., help="The key's prefix (from list)."),
+    grace: str = typer.Option("24h", help="How long the old key keeps working."),
+    expires_in: str = typer.Option("", help="Lifetime of the new key (default: no expiry)."),
+) -> None:
+    """A new key with the same name, scopes and limit; print it. The old one keeps working
+    for the grace period."""
+    from billing_core.domain.errors import DomainError  # noqa: PLC0415
+    from services.api.admin import parse_duration, rotate_key  # noqa: PLC0415
+
+    try:
+        old, new = rotate_key(
+            _key_settings(),
+            prefix,
+            grace=parse_duration(grace),
+            expires_in=parse_duration(expires_in) if expires_in else None,
+        )
+    except (ValueError, DomainError) as exc:
+        raise _fail(exc) from exc
+    typer.echo(new.key)
+    assert old.expires_at is not None
+    typer.echo(
+        f"new prefix {new.info.key_prefix}; {old.key_prefix} works until "
+        f"{old.expires_at.isoformat()}",
+        err=True,
+    )
 
 
 @app.command()

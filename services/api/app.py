@@ -8,25 +8,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
+import redis.asyncio as aioredis
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
 from billing_core.db import pg
-from billing_core.db.engine import create_engine, session_factory
+from billing_core.db.engine import create_engine, database_answers, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
+from billing_core.runtime.http import HealthServer
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api import openapi, problems
+from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
 from services.api.console import routes as console_routes
 from services.api.console.session import Sessions
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
-from services.api.routes import customers, health, plans, stripe_webhooks, subscriptions, webhooks
+from services.api.routes import (
+    api_keys,
+    customers,
+    health,
+    plans,
+    stripe_webhooks,
+    subscriptions,
+    webhooks,
+)
 from services.api.settings import ApiSettings
 
 log = get_logger(__name__)
@@ -36,7 +49,12 @@ Subscription billing: subscribe customers to plans, change plans (prorated), can
 receive the payment gateway's signed results.
 
 * Authentication: `Authorization: Bearer <api key>` (create one with
-  `billing create-api-key NAME`). `/healthz`, `/readyz`, `/metrics` and the docs are open.
+  `billing api-keys create NAME --scope ...`). Each operation needs one scope of the key
+  (`plans:read`, `subscriptions:read`, `subscriptions:write`, `invoices:read`, `admin`),
+  listed as its security requirement; a key without it gets 403. `/healthz` and `/readyz`
+  are open; `/metrics` and the docs are served on the internal port.
+* Each client has a request limit: answers carry `RateLimit-Limit`, `RateLimit-Remaining`,
+  `RateLimit-Reset` and `RateLimit-Policy`; past it, 429 with `Retry-After`.
 * Every POST accepts an `Idempotency-Key` header (required to create a subscription).
 * Errors are `application/problem+json` (RFC 9457) with a stable `type`.
 """
@@ -55,11 +73,36 @@ def api_engine(settings: ApiSettings) -> AsyncEngine:
     return create_engine(settings, pool_size=10, pre_ping=False)
 
 
+def internal_server(app: FastAPI, context: AppContext) -> HealthServer:
+    """``/metrics``, ``/healthz``, ``/readyz``, ``/docs`` and ``/openapi.json`` on the internal
+    port (``api_internal_port`` on ``health_host``), apart from the public one: the network
+    policy lets only monitoring reach it."""
+    settings = context.settings
+
+    async def ready() -> bool:
+        return context.engine is not None and await database_answers(context.engine)
+
+    schema = json.dumps(app.openapi(), separators=(",", ":")).encode()
+    docs = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs").body
+    return HealthServer(
+        settings.health_host,
+        settings.api_internal_port,
+        ready=ready,
+        pages={
+            "/openapi.json": ("application/json", schema),
+            "/docs": ("text/html; charset=utf-8", bytes(docs)),
+        },
+    )
+
+
 def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     context = AppContext(
         settings=settings,
         clock=clock,
-        key_cache=KeyCache(settings.auth_cache_seconds),
+        key_cache=KeyCache(settings.auth_cache_seconds, settings.auth_negative_cache_seconds),
+        failed_keys=FailedKeysByAddress(
+            settings.auth_failures_per_address, settings.auth_failure_window_seconds
+        ),
         plans=PlanCatalogue(settings.plan_cache_seconds),
         subscription_ids=IdBlocks(subscribe_uc.ID_SEQUENCES),
         policy=settings.dunning_policy(),
@@ -70,7 +113,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     )
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         context.engine = api_engine(settings)
         context.sessions_ = session_factory(context.engine)
         context.reads_ = session_factory(
@@ -83,6 +126,19 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             max_wait=settings.webhook_group_wait_ms / 1000,
             max_gap=settings.webhook_group_gap_ms / 1000,
         )
+        redis = aioredis.from_url(
+            settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
+        )
+        context.rate_limit_ = ClientRateLimit(
+            redis,
+            key_prefix=settings.api_rate_limit_key_prefix,
+            per_minute=settings.api_rate_limit_per_minute,
+            window_seconds=settings.api_rate_limit_window_seconds,
+            clock=clock,
+        )
+        internal = internal_server(app, context)
+        await internal.start()
+        context.internal_port = internal.port
         purge: asyncio.Task[None] | None = None
         if settings.idempotency_purge_interval_seconds > 0:
             purge = asyncio.create_task(
@@ -97,6 +153,9 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
                 purge.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await purge
+            await internal.stop()
+            await redis.aclose()
+            context.rate_limit_ = None
             await context.engine.dispose()
             await context.pg.close()
             context.pg_ = None
@@ -110,14 +169,14 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         version="1.0.0",
         description=DESCRIPTION,
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url="/docs" if settings.api_public_docs else None,
         redoc_url=None,
-        openapi_url="/openapi.json",
+        openapi_url="/openapi.json" if settings.api_public_docs else None,
     )
     app.state.context = context
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    for module in (subscriptions, customers, plans, webhooks, stripe_webhooks, health):
+    for module in (subscriptions, customers, plans, api_keys, webhooks, stripe_webhooks, health):
         app.include_router(module.router)
     if settings.console_enabled:
         app.include_router(console_routes.router)

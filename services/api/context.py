@@ -19,32 +19,46 @@ from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.plans import Plan, PlanNotFound
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
+from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
 from services.api.console.session import Sessions
 from services.api.settings import ApiSettings
 
 
 class KeyCache:
-    def __init__(self, ttl_seconds: float, max_entries: int = 10_000) -> None:
-        self._ttl = ttl_seconds
-        self._max = max_entries
-        self._entries: dict[bytes, tuple[float, ApiClient]] = {}
+    """Verified keys (``ttl_seconds``) and unknown ones (``negative_ttl_seconds``) by hash."""
 
-    def get(self, key_hash: bytes) -> ApiClient | None:
+    def __init__(
+        self, ttl_seconds: float, negative_ttl_seconds: float = 0.0, max_entries: int = 10_000
+    ) -> None:
+        self._ttl = ttl_seconds
+        self._negative_ttl = negative_ttl_seconds
+        self._max = max_entries
+        self._entries: dict[bytes, tuple[float, ApiClient | None]] = {}
+
+    def get(self, key_hash: bytes) -> tuple[bool, ApiClient | None]:
+        """(known, client): (False, None) not cached; (True, None) cached as unknown."""
         entry = self._entries.get(key_hash)
         if entry is None:
-            return None
+            return False, None
         expires, client = entry
         if time.monotonic() >= expires:
             self._entries.pop(key_hash, None)
-            return None
-        return client
+            return False, None
+        return True, client
 
-    def put(self, key_hash: bytes, client: ApiClient) -> None:
-        if self._ttl <= 0:
+    def put(self, key_hash: bytes, client: ApiClient | None) -> None:
+        ttl = self._ttl if client is not None else self._negative_ttl
+        if ttl <= 0:
             return
         if len(self._entries) >= self._max:
             self._entries.clear()
-        self._entries[key_hash] = (time.monotonic() + self._ttl, client)
+        self._entries[key_hash] = (time.monotonic() + ttl, client)
+
+    def forget(self, key_hash: bytes) -> None:
+        self._entries.pop(key_hash, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 class PlanCatalogue:
@@ -91,6 +105,7 @@ class AppContext:
     settings: ApiSettings
     clock: Clock
     key_cache: KeyCache
+    failed_keys: FailedKeysByAddress
     plans: PlanCatalogue
     subscription_ids: IdBlocks
     rng: random.Random = field(default_factory=random.SystemRandom)
@@ -108,6 +123,9 @@ class AppContext:
         if self.engine is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.engine
+
+    rate_limit_: ClientRateLimit | None = None
+    internal_port: int | None = None
 
     @property
     def sessions(self) -> async_sessionmaker[AsyncSession]:
@@ -129,6 +147,13 @@ class AppContext:
         if self.pg_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.pg_
+
+    @property
+    def rate_limit(self) -> ClientRateLimit:
+        """The per-client request limit (Redis)."""
+        if self.rate_limit_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.rate_limit_
 
     @property
     def webhooks(self) -> Batcher[WebhookToRecord, str]:

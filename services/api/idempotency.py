@@ -23,7 +23,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 from asyncpg import UniqueViolationError  # type: ignore[import-untyped]
 from fastapi import Depends, Header, Request
@@ -32,12 +32,14 @@ from starlette.responses import Response
 
 from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
+from billing_core.domain.scopes import Scope
 from billing_core.logging import get_logger
+from billing_core.repo import audit as audit_repo
 from billing_core.repo import idempotency as idempotency_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.idempotency import StoredResponse
-from services.api.auth import authenticate
+from services.api.auth import actor_of, requires
 from services.api.context import AppContext, get_context
 from services.api.problems import (
     IDEMPOTENCY_IN_FLIGHT,
@@ -111,6 +113,11 @@ class IdempotentWrite:
         self._request = request
         self.client = client
         self.key = key
+
+    @property
+    def actor(self) -> audit_repo.Actor:
+        """Who makes this write, for its ``audit_event`` row."""
+        return actor_of(self._request, self.client)
 
     def require_key(self) -> None:
         if self.key is None:
@@ -297,22 +304,41 @@ def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items() if k.lower() in _STORED_HEADERS}
 
 
-async def idempotent_write(
-    request: Request,
-    client: Annotated[ApiClient, Depends(authenticate)],
-    idempotency_key: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            description="Makes the request safe to retry: the first response is stored and "
-            "replayed for the same key (24 h by default).",
-        ),
-    ] = None,
-) -> IdempotentWrite:
-    return IdempotentWrite(get_context(request), request, client, _validate_key(idempotency_key))
+_IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Makes the request safe to retry: the first response is stored and "
+        "replayed for the same key (24 h by default).",
+    ),
+]
 
 
-IdempotentWriteDep = Annotated[IdempotentWrite, Depends(idempotent_write)]
+def idempotent_write(scope: Scope) -> Any:
+    """``Annotated[IdempotentWrite, idempotent_write(Scope.X)]``: a write that needs a key with
+    scope X (the route's one scope declaration; see ``services.api.auth.requires``)."""
+    dependency = _WRITES.get(scope)
+    if dependency is None:
+
+        async def write(
+            request: Request, client: ApiClient, idempotency_key: str | None = None
+        ) -> IdempotentWrite:
+            return IdempotentWrite(
+                get_context(request), request, client, _validate_key(idempotency_key)
+            )
+
+        # Real objects, not the strings of postponed annotations: the scope is this call's.
+        write.__annotations__ = {
+            "request": Request,
+            "client": Annotated[ApiClient, requires(scope)],
+            "idempotency_key": _IdempotencyKey,
+            "return": IdempotentWrite,
+        }
+        dependency = _WRITES[scope] = Depends(write)
+    return dependency
+
+
+_WRITES: dict[Scope, Any] = {}
 
 
 async def purge_expired(ctx: AppContext, *, batch_size: int = 1000) -> int:

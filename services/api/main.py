@@ -30,6 +30,7 @@ def main() -> None:
         log_config=None,  # uvicorn logs through the root handler of configure_logging
         log_level=settings.log_level.lower(),
         proxy_headers=True,
+        forwarded_allow_ips=settings.api_forwarded_allow_ips,
         server_header=False,
         timeout_graceful_shutdown=10,
     )

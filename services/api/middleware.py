@@ -42,6 +42,8 @@ LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
 
+# Where the rate-limit headers of an answer wait to be sent with it (services.api.auth).
+RATE_HEADERS_SCOPE_KEY = "billing.rate_limit_headers"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 
 
@@ -127,6 +129,10 @@ class RequestContextMiddleware:
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id.encode()),
+                    *(
+                        (name.lower().encode(), value.encode())
+                        for name, value in scope.get(RATE_HEADERS_SCOPE_KEY, {}).items()
+                    ),
                 ]
             await send(message)
 

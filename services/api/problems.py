@@ -20,7 +20,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from billing_core.domain import errors as domain_errors
+from billing_core.domain import scopes
 from billing_core.logging import get_logger
+from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases import change_plan as change_plan_uc
@@ -50,6 +52,7 @@ IDEMPOTENCY_KEY_REQUIRED = ProblemKind(
 )
 IDEMPOTENCY_KEY_INVALID = ProblemKind(400, "idempotency-key-invalid", "Invalid Idempotency-Key")
 UNAUTHORIZED = ProblemKind(401, "unauthorized", "Missing or invalid API key")
+FORBIDDEN = ProblemKind(403, "forbidden", "The API key lacks the scope this needs")
 WEBHOOK_SIGNATURE = ProblemKind(401, "invalid-signature", "Invalid webhook signature")
 NOT_FOUND = ProblemKind(404, "not-found", "Resource not found")
 METHOD_NOT_ALLOWED = ProblemKind(405, "method-not-allowed", "Method not allowed")
@@ -69,12 +72,14 @@ UNKNOWN_PLAN = ProblemKind(422, "unknown-plan", "Unknown plan")
 PLAN_CHANGE_NOT_ALLOWED = ProblemKind(422, "plan-change-not-allowed", "Plan change not allowed")
 BUSINESS_RULE = ProblemKind(422, "business-rule-violated", "Business rule violated")
 SUBSCRIPTION_NOT_FOUND = ProblemKind(404, "subscription-not-found", "Subscription not found")
+API_KEY_NOT_FOUND = ProblemKind(404, "api-key-not-found", "API key not found")
 INTERNAL = ProblemKind(500, "internal-error", "Internal error")
 UNAVAILABLE = ProblemKind(503, "service-unavailable", "Service unavailable")
 
 _BY_STATUS = {
     400: BAD_REQUEST,
     401: UNAUTHORIZED,
+    403: FORBIDDEN,
     404: NOT_FOUND,
     405: METHOD_NOT_ALLOWED,
     406: NOT_ACCEPTABLE,
@@ -87,6 +92,10 @@ _BY_STATUS = {
 # so subclasses come before their bases; DomainError itself is the catch-all.
 DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (subscriptions_repo.SubscriptionNotFound, SUBSCRIPTION_NOT_FOUND),
+    (api_clients_repo.ApiKeyNotFound, API_KEY_NOT_FOUND),
+    (api_clients_repo.ApiKeyAmbiguous, BUSINESS_RULE),
+    (api_clients_repo.ApiKeyInactive, STATE_CONFLICT),
+    (scopes.UnknownScope, BUSINESS_RULE),
     (subscriptions_repo.VersionConflict, VERSION_CONFLICT),
     (plans_repo.PlanNotFound, UNKNOWN_PLAN),
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),

@@ -12,6 +12,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.domain.scopes import Scope
+from billing_core.repo.api_clients import ApiKeyInfo
 from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
 from billing_core.repo.plans import Plan
@@ -404,3 +406,108 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     result: dict[str, Any] = resolve(schema)
     return result
+
+
+class ApiKeyOut(_Camel):
+    id: int
+    name: str
+    prefix: str = Field(description="The first characters of the key: enough to name it.")
+    scopes: list[Scope]
+    status: Literal["active", "expired", "revoked"]
+    created_at: datetime
+    last_used_at: datetime | None = Field(
+        description="The last look-up of the key (to within a minute plus the auth cache time)."
+    )
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    rate_limit_per_minute: int | None
+    rotated_from_id: int | None
+
+    @classmethod
+    def of(cls, info: ApiKeyInfo, now: datetime) -> ApiKeyOut:
+        return cls(
+            id=info.id,
+            name=info.name,
+            prefix=info.key_prefix,
+            scopes=list(info.scopes),
+            status=info.status_at(now),
+            created_at=info.created_at,
+            last_used_at=info.last_used_at,
+            expires_at=info.expires_at,
+            revoked_at=info.revoked_at,
+            rate_limit_per_minute=info.rate_limit_per_minute,
+            rotated_from_id=info.rotated_from_id,
+        )
+
+
+class ApiKeyList(_Camel):
+    items: list[ApiKeyOut]
+
+
+class NewApiKeyOut(_Camel):
+    key: str = Field(description="The key itself: shown this once, only its hash is stored.")
+    api_key: ApiKeyOut
+    previous: ApiKeyOut | None = Field(
+        default=None, description="Rotation: the old key, valid until its expiresAt."
+    )
+
+
+Seconds = Annotated[StrictInt, Field(ge=1, le=10 * 365 * 86_400)]
+
+
+class CreateApiKeyRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"name": "support-dashboard", "scopes": ["subscriptions:read", "invoices:read"]},
+                {
+                    "name": "shop-frontend",
+                    "scopes": ["plans:read", "subscriptions:read", "subscriptions:write"],
+                    "expiresInSeconds": 7776000,
+                    "rateLimitPerMinute": 1200,
+                },
+            ]
+        }
+    )
+
+    name: str = Field(
+        min_length=1,
+        max_length=200,
+        pattern=r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$",
+        description="Who the key is for (printable text).",
+    )
+    scopes: list[Scope] = Field(min_length=1, max_length=len(Scope))
+    expires_in_seconds: Seconds | None = None
+    rate_limit_per_minute: Annotated[StrictInt, Field(ge=1, le=10_000_000)] | None = None
+
+
+class RotateApiKeyRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"graceSeconds": 86400},
+                {"graceSeconds": 3600, "expiresInSeconds": 7776000},
+            ]
+        }
+    )
+
+    grace_seconds: Annotated[StrictInt, Field(ge=0, le=30 * 86_400)] = Field(
+        default=86_400, description="How long the old key keeps working."
+    )
+    expires_in_seconds: Seconds | None = None
+
+
+class HistoryEntry(_Camel):
+    at: datetime
+    kind: Literal["api", "invoice", "payment_attempt", "event"]
+    what: str = Field(description="The action, invoice kind and status, attempt outcome or event.")
+    client_id: int | None = Field(default=None, description="api: the client that made it.")
+    request_id: str | None = None
+    version_before: int | None = None
+    version_after: int | None = None
+    ref: str = Field(description="The audit row, invoice or attempt id, or the event id.")
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class SubscriptionHistory(_Camel):
+    items: list[HistoryEntry]

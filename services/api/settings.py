@@ -75,6 +75,50 @@ class ApiSettings(CoreSettings):
         description="How long the plan catalogue is kept in the process (a plan added or "
         "retired by a migration is seen after at most this long).",
     )
+    auth_negative_cache_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="How long an unknown API key is remembered as unknown (no database look-up).",
+    )
+    auth_failures_per_address: int = Field(
+        default=20,
+        ge=1,
+        description="Unknown API keys one source address may try per "
+        "auth_failure_window_seconds; past that its key look-ups get 429 (no database work).",
+    )
+    auth_failure_window_seconds: float = Field(default=60.0, gt=0)
+    api_rate_limit_per_minute: int = Field(
+        default=6000,
+        ge=1,
+        description="Requests per minute of an API client whose key sets no limit of its own.",
+    )
+    api_rate_limit_window_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description="The fixed window the rate limit counts in (the limit scales with it).",
+    )
+    api_rate_limit_key_prefix: str = Field(
+        default="billing:api:rate:",
+        description="Redis keys of the rate limit start with this (several deployments may "
+        "share one Redis).",
+    )
+    api_internal_port: int = Field(
+        default=9100,
+        ge=0,
+        le=65535,
+        description="/metrics, /healthz, /readyz (and the docs unless api_public_docs) on "
+        "health_host, apart from the public port (0: ephemeral).",
+    )
+    api_public_docs: bool = Field(
+        default=False,
+        description="Also serve /docs and /openapi.json on the public port (development).",
+    )
+    api_forwarded_allow_ips: str = Field(
+        default="127.0.0.1",
+        description="Proxies whose X-Forwarded-For gives the client's address (comma-separated, "
+        "'*' for any): the address the limit on unknown API keys counts.",
+    )
     access_log: bool = Field(default=False, description="uvicorn's access log.")
     console_enabled: bool = Field(default=True, description="Serve the operator console.")
     console_secret: SecretStr = Field(

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.repo import audit
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo.reconciliation import Item
 
@@ -28,9 +29,20 @@ async def gather(engine: AsyncEngine, *, include_resolved: bool = False) -> list
 
 
 async def resolve(engine: AsyncEngine, item_id: int, *, who: str, how: str, now: datetime) -> bool:
-    """Mark an open item resolved (committed here); False when no such open item exists."""
+    """Mark an open item resolved, with its ``audit_event`` row (committed here); False when no
+    such open item exists."""
     async with engine.begin() as conn:
-        return await reconciliation_repo.resolve_item(conn, item_id, who=who, how=how, now=now)
+        if not await reconciliation_repo.resolve_item(conn, item_id, who=who, how=how, now=now):
+            return False
+        entry = audit.AuditEntry(
+            audit.Actor.cli(),
+            audit.RECONCILIATION_RESOLVE,
+            audit.RECONCILIATION_ITEM,
+            item_id,
+            detail={"by": who, "note": how},
+        )
+        await audit.record(conn, entry, now=now)
+        return True
 
 
 def render(items: list[Item], console: Console | None = None) -> None:

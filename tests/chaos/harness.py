@@ -219,7 +219,9 @@ async def subscription_due_times(engine: AsyncEngine) -> dict[int, float]:
 
 async def api_key(engine: AsyncEngine) -> str:
     async with AsyncSession(engine) as session, session.begin():
-        _client, key = await api_clients.create(session, name="chaos", now=datetime.now(UTC))
+        _client, key = await api_clients.create(
+            session, name="chaos", now=datetime.now(UTC), rate_limit_per_minute=10_000_000
+        )
     return key
 
 
@@ -399,7 +401,7 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
         system.start(
             "api",
             "services.api",
-            {"BILLING_API_PORT": str(api_port)},
+            {"BILLING_API_PORT": str(api_port), "BILLING_API_INTERNAL_PORT": "0"},
             f"http://127.0.0.1:{api_port}/healthz",
         )
         for i in range(2):

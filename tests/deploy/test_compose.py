@@ -93,7 +93,8 @@ def test_healthy_conditions_have_healthchecks(services: dict[str, Any]) -> None:
 
 
 def test_dependencies_match_what_each_process_talks_to(services: dict[str, Any]) -> None:
-    assert services["collector"]["depends_on"]["redis"]["condition"] == "service_healthy"
+    for name in ("collector", "api"):  # the gateway's limit; the API's per-client limit
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
     assert "gateway-sim" in services["collector"]["depends_on"]
     for name in ("relay", "notifier"):
         assert services[name]["depends_on"]["kafka"]["condition"] == "service_healthy"

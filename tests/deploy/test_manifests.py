@@ -44,9 +44,12 @@ class Process:
         shutdown_setting: str | None,
         shutdown_extra_s: float,
         secrets: set[str],
+        metrics_port_setting: str | None = None,
     ) -> None:
         self.name = name
         self.port_setting = port_setting  # where the process reads the port it listens on
+        # where it reads the port of /metrics (the API's internal port; the workers' only one)
+        self.metrics_port_setting = metrics_port_setting or port_setting
         self.bind_setting = bind_setting  # the interface it binds (must be 0.0.0.0 in a pod)
         self.shutdown_s = shutdown_s  # the least time a graceful stop needs
         self.shutdown_setting = shutdown_setting  # the configured drain timeout, if any
@@ -68,7 +71,9 @@ PROCESSES = [
             "BILLING_WEBHOOK_SECRETS",
             "BILLING_STRIPE_WEBHOOK_SECRETS",
             "BILLING_CONSOLE_SECRET",
+            "BILLING_REDIS_URL",
         },
+        metrics_port_setting="BILLING_API_INTERNAL_PORT",
     ),
     Process(
         "renewer",
@@ -211,7 +216,7 @@ def test_metrics_are_scraped_on_the_process_port(
     ]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/path"] == "/metrics"
-    assert int(annotations["prometheus.io/port"]) == int(config[process.port_setting])
+    assert int(annotations["prometheus.io/port"]) == int(config[process.metrics_port_setting])
 
 
 @pytest.mark.parametrize("process", PROCESSES, ids=PROCESS_IDS)
@@ -394,3 +399,33 @@ def test_process_gets_the_secrets_it_needs(rendered: list[Resource], process: Pr
         e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})
     }
     assert from_secret == process.secrets
+
+
+def test_api_network_policy_opens_the_api_to_the_ingress_and_metrics_to_monitoring(
+    rendered: list[Resource], config: dict[str, str]
+) -> None:
+    deployment = _one(rendered, "Deployment", "billing-api")
+    container = _container(deployment)
+    policy = _one(rendered, "NetworkPolicy", "billing-api")
+    spec = policy["spec"]
+    assert _selects(
+        spec["podSelector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
+    )
+    assert spec["policyTypes"] == ["Ingress"]
+    allowed: dict[int, list[dict[str, Any]]] = {}
+    for rule in spec["ingress"]:
+        assert rule.get("from"), "a rule without 'from' would open its ports to every pod"
+        assert rule.get("ports"), "a rule without 'ports' would open every port"
+        for port in rule["ports"]:
+            allowed.setdefault(_resolve_port(container, port["port"]), []).extend(rule["from"])
+    api_port = int(config["BILLING_API_PORT"])
+    metrics_port = int(config["BILLING_API_INTERNAL_PORT"])
+    assert set(allowed) == {api_port, metrics_port}
+    namespaces = {
+        port: [peer["namespaceSelector"]["matchLabels"] for peer in peers]
+        for port, peers in allowed.items()
+    }
+    assert namespaces[api_port] == [{"kubernetes.io/metadata.name": "ingress-nginx"}]
+    assert namespaces[metrics_port] == [{"kubernetes.io/metadata.name": "monitoring"}]
+    assert config["BILLING_HEALTH_HOST"] == "0.0.0.0", "Prometheus cannot reach 127.0.0.1"
+    assert config["BILLING_API_PUBLIC_DOCS"] == "false"

@@ -98,11 +98,15 @@ def _configmap() -> dict[str, str]:
     return dict(doc["data"])
 
 
-def _container_port(process: str) -> int:
+def _container_port(process: str, name: str | None = None) -> int:
+    """The container's port (its only one, or the one called ``name``)."""
     docs = yaml.safe_load_all((K8S_BASE / f"{process}.yaml").read_text())
     deployment = next(d for d in docs if d["kind"] == "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    (port,) = container["ports"]
+    if name is None:
+        (port,) = container["ports"]
+    else:
+        (port,) = [p for p in container["ports"] if p["name"] == name]
     return int(port["containerPort"])
 
 
@@ -115,6 +119,10 @@ def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch
     renewer = RenewerSettings()
     collector = CollectorSettings()
     relay = RelaySettings()
+    assert (api.health_host, api.api_internal_port) == (
+        "0.0.0.0",
+        _container_port("api", "metrics"),
+    )
     listening = {
         "api": (api.api_host, api.api_port),
         "renewer": (renewer.health_host, renewer.renewer_health_port),
@@ -123,7 +131,7 @@ def test_processes_listen_where_the_probes_point(monkeypatch: pytest.MonkeyPatch
     }
     for process, (host, port) in listening.items():
         assert host == "0.0.0.0", process
-        assert port == _container_port(process), process
+        assert port == _container_port(process, "http" if process == "api" else None), process
 
 
 def test_collector_drain_outlasts_a_gateway_call(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,3 +197,50 @@ def test_announced_reconciliation_requests_become_open_items(scratch_url: str) -
         None,
     )
     migrate.downgrade(scratch_url, "base")
+
+
+def test_keys_from_before_scopes_keep_full_access(scratch_url: str) -> None:
+    """0008 gives the API keys that exist when it runs every scope; new keys name theirs."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0007")
+
+    async def insert_key() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            await conn.execute(
+                "INSERT INTO api_client (name, key_prefix, key_hash) VALUES ('old', 'bk_old', "
+                "'\\x01')"
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(insert_key())
+    migrate.upgrade(scratch_url)
+
+    async def after() -> tuple[list[str], bool]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            scopes = await conn.fetchval("SELECT scopes FROM api_client WHERE name = 'old'")
+            try:
+                await conn.execute(
+                    "INSERT INTO api_client (name, key_prefix, key_hash) VALUES ('new', 'bk_new', "
+                    "'\\x02')"
+                )
+                refused = False
+            except asyncpg.NotNullViolationError:
+                refused = True
+            await conn.execute("TRUNCATE api_client CASCADE")
+            return list(scopes), refused
+        finally:
+            await conn.close()
+
+    scopes, new_key_without_scopes_refused = asyncio.run(after())
+    assert scopes == [
+        "plans:read",
+        "subscriptions:read",
+        "subscriptions:write",
+        "invoices:read",
+        "admin",
+    ]
+    assert new_key_without_scopes_refused
+    migrate.downgrade(scratch_url, "base")

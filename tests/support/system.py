@@ -62,6 +62,7 @@ class System:
             "BILLING_KAFKA_BOOTSTRAP": kafka_bootstrap,
             "BILLING_KAFKA_TOPIC": self.topic,
             "BILLING_API_PORT": str(self.ports.api),
+            "BILLING_API_INTERNAL_PORT": "0",
             "BILLING_GATEWAY_SIM_PORT": str(self.ports.gateway),
             "BILLING_GATEWAY_SIM_WEBHOOK_URL": f"{self.api_url}/webhooks/payments",
             "BILLING_COLLECTOR_GATEWAY_URL": self.gateway_url,

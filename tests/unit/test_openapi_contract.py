@@ -27,6 +27,8 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/webhooks/payments": schemas.WebhookEvent,
     "/customers/{customerId}/payment-method": schemas.PaymentMethodRequest,
     "/webhooks/stripe": schemas.StripeEventBody,
+    "/api-keys": schemas.CreateApiKeyRequest,
+    "/api-keys/{prefix}/rotate": schemas.RotateApiKeyRequest,
 }
 
 

@@ -22,12 +22,13 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
 from billing_core.domain.period import Interval
 from billing_core.domain.refund import RefundStatus
+from billing_core.domain.scopes import ALL_SCOPES
 from billing_core.domain.subscription import SubscriptionStatus
 
 NAMING_CONVENTION = {
@@ -55,6 +56,8 @@ ATTEMPT_SOURCES = ("COLLECTOR", "WEBHOOK", "IMPORT", "LOOKUP")
 CREDIT_REASONS = ("DOWNGRADE", "INVOICE", "VOID_REFUND", "ADJUSTMENT")
 REFUND_STATUSES = tuple(str(s) for s in RefundStatus)
 GATEWAYS = ("stripe",)
+SCOPES = tuple(str(s) for s in ALL_SCOPES)
+AUDIT_SOURCES = ("API", "CLI")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -241,6 +244,40 @@ api_client = Table(
     Column("key_hash", LargeBinary, nullable=False, unique=True),
     Column("created_at", TZ, nullable=False, server_default=NOW),
     Column("revoked_at", TZ),
+    # What the key may do (billing_core.domain.scopes); keys from before scopes hold them all.
+    Column("scopes", ARRAY(Text), nullable=False),
+    Column("expires_at", TZ),
+    # Set by the look-up that verifies the key (at most once per auth cache period).
+    Column("last_used_at", TZ),
+    # Requests per minute; NULL: the API's BILLING_API_RATE_LIMIT_PER_MINUTE.
+    Column("rate_limit_per_minute", Integer),
+    # The key this one replaced (rotation); the old key stays valid until its expires_at.
+    Column("rotated_from_id", BigInteger, ForeignKey("api_client.id")),
+    CheckConstraint(
+        "scopes <@ ARRAY[" + ", ".join(repr(s) for s in SCOPES) + "]::text[]", name="scopes_known"
+    ),
+    CheckConstraint("rate_limit_per_minute > 0", name="rate_limit_positive"),
+)
+
+# Who changed what through the API (or an operator through the CLI), written in the same
+# transaction as the change: the first place support looks (GET /subscriptions/{id}/history).
+audit_event = Table(
+    "audit_event",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("occurred_at", TZ, nullable=False),
+    Column("source", String(10), nullable=False),
+    # The API client that made the change (NULL: an operator on the command line).
+    Column("client_id", BigInteger, ForeignKey("api_client.id")),
+    Column("action", String(50), nullable=False),
+    Column("subject_type", String(30), nullable=False),
+    Column("subject_id", BigInteger, nullable=False),
+    Column("version_before", BigInteger),
+    Column("version_after", BigInteger),
+    Column("request_id", Text),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    CheckConstraint(_in("source", AUDIT_SOURCES), name="source"),
+    Index("ix_audit_event_subject", "subject_type", "subject_id", "id"),
 )
 
 idempotency_key = Table(

@@ -1,26 +1,87 @@
-"""API clients and their keys. A key is shown once at creation; only its SHA-256 is stored."""
+"""API clients and their keys. A key is shown once at creation; only its SHA-256 is stored.
+
+A key is valid while it is neither revoked nor past its ``expires_at``. Rotation creates a new
+key (a new client row with the same name, scopes and limit, ``rotated_from_id`` pointing at the
+old one) and shortens the old key's life to a grace period.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
-from sqlalchemy import insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import func, insert, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.domain.errors import DomainError
+from billing_core.domain.scopes import Scope
 
 KEY_PREFIX = "bk_"
 _c = t.api_client
+# last_used_at is written by the look-up at most this often per key (a hot key would otherwise
+# rewrite its row on every cache miss of every replica).
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class ApiKeyNotFound(DomainError):
+    def __init__(self, prefix: str) -> None:
+        super().__init__(f"no API key with prefix {prefix!r}")
+        self.prefix = prefix
+
+
+class ApiKeyAmbiguous(DomainError):
+    def __init__(self, prefix: str) -> None:
+        super().__init__(f"more than one API key has prefix {prefix!r}: give more characters")
+        self.prefix = prefix
+
+
+class ApiKeyInactive(DomainError):
+    def __init__(self, prefix: str) -> None:
+        super().__init__(f"the API key {prefix!r} is revoked or expired")
+        self.prefix = prefix
 
 
 @dataclass(frozen=True)
 class ApiClient:
+    """A verified key's client: what the API needs on every request (kept in its cache)."""
+
     id: int
     name: str
     key_prefix: str
+    scopes: frozenset[Scope] = frozenset(Scope)
+    expires_at: datetime | None = None
+    rate_limit_per_minute: int | None = None
+
+    def active_at(self, now: datetime) -> bool:
+        return self.expires_at is None or now < self.expires_at
+
+
+@dataclass(frozen=True)
+class ApiKeyInfo:
+    """A key as an operator sees it (never the key itself)."""
+
+    id: int
+    name: str
+    key_prefix: str
+    scopes: tuple[Scope, ...]
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None
+    revoked_at: datetime | None
+    rate_limit_per_minute: int | None
+    rotated_from_id: int | None
+
+    def status_at(self, now: datetime) -> Literal["active", "expired", "revoked"]:
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"
 
 
 def hash_key(key: str) -> bytes:
@@ -37,33 +98,158 @@ def display_prefix(key: str) -> str:
     return key[:11]
 
 
-async def create(session: AsyncSession, *, name: str, now: datetime) -> tuple[ApiClient, str]:
+def _scopes(values: Sequence[str]) -> tuple[Scope, ...]:
+    wanted = {Scope(v) for v in values}
+    return tuple(s for s in Scope if s in wanted)
+
+
+_INFO_COLUMNS = (
+    _c.c.id,
+    _c.c.name,
+    _c.c.key_prefix,
+    _c.c.scopes,
+    _c.c.created_at,
+    _c.c.last_used_at,
+    _c.c.expires_at,
+    _c.c.revoked_at,
+    _c.c.rate_limit_per_minute,
+    _c.c.rotated_from_id,
+)
+
+
+def _info(row: Any) -> ApiKeyInfo:
+    values = dict(row)
+    values["scopes"] = _scopes(values["scopes"])
+    return ApiKeyInfo(**values)
+
+
+async def create(
+    session: AsyncSession,
+    *,
+    name: str,
+    now: datetime,
+    scopes: Sequence[Scope] = tuple(Scope),
+    expires_at: datetime | None = None,
+    rate_limit_per_minute: int | None = None,
+    rotated_from_id: int | None = None,
+) -> tuple[ApiKeyInfo, str]:
     """Create a client and return it with its key; the key cannot be recovered later."""
+    if not scopes:
+        raise ValueError("an API key needs at least one scope")
     key = new_key()
-    prefix = display_prefix(key)
-    client_id = (
-        await session.execute(
-            insert(_c)
-            .values(name=name, key_prefix=prefix, key_hash=hash_key(key), created_at=now)
-            .returning(_c.c.id)
-        )
-    ).scalar_one()
-    return ApiClient(int(client_id), name, prefix), key
-
-
-async def find_active_by_key(session: AsyncSession, key: str) -> ApiClient | None:
     row = (
         (
             await session.execute(
-                select(_c.c.id, _c.c.name, _c.c.key_prefix).where(
-                    _c.c.key_hash == hash_key(key), _c.c.revoked_at.is_(None)
+                insert(_c)
+                .values(
+                    name=name,
+                    key_prefix=display_prefix(key),
+                    key_hash=hash_key(key),
+                    created_at=now,
+                    scopes=[str(s) for s in _scopes([str(s) for s in scopes])],
+                    expires_at=expires_at,
+                    rate_limit_per_minute=rate_limit_per_minute,
+                    rotated_from_id=rotated_from_id,
                 )
+                .returning(*_INFO_COLUMNS)
+            )
+        )
+        .mappings()
+        .one()
+    )
+    return _info(row), key
+
+
+# The verification of a key, and its last use noted (at most once per LAST_USED_RESOLUTION),
+# in one statement.
+_FIND_ACTIVE = text(
+    """
+WITH k AS (
+    SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute, last_used_at
+    FROM api_client
+    WHERE key_hash = :hash AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+), used AS (
+    UPDATE api_client SET last_used_at = :now
+    FROM k WHERE api_client.id = k.id AND (k.last_used_at IS NULL OR k.last_used_at < :stale)
+)
+SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute FROM k
+"""
+)
+
+
+async def find_active_by_key(session: AsyncSession, key: str, *, now: datetime) -> ApiClient | None:
+    row = (
+        (
+            await session.execute(
+                _FIND_ACTIVE,
+                {"hash": hash_key(key), "now": now, "stale": now - LAST_USED_RESOLUTION},
             )
         )
         .mappings()
         .first()
     )
-    return None if row is None else ApiClient(**row)
+    if row is None:
+        return None
+    return ApiClient(
+        id=int(row["id"]),
+        name=row["name"],
+        key_prefix=row["key_prefix"],
+        scopes=frozenset(_scopes(row["scopes"])),
+        expires_at=row["expires_at"],
+        rate_limit_per_minute=row["rate_limit_per_minute"],
+    )
+
+
+_STILL_HOLDS = text(
+    """
+    SELECT 1 FROM api_client
+    WHERE id = :id AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+      AND CAST(:scope AS text) = ANY(scopes)
+    """
+)
+
+
+async def still_holds(
+    db: AsyncSession | AsyncConnection, client_id: int, scope: Scope, *, now: datetime
+) -> bool:
+    """Is this client still active (not revoked, not expired) and does it still hold ``scope``?"""
+    found = await db.execute(_STILL_HOLDS, {"id": client_id, "scope": str(scope), "now": now})
+    return found.first() is not None
+
+
+async def list_all(
+    session: AsyncSession, *, include_inactive: bool, now: datetime
+) -> list[ApiKeyInfo]:
+    query = select(*_INFO_COLUMNS).order_by(_c.c.id)
+    if not include_inactive:
+        query = query.where(
+            _c.c.revoked_at.is_(None), (_c.c.expires_at.is_(None)) | (_c.c.expires_at > now)
+        )
+    return [_info(row) for row in (await session.execute(query)).mappings()]
+
+
+async def lock_by_prefix(session: AsyncSession, prefix: str) -> ApiKeyInfo:
+    """The key whose prefix starts with ``prefix``, row-locked until the end of the transaction."""
+    if len(prefix) < 6:
+        raise ApiKeyAmbiguous(prefix)
+    rows = (
+        (
+            await session.execute(
+                select(*_INFO_COLUMNS)
+                .where(func.starts_with(_c.c.key_prefix, prefix))
+                .order_by(_c.c.id)
+                .limit(2)
+                .with_for_update()
+            )
+        )
+        .mappings()
+        .all()
+    )
+    if not rows:
+        raise ApiKeyNotFound(prefix)
+    if len(rows) > 1:
+        raise ApiKeyAmbiguous(prefix)
+    return _info(rows[0])
 
 
 async def revoke(session: AsyncSession, client_id: int, *, now: datetime) -> bool:
@@ -74,3 +260,39 @@ async def revoke(session: AsyncSession, client_id: int, *, now: datetime) -> boo
         .returning(_c.c.id)
     )
     return result.first() is not None
+
+
+async def revoke_by_prefix(session: AsyncSession, prefix: str, *, now: datetime) -> ApiKeyInfo:
+    """Revoke the key (already revoked: unchanged); return it as it is now."""
+    found = await lock_by_prefix(session, prefix)
+    await revoke(session, found.id, now=now)
+    return await lock_by_prefix(session, found.key_prefix)
+
+
+async def rotate(
+    session: AsyncSession,
+    prefix: str,
+    *,
+    now: datetime,
+    grace: timedelta,
+    expires_at: datetime | None = None,
+) -> tuple[ApiKeyInfo, ApiKeyInfo, str]:
+    """A new key like the active key ``prefix`` (name, scopes, limit); the old one stays valid
+    for ``grace`` more (or until it expires, if sooner). Returns (old, new, the new key)."""
+    old = await lock_by_prefix(session, prefix)
+    if old.status_at(now) != "active":
+        raise ApiKeyInactive(old.key_prefix)
+    old_ends = now + grace
+    if old.expires_at is not None and old.expires_at < old_ends:
+        old_ends = old.expires_at
+    await session.execute(update(_c).where(_c.c.id == old.id).values(expires_at=old_ends))
+    new, key = await create(
+        session,
+        name=old.name,
+        now=now,
+        scopes=old.scopes,
+        expires_at=expires_at,
+        rate_limit_per_minute=old.rate_limit_per_minute,
+        rotated_from_id=old.id,
+    )
+    return await lock_by_prefix(session, old.key_prefix), new, key

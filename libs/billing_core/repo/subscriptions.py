@@ -22,7 +22,7 @@ from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
-from billing_core.repo import idempotency
+from billing_core.repo import audit, idempotency
 from billing_core.repo.invoices import Invoice
 
 
@@ -138,14 +138,16 @@ async def fetch(conn: Connection, subscription_id: int) -> Subscription:
 
 
 # A new subscription, its first invoice, its events (numbered from 1: event_seq starts at their
-# count) and, optionally, the stored API response, in one statement; the ids were drawn before.
+# count), its audit row and, optionally, the stored API response, in one statement; the ids
+# were drawn before.
 _SUB_COLUMNS = (
     "id, customer_id, plan_id, status, time_zone, billing_anchor, period_index, "
     "current_period_start, current_period_end, cancel_at_period_end, canceled_at, "
     "credit_balance, event_seq, version, created_at, updated_at"
 )
 _SUB_VALUES = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16"
-_REST = """inv AS (
+_REST = (
+    """inv AS (
     INSERT INTO invoice (id, subscription_id, customer_id, kind, period_index, period_start,
         period_end, subtotal, credit_applied, amount, currency, status, attempt_count,
         next_attempt_at, paid_at, closed_at, created_at, updated_at)
@@ -159,30 +161,36 @@ _REST = """inv AS (
     FROM sub, unnest($33::uuid[], $34::text[], $35::jsonb[])
         WITH ORDINALITY AS e(event_id, event_type, payload, ord)
     RETURNING id
+), aud AS (
+    """
+    + audit.insert_sql(37, subject="sub", version_after="$14")
+    + """
+    RETURNING id
 )"""
-_COUNTS = "(SELECT count(*) FROM inv), (SELECT count(*) FROM ev)"
+)
+_COUNTS = "(SELECT count(*) FROM inv), (SELECT count(*) FROM ev), (SELECT count(*) FROM aud)"
 _INSERT_NEW = (
     f"WITH sub AS (INSERT INTO subscription ({_SUB_COLUMNS}) VALUES ({_SUB_VALUES}) "
     f"RETURNING id), {_REST}"
 )
 _INSERT_NEW_PLAIN = f"{_INSERT_NEW} SELECT {_COUNTS}"
 _INSERT_NEW_WITH_RECORD = (
-    f"{_INSERT_NEW}, rec AS ({idempotency.insert_record_sql(37)} RETURNING key) SELECT {_COUNTS}"
+    f"{_INSERT_NEW}, rec AS ({idempotency.insert_record_sql(44)} RETURNING key) SELECT {_COUNTS}"
 )
-# The same, as the whole of a keyed request (autocommit): take the key's lock ($47) and look
+# The same, as the whole of a keyed request (autocommit): take the key's lock ($54) and look
 # the key up; insert only if the lock was free and no response is stored. The look-up's
 # snapshot predates the lock: a first request that committed in between is not seen, and its
 # stored response makes this statement's record insert fail (unique violation, nothing
 # written): the caller then takes the general path, which finds and replays it.
 _INSERT_NEW_UNLESS_CLAIMED = f"""
-WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($47) AS ok),
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($54) AS ok),
 stored AS MATERIALIZED (
-    SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key WHERE client_id = $37 AND key = $38
+    SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key WHERE client_id = $44 AND key = $45
 ),
 go AS MATERIALIZED (SELECT 1 FROM lock WHERE lock.ok AND NOT EXISTS (SELECT 1 FROM stored)),
 sub AS (
     INSERT INTO subscription ({_SUB_COLUMNS}) SELECT {_SUB_VALUES} FROM go RETURNING id
-), {_REST}, rec AS ({idempotency.insert_record_sql(37, source="sub")} RETURNING key)
+), {_REST}, rec AS ({idempotency.insert_record_sql(44, source="sub")} RETURNING key)
 SELECT lock.ok, (SELECT count(*) FROM sub), {_COUNTS}, (SELECT count(*) FROM rec), stored.*
 FROM lock LEFT JOIN stored ON true
 """
@@ -254,19 +262,21 @@ async def insert_new(
     events: Sequence[DomainEvent],
     *,
     now: datetime,
+    audit_entry: audit.AuditEntry,
     record: idempotency.NewRecord | None = None,
 ) -> None:
-    """Insert ``sub`` (ids already drawn) with its first ``invoice`` and ``events`` in one
-    round trip on a driver connection, and ``record`` (the API's stored response) with them."""
-    params = _new_parameters(sub, invoice, events, now)
+    """Insert ``sub`` (ids already drawn) with its first ``invoice``, ``events`` and
+    ``audit_entry`` in one round trip on a driver connection, and ``record`` (the API's stored
+    response) with them."""
+    params = (*_new_parameters(sub, invoice, events, now), *audit.parameters(audit_entry, now))
     if record is None:
         row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
     else:
         row = await conn.fetchrow(
             _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
         )
-    if tuple(row) != (1, len(events)):
-        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events")
+    if tuple(row) != (1, len(events), 1):
+        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows")
 
 
 async def insert_new_unless_claimed(
@@ -276,6 +286,7 @@ async def insert_new_unless_claimed(
     events: Sequence[DomainEvent],
     *,
     now: datetime,
+    audit_entry: audit.AuditEntry,
     record: idempotency.NewRecord,
 ) -> Claimed:
     """:func:`insert_new` with ``record`` as one whole keyed request, on a connection outside
@@ -287,16 +298,17 @@ async def insert_new_unless_claimed(
     row = await conn.fetchrow(
         _INSERT_NEW_UNLESS_CLAIMED,
         *_new_parameters(sub, invoice, events, now),
+        *audit.parameters(audit_entry, now),
         *idempotency.record_parameters(record),
         idempotency.lock_id(record.client_id, record.key),
     )
-    locked, subs, invoices, written_events, records = row[:5]
+    locked, subs, invoices, written_events, audits, records = row[:6]
     created = subs == 1
-    if (subs, invoices, written_events, records) != (
-        (1, 1, len(events), 1) if created else (0, 0, 0, 0)
+    if (subs, invoices, written_events, audits, records) != (
+        (1, 1, len(events), 1, 1) if created else (0, 0, 0, 0, 0)
     ):
-        raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:5])}")
-    stored = None if row[5] is None else idempotency.stored_response(row[5:])
+        raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:6])}")
+    stored = None if row[6] is None else idempotency.stored_response(row[6:])
     return Claimed(bool(locked), created, stored)
 
 

@@ -1,6 +1,7 @@
 """A tiny HTTP endpoint for the workers: /healthz, /readyz and /metrics (Prometheus).
 
-Workers have no web framework; this serves the three paths Kubernetes and Prometheus need.
+Workers have no web framework; this serves the three paths Kubernetes and Prometheus need, and
+any fixed ``pages`` given (the API serves its docs this way on its internal port).
 ``/healthz``: the process loop is alive. ``/readyz``: the ``ready`` check passes (e.g. the
 database answers).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
@@ -32,7 +33,9 @@ class HealthServer:
         *,
         alive: Callable[[], bool] = lambda: True,
         ready: Check = _always,
+        pages: Mapping[str, tuple[str, bytes]] | None = None,
     ) -> None:
+        self._pages = dict(pages or {})
         self._host = host
         self._port = port
         self._alive = alive
@@ -92,4 +95,7 @@ class HealthServer:
             return "503 Service Unavailable", text, b"not ready\n"
         if path == "/metrics":
             return "200 OK", CONTENT_TYPE_LATEST, generate_latest(REGISTRY)
+        page = self._pages.get(path)
+        if page is not None:
+            return "200 OK", page[0], page[1]
         return "404 Not Found", text, b"not found\n"

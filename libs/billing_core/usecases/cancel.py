@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.domain import subscription as sub_domain
-from billing_core.repo import outbox
+from billing_core.repo import audit, outbox
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases.voiding import void_open_invoices
 
@@ -19,8 +19,10 @@ async def cancel(
     at_period_end: bool,
     now: datetime,
     expected_version: int | None = None,
+    actor: audit.Actor | None = None,
 ) -> bool:
     """Cancel; return False when there was nothing to do (already canceled or scheduled).
+    With ``actor``, the request is recorded in ``audit_event`` (changed or not).
 
     Immediately: the subscription becomes CANCELED and its OPEN invoices VOID (dunning stops;
     ``usecases.voiding`` gives their credit back). At period end: only the flag is set,
@@ -36,11 +38,12 @@ async def cancel(
     else:
         new_state, events = sub_domain.cancel_now(state, now)
     if new_state == state:
+        await _audit(session, actor, subscription_id, sub.version, sub.version, at_period_end, now)
         return False
 
     # The subscription row first (version check and row lock), then its invoices: the same
     # lock order as recording a payment result, so the two never deadlock.
-    await subscriptions_repo.update_versioned(
+    version = await subscriptions_repo.update_versioned(
         session,
         subscription_id,
         expected_version=sub.version,
@@ -53,4 +56,27 @@ async def cancel(
     )
     voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
     await outbox.append_events(session, voided + events, now)
+    await _audit(session, actor, subscription_id, sub.version, version, at_period_end, now)
     return True
+
+
+async def _audit(
+    session: AsyncSession,
+    actor: audit.Actor | None,
+    subscription_id: int,
+    before: int,
+    after: int,
+    at_period_end: bool,
+    now: datetime,
+) -> None:
+    if actor is not None:
+        entry = audit.AuditEntry(
+            actor,
+            audit.SUBSCRIPTION_CANCEL,
+            audit.SUBSCRIPTION,
+            subscription_id,
+            version_before=before,
+            version_after=after,
+            detail={"atPeriodEnd": at_period_end, "changed": before != after},
+        )
+        await audit.record(session, entry, now=now)

@@ -13,8 +13,8 @@ from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
 from billing_core.domain.proration import prorate
 from billing_core.domain.subscription import SubscriptionStatus
+from billing_core.repo import audit, outbox
 from billing_core.repo import invoices as invoices_repo
-from billing_core.repo import outbox
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases.subscribe import opened_invoice_events
@@ -39,12 +39,14 @@ async def change_plan(
     plan_code: str,
     now: datetime,
     expected_version: int | None = None,
+    actor: audit.Actor | None = None,
 ) -> PlanChange:
     """Switch to ``plan_code`` at ``now``.
 
     ``prorate`` over the current period gives ``due``: positive (upgrade) becomes a PRORATION
     invoice for [now, period end), paid first from the credit balance and collected like any
     other; negative (downgrade) becomes credit for later invoices. The same plan is a no-op.
+    With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
     sub = await subscriptions_repo.get(session, subscription_id)
     if expected_version is not None and expected_version != sub.version:
@@ -53,7 +55,9 @@ async def change_plan(
     state = subscriptions_repo.domain_state(sub)
     if new_plan.code == sub.plan_code:
         sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
-        return PlanChange(changed=False)
+        change = PlanChange(changed=False)
+        await _audit(session, actor, sub, sub.version, change, new_plan.code, now)
+        return change
     if sub.status == SubscriptionStatus.CANCELED:
         sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
     if new_plan.currency != sub.plan_currency:
@@ -88,7 +92,7 @@ async def change_plan(
     _new_state, events = sub_domain.change_plan(
         state, new_plan.code, now, proration_due=proration.due
     )
-    await subscriptions_repo.update_versioned(
+    version = await subscriptions_repo.update_versioned(
         session,
         subscription_id,
         expected_version=sub.version,
@@ -131,9 +135,40 @@ async def change_plan(
     if invoice is not None:
         events += opened_invoice_events(invoice)
     await outbox.append_events(session, events, now)
-    return PlanChange(
+    change = PlanChange(
         changed=True,
         due=proration.due,
         invoice_id=invoice.id if invoice else None,
         credit_granted=credit_granted,
     )
+    await _audit(session, actor, sub, version, change, new_plan.code, now)
+    return change
+
+
+async def _audit(
+    session: AsyncSession,
+    actor: audit.Actor | None,
+    sub: subscriptions_repo.Subscription,
+    version_after: int,
+    change: PlanChange,
+    plan_code: str,
+    now: datetime,
+) -> None:
+    if actor is not None:
+        entry = audit.AuditEntry(
+            actor,
+            audit.SUBSCRIPTION_CHANGE_PLAN,
+            audit.SUBSCRIPTION,
+            sub.id,
+            version_before=sub.version,
+            version_after=version_after,
+            detail={
+                "fromPlan": sub.plan_code,
+                "toPlan": plan_code,
+                "changed": change.changed,
+                "due": change.due,
+                "invoiceId": change.invoice_id,
+                "creditGranted": change.credit_granted,
+            },
+        )
+        await audit.record(session, entry, now=now)

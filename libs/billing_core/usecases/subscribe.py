@@ -11,6 +11,7 @@ from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.subscription import SubscriptionStatus
+from billing_core.repo import audit as audit_repo
 from billing_core.repo import idempotency as idempotency_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -117,23 +118,53 @@ async def subscribe(
     new: NewSubscription,
     *,
     now: datetime,
+    actor: audit_repo.Actor,
     record: idempotency_repo.NewRecord | None = None,
 ) -> None:
-    """Insert ``new`` (from :func:`new_subscription`, its ids drawn from ``ID_SEQUENCES``) in
-    one statement on a driver connection, in the caller's transaction, with ``record`` (the
-    API's stored response) if given."""
+    """Insert ``new`` (from :func:`new_subscription`, its ids drawn from ``ID_SEQUENCES``) and
+    its audit row in one statement on a driver connection, in the caller's transaction, with
+    ``record`` (the API's stored response) if given."""
     await subscriptions_repo.insert_new(
-        conn, new.subscription, new.invoice, new.events, now=now, record=record
+        conn,
+        new.subscription,
+        new.invoice,
+        new.events,
+        now=now,
+        audit_entry=audit_entry(new, actor),
+        record=record,
     )
 
 
 async def subscribe_unless_claimed(
-    conn: Connection, new: NewSubscription, *, now: datetime, record: idempotency_repo.NewRecord
+    conn: Connection,
+    new: NewSubscription,
+    *,
+    now: datetime,
+    actor: audit_repo.Actor,
+    record: idempotency_repo.NewRecord,
 ) -> subscriptions_repo.Claimed:
     """:func:`subscribe` as a whole keyed request in one statement, outside any transaction:
     only if the request's key is free (see ``subscriptions_repo.insert_new_unless_claimed``)."""
     return await subscriptions_repo.insert_new_unless_claimed(
-        conn, new.subscription, new.invoice, new.events, now=now, record=record
+        conn,
+        new.subscription,
+        new.invoice,
+        new.events,
+        now=now,
+        audit_entry=audit_entry(new, actor),
+        record=record,
+    )
+
+
+def audit_entry(new: NewSubscription, actor: audit_repo.Actor) -> audit_repo.AuditEntry:
+    sub = new.subscription
+    return audit_repo.AuditEntry(
+        actor,
+        audit_repo.SUBSCRIPTION_CREATE,
+        audit_repo.SUBSCRIPTION,
+        sub.id,
+        version_after=sub.version,
+        detail={"customerId": sub.customer_id, "planCode": sub.plan_code},
     )
 
 

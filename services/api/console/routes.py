@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from billing_core.domain.money import format_minor
+from billing_core.domain.scopes import Scope
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import subscription_story
@@ -46,11 +47,19 @@ def _render(name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
     return HTMLResponse(_templates.get_template(name).render(**values), status_code=status_code)
 
 
-def _operator(request: Request) -> tuple[AppContext, Operator, str]:
+async def _operator(request: Request) -> tuple[AppContext, Operator, str]:
+    """The logged-in operator: a valid session cookie whose client is still active and still
+    holds the ``admin`` scope (checked on every page: revoking the key ends the session)."""
     ctx = get_context(request)
     cookie = request.cookies.get(COOKIE)
     operator = ctx.console.read(cookie, time.time())
     if operator is None or cookie is None:
+        raise LoginRequired
+    async with ctx.database.connect() as conn:
+        allowed = await api_clients_repo.still_holds(
+            conn, operator.client_id, Scope.ADMIN, now=ctx.clock.now()
+        )
+    if not allowed:
         raise LoginRequired
     return ctx, operator, ctx.console.form_token(cookie)
 
@@ -84,9 +93,13 @@ async def login(request: Request) -> Response:
     client = None
     if key and len(key) <= 200:
         async with ctx.reads() as session:
-            client = await api_clients_repo.find_active_by_key(session, key)
+            client = await api_clients_repo.find_active_by_key(session, key, now=ctx.clock.now())
     if client is None:
         return _render("login.html", 401, next=target, error="That API key is not valid.")
+    if Scope.ADMIN not in client.scopes:
+        return _render(
+            "login.html", 403, next=target, error="That API key does not hold the admin scope."
+        )
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
@@ -119,7 +132,7 @@ async def _overview(ctx: AppContext) -> overview_data.Overview:
 @router.get("")
 async def overview(request: Request) -> Response:
     try:
-        ctx, operator, token = _operator(request)
+        ctx, operator, token = await _operator(request)
     except LoginRequired:
         return _to_login(request)
     data = await _overview(ctx)
@@ -136,7 +149,7 @@ async def overview(request: Request) -> Response:
 @router.get("/fragments/overview")
 async def overview_fragment(request: Request) -> Response:
     try:
-        ctx = _operator(request)[0]
+        ctx = (await _operator(request))[0]
     except LoginRequired:
         return Response(status_code=401)
     data = await _overview(ctx)
@@ -146,7 +159,7 @@ async def overview_fragment(request: Request) -> Response:
 @router.get("/search")
 async def search(request: Request, q: str = "") -> Response:
     try:
-        ctx, operator, token = _operator(request)
+        ctx, operator, token = await _operator(request)
     except LoginRequired:
         return _to_login(request)
     text = q.strip().lstrip("#")
@@ -177,7 +190,7 @@ async def search(request: Request, q: str = "") -> Response:
 @router.get("/subscriptions/{subscription_id}")
 async def subscription_page(request: Request, subscription_id: str) -> Response:
     try:
-        ctx, operator, token = _operator(request)
+        ctx, operator, token = await _operator(request)
     except LoginRequired:
         return _to_login(request)
     found = None
@@ -201,7 +214,7 @@ async def subscription_page(request: Request, subscription_id: str) -> Response:
 @router.get("/reconciliation")
 async def reconciliation(request: Request, resolved: str | None = None) -> Response:
     try:
-        ctx, operator, token = _operator(request)
+        ctx, operator, token = await _operator(request)
     except LoginRequired:
         return _to_login(request)
     show_resolved = resolved == "1"
@@ -222,7 +235,7 @@ async def reconciliation(request: Request, resolved: str | None = None) -> Respo
 @router.post("/reconciliation/{item_id}/resolve")
 async def resolve(request: Request, item_id: int) -> Response:
     try:
-        ctx, operator = _operator(request)[:2]
+        ctx, operator = (await _operator(request))[:2]
     except LoginRequired:
         return _to_login(request)
     form = await _form(request)

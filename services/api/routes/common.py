@@ -14,11 +14,13 @@ from services.api.problems import PROBLEM_JSON, ApiProblem, ProblemKind
 _DESCRIPTIONS = {
     400: "Malformed request (bad JSON, missing or invalid Idempotency-Key, bad If-Match)",
     401: "Missing or invalid credentials",
+    403: "The API key lacks the scope this operation needs",
     404: "Not found",
     409: "Conflict: version changed meanwhile, state forbids it, or same key in flight",
     413: "Request body too large",
     422: "Validation failed, unknown plan, or Idempotency-Key reused for another request",
-    503: "Not ready",
+    429: "Too many requests (see Retry-After and the RateLimit-* headers)",
+    503: "Not ready, or (writes) the rate limit cannot be counted: retry later",
 }
 
 

@@ -9,8 +9,10 @@ from fastapi import APIRouter, Path, Request
 from starlette.responses import Response
 
 from billing_core.domain.money import BIGINT_MAX
-from billing_core.repo import gateway_customers
-from services.api.auth import CurrentClient
+from billing_core.domain.scopes import Scope
+from billing_core.repo import audit, gateway_customers
+from billing_core.repo.api_clients import ApiClient
+from services.api.auth import actor_of, requires
 from services.api.context import get_context
 from services.api.problems import NOT_FOUND, ApiProblem
 from services.api.routes.common import json_response, problems
@@ -30,12 +32,17 @@ CustomerId = Annotated[
     description="The Stripe customer and payment method the collector charges off-session for "
     "this customer's invoices (the next charge uses it). 201 when the customer had none, 200 "
     "when it replaced one. Idempotent: the same body gives the same state.",
-    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 413, 422)},
+    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 403, 413, 422)},
 )
 async def put_payment_method(
-    request: Request, customer_id: CustomerId, body: PaymentMethodRequest, _client: CurrentClient
+    request: Request,
+    customer_id: CustomerId,
+    body: PaymentMethodRequest,
+    client: Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_WRITE)],
 ) -> Response:
     ctx = get_context(request)
+    now = ctx.clock.now()
+    actor = actor_of(request, client)
     async with ctx.sessions.begin() as session:
         saved, created = await gateway_customers.put(
             session,
@@ -43,7 +50,23 @@ async def put_payment_method(
             gateway=body.gateway,
             gateway_customer_id=body.gateway_customer_id,
             payment_method_id=body.payment_method_id,
-            now=ctx.clock.now(),
+            now=now,
+        )
+        await audit.record(
+            session,
+            audit.AuditEntry(
+                actor,
+                audit.PAYMENT_METHOD_SET,
+                audit.CUSTOMER,
+                customer_id,
+                detail={
+                    "gateway": body.gateway,
+                    "gatewayCustomerId": body.gateway_customer_id,
+                    "paymentMethodId": body.payment_method_id,
+                    "created": created,
+                },
+            ),
+            now=now,
         )
     return json_response(PaymentMethodOut.of(saved), status=201 if created else 200)
 
@@ -52,10 +75,12 @@ async def put_payment_method(
     "/customers/{customerId}/payment-method",
     response_model=PaymentMethodOut,
     summary="The customer's gateway customer and default payment method",
-    responses=problems(401, 404, 422),
+    responses=problems(401, 403, 404, 422),
 )
 async def get_payment_method(
-    request: Request, customer_id: CustomerId, _client: CurrentClient
+    request: Request,
+    customer_id: CustomerId,
+    _client: Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)],
 ) -> Response:
     async with get_context(request).reads() as session:
         found = await gateway_customers.get(session, customer_id)

@@ -1,11 +1,11 @@
-"""Liveness, readiness and Prometheus metrics (no authentication)."""
+"""Liveness and readiness on the public port (no authentication); /metrics is on the internal
+port (``services.api.app.internal_server``)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from fastapi import APIRouter, Request
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from starlette.responses import Response
 
 from billing_core.db.engine import database_answers
@@ -42,13 +42,3 @@ async def readyz(request: Request) -> Response:
         log.warning("not_ready", error=repr(exc))
         raise ApiProblem(UNAVAILABLE, "The database does not answer.") from exc
     return json_response(Health(status="ready"))
-
-
-@router.get(
-    "/metrics",
-    summary="Prometheus metrics",
-    response_class=Response,
-    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-)
-async def metrics() -> Response:
-    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)

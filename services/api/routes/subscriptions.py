@@ -1,4 +1,4 @@
-"""Subscriptions: create, read, cancel, change plan, list invoices."""
+"""Subscriptions: create, read, cancel, change plan, list invoices, history."""
 
 from __future__ import annotations
 
@@ -14,23 +14,28 @@ from starlette.responses import Response
 
 from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.domain.scopes import Scope
+from billing_core.repo import history as history_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.repo.api_clients import ApiClient
 from billing_core.usecases import cancel as cancel_uc
 from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
-from services.api.auth import CurrentClient
+from services.api.auth import requires
 from services.api.context import get_context
-from services.api.idempotency import IdempotentWriteDep, Outcome, Record
+from services.api.idempotency import IdempotentWrite, Outcome, Record, idempotent_write
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
 from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
     CreateSubscriptionRequest,
+    HistoryEntry,
     InvoiceOut,
     InvoicePage,
     PlanChangeOut,
+    SubscriptionHistory,
     SubscriptionOut,
 )
 
@@ -47,6 +52,8 @@ IfMatch = Annotated[
     ),
 ]
 INVALID_CURSOR = ProblemKind(400, "invalid-cursor", "Invalid cursor")
+Writes = Annotated[IdempotentWrite, idempotent_write(Scope.SUBSCRIPTIONS_WRITE)]
+Reader = Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)]
 
 
 async def _subscription_outcome(
@@ -63,10 +70,10 @@ async def _subscription_outcome(
     summary="Subscribe a customer to a plan",
     description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
     "and its first invoice, due at once. Requires an Idempotency-Key header.",
-    responses=problems(400, 401, 409, 413, 422),
+    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
 )
 async def create_subscription(
-    request: Request, body: CreateSubscriptionRequest, write: IdempotentWriteDep
+    request: Request, body: CreateSubscriptionRequest, write: Writes
 ) -> Response:
     ctx = get_context(request)
 
@@ -96,13 +103,13 @@ async def create_subscription(
     ) -> tuple[subscriptions_repo.Claimed, Outcome]:
         new, created = await build(conn, now, await ctx.subscription_ids.take(conn))
         claimed = await subscribe_uc.subscribe_unless_claimed(
-            conn, new, now=now, record=record(created)
+            conn, new, now=now, actor=write.actor, record=record(created)
         )
         return claimed, created
 
     async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
         new, created = await build(conn, now, ids)
-        await subscribe_uc.subscribe(conn, new, now=now, record=record(created))
+        await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
         return created
 
     return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
@@ -112,10 +119,10 @@ async def create_subscription(
     "/subscriptions/{id}",
     response_model=SubscriptionOut,
     summary="Read a subscription",
-    responses=problems(401, 404, 422),
+    responses=problems(401, 403, 404, 422, 429),
 )
 async def get_subscription(
-    request: Request, subscription_id: SubscriptionId, _client: CurrentClient
+    request: Request, subscription_id: SubscriptionId, _client: Reader
 ) -> Response:
     async with get_context(request).pg.acquire() as conn:
         sub = await subscriptions_repo.fetch(conn, subscription_id)
@@ -129,12 +136,12 @@ async def get_subscription(
     description="Immediately: the subscription becomes CANCELED and its OPEN invoices VOID. "
     "atPeriodEnd: it stays active until the period ends. Cancelling a canceled subscription "
     "succeeds without change.",
-    responses=problems(400, 401, 404, 409, 413, 422),
+    responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def cancel_subscription(
     subscription_id: SubscriptionId,
     body: CancelRequest,
-    write: IdempotentWriteDep,
+    write: Writes,
     if_match: IfMatch = None,
 ) -> Response:
     expected = expected_version(if_match, body.expected_version)
@@ -146,6 +153,7 @@ async def cancel_subscription(
             at_period_end=body.at_period_end,
             expected_version=expected,
             now=now,
+            actor=write.actor,
         )
         return await _subscription_outcome(session, subscription_id)
 
@@ -159,12 +167,12 @@ async def cancel_subscription(
     description="An upgrade creates a PRORATION invoice for the prorated difference (credit "
     "applied first); a downgrade adds credit for later invoices. The same plan is a no-op; "
     "a plan in another currency or interval is refused (422).",
-    responses=problems(400, 401, 404, 409, 413, 422),
+    responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def change_plan(
     subscription_id: SubscriptionId,
     body: ChangePlanRequest,
-    write: IdempotentWriteDep,
+    write: Writes,
     if_match: IfMatch = None,
 ) -> Response:
     expected = expected_version(if_match, body.expected_version)
@@ -176,6 +184,7 @@ async def change_plan(
             plan_code=body.plan_code,
             expected_version=expected,
             now=now,
+            actor=write.actor,
         )
         sub = await subscriptions_repo.get(session, subscription_id)
         return outcome(
@@ -215,12 +224,12 @@ def _decode_cursor(cursor: str) -> int:
     summary="List a subscription's invoices, newest first",
     description="Paginate with the opaque nextCursor (stable while invoices are added), or "
     "with limit/offset.",
-    responses=problems(400, 401, 404, 422),
+    responses=problems(400, 401, 403, 404, 422, 429),
 )
 async def list_invoices(
     request: Request,
     subscription_id: SubscriptionId,
-    _client: CurrentClient,
+    _client: Annotated[ApiClient, requires(Scope.INVOICES_READ)],
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     offset: Annotated[int, Query(ge=0, le=100_000)] = 0,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
@@ -236,4 +245,28 @@ async def list_invoices(
     next_cursor = _encode_cursor(page[-1].id) if len(rows) > limit else None
     return json_response(
         InvoicePage(items=[InvoiceOut.of(i) for i in page], next_cursor=next_cursor)
+    )
+
+
+@router.get(
+    "/subscriptions/{id}/history",
+    response_model=SubscriptionHistory,
+    summary="A subscription's timeline, oldest first",
+    description="Every change made through the API (who, what, versions, request id), the "
+    "invoices, the payment attempts and the events, in time order: the first place to look "
+    "when a customer asks what happened.",
+    responses=problems(401, 403, 404, 422, 429),
+)
+async def subscription_history(
+    request: Request,
+    subscription_id: SubscriptionId,
+    _client: Reader,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> Response:
+    async with get_context(request).reads() as session:
+        if not await subscriptions_repo.exists(session, subscription_id):
+            raise subscriptions_repo.SubscriptionNotFound(subscription_id)
+        rows = await history_repo.for_subscription(session, subscription_id, limit=limit)
+    return json_response(
+        SubscriptionHistory(items=[HistoryEntry.model_validate(vars(row)) for row in rows])
     )

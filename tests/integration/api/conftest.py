@@ -7,6 +7,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +48,9 @@ def api_settings(settings: CoreSettings) -> ApiSettings:
         idempotency_purge_interval_seconds=0,
         auth_cache_seconds=0,
         db_pool_size=25,
+        redis_url=settings.redis_url,
+        api_rate_limit_key_prefix=f"test:{uuid.uuid4().hex[:12]}:rate:",
+        api_internal_port=0,
     )
 
 
@@ -86,8 +90,11 @@ async def anonymous(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 class ApiServer:
-    def __init__(self, base_url: str, process: subprocess.Popen[bytes], log: IO[bytes]) -> None:
+    def __init__(
+        self, base_url: str, process: subprocess.Popen[bytes], log: IO[bytes], internal_url: str
+    ) -> None:
         self.base_url = base_url
+        self.internal_url = internal_url  # /metrics, /docs, /openapi.json
         self.process = process
         self.log = log
 
@@ -95,6 +102,7 @@ class ApiServer:
 def start_api_server(extra_env: dict[str, str] | None = None) -> ApiServer:
     """``python -m services.api`` on a free port, inheriting the test session's environment."""
     port = free_port()
+    internal_port = free_port()
     env = {
         **os.environ,
         "BILLING_API_HOST": "127.0.0.1",
@@ -103,6 +111,8 @@ def start_api_server(extra_env: dict[str, str] | None = None) -> ApiServer:
         "BILLING_LOG_LEVEL": "WARNING",
         "BILLING_AUTH_CACHE_SECONDS": "0",
         "BILLING_PROCESS_NAME": "api-tests-uvicorn",
+        "BILLING_API_INTERNAL_PORT": str(internal_port),
+        "BILLING_API_RATE_LIMIT_KEY_PREFIX": f"test:{uuid.uuid4().hex[:12]}:rate:",
         **(extra_env or {}),
     }
     log = tempfile.TemporaryFile()
@@ -113,7 +123,9 @@ def start_api_server(extra_env: dict[str, str] | None = None) -> ApiServer:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    server = ApiServer(f"http://127.0.0.1:{port}", process, log)
+    server = ApiServer(
+        f"http://127.0.0.1:{port}", process, log, f"http://127.0.0.1:{internal_port}"
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if process.poll() is not None:

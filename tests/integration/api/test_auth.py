@@ -12,7 +12,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.clock import ManualClock
 from billing_core.repo import api_clients as api_clients_repo
+from services.api.app import create_app
+from services.api.settings import ApiSettings
 from tests.integration.api.conftest import ROOT, asgi_client
 from tests.integration.api.helpers import assert_problem, rows
 
@@ -44,14 +47,35 @@ async def test_protected_endpoints_need_a_valid_key(
         assert_problem(basic, 401, "unauthorized")
 
 
-async def test_open_endpoints(anonymous: httpx.AsyncClient) -> None:
+async def test_open_endpoints(app: FastAPI, anonymous: httpx.AsyncClient) -> None:
     assert (await anonymous.get("/healthz")).json() == {"status": "ok"}
     assert (await anonymous.get("/readyz")).json() == {"status": "ready"}
-    assert (await anonymous.get("/metrics")).status_code == 200
-    assert (await anonymous.get("/openapi.json")).status_code == 200
-    docs = await anonymous.get("/docs")
-    assert docs.status_code == 200
-    assert "swagger" in docs.text.lower()
+    # Not on the public port by default (the production profile): on the internal one.
+    for path in ("/metrics", "/docs", "/openapi.json"):
+        assert (await anonymous.get(path)).status_code == 404, path
+    internal = f"http://127.0.0.1:{app.state.context.internal_port}"
+    async with httpx.AsyncClient(base_url=internal) as ops:
+        metrics = await ops.get("/metrics")
+        assert metrics.status_code == 200
+        assert "billing_api_requests_total" in metrics.text
+        assert (await ops.get("/openapi.json")).json() == app.openapi()
+        docs = await ops.get("/docs")
+        assert docs.status_code == 200
+        assert "swagger" in docs.text.lower()
+        assert (await ops.get("/readyz")).status_code == 200
+
+
+async def test_docs_on_the_public_port_when_asked(
+    api_settings: ApiSettings, clock: ManualClock, engine: AsyncEngine
+) -> None:
+    application = create_app(api_settings.model_copy(update={"api_public_docs": True}), clock)
+    async with (
+        application.router.lifespan_context(application),
+        asgi_client(application, None) as anonymous,
+    ):
+        assert (await anonymous.get("/openapi.json")).json() == application.openapi()
+        assert (await anonymous.get("/docs")).status_code == 200
+        assert (await anonymous.get("/metrics")).status_code == 404
 
 
 async def test_keys_are_stored_hashed_and_revocation_works(
@@ -91,7 +115,9 @@ def test_cli_creates_a_key_that_authenticates(database_url: str) -> None:
         engine = create_engine(CoreSettings(database_url=database_url))
         try:
             async with session_factory(engine)() as session:
-                client = await api_clients_repo.find_active_by_key(session, key)
+                client = await api_clients_repo.find_active_by_key(
+                    session, key, now=datetime.now(UTC)
+                )
                 return [client.name] if client else []
         finally:
             await engine.dispose()

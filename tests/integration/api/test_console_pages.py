@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import httpx
 from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.domain.scopes import ALL_SCOPES, Scope
+from billing_core.repo.api_clients import display_prefix
+from billing_core.settings import CoreSettings
+from services.api.admin import create_api_key_async
 from tests.integration.api.conftest import asgi_client
 
 
@@ -79,8 +85,40 @@ async def test_search_explains_what_it_expects_and_an_unknown_subscription_is_a_
     await client.aclose()
 
 
-async def test_the_console_is_not_part_of_the_api_document(
-    anonymous: httpx.AsyncClient,
-) -> None:
-    paths = (await anonymous.get("/openapi.json")).json()["paths"]
+def test_the_console_is_not_part_of_the_api_document(app: FastAPI) -> None:
+    paths = app.openapi()["paths"]
+    assert "/subscriptions" in paths
     assert not [p for p in paths if p.startswith("/console")]
+
+
+async def test_only_an_admin_key_opens_the_console(
+    app: FastAPI, settings: CoreSettings, engine: AsyncEngine
+) -> None:
+    reader = await create_api_key_async(
+        settings, "reader", scopes=[s for s in ALL_SCOPES if s != Scope.ADMIN]
+    )
+    async with asgi_client(app, None) as client:
+        answer = await client.post(
+            "/console/login",
+            content=f"api_key={reader}",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+    assert answer.status_code == 403
+    assert "admin scope" in answer.text
+    assert "set-cookie" not in answer.headers
+
+
+async def test_revoking_the_key_ends_its_console_session(
+    app: FastAPI, api_key: str, engine: AsyncEngine
+) -> None:
+    client = await _logged_in(app, api_key)
+    assert (await client.get("/console")).status_code == 200
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE api_client SET revoked_at = now() WHERE key_prefix = :p"),
+            {"p": display_prefix(api_key)},
+        )
+    gone = await client.get("/console")
+    assert gone.status_code == 303
+    assert gone.headers["location"].startswith("/console/login")
+    await client.aclose()

@@ -59,9 +59,13 @@ async def test_database_down_readyz_503_and_requests_500_without_trace(
         assert "Connect" not in failing.text
 
 
-async def test_metrics_count_requests_by_route_and_status(client: httpx.AsyncClient) -> None:
+async def test_metrics_count_requests_by_route_and_status(
+    app: FastAPI, client: httpx.AsyncClient
+) -> None:
     await client.get("/subscriptions/12345")
-    text = (await client.get("/metrics")).text
+    internal = f"http://127.0.0.1:{app.state.context.internal_port}"
+    async with httpx.AsyncClient(base_url=internal) as ops:
+        text = (await ops.get("/metrics")).text
     assert (
         'billing_api_requests_total{method="GET",route="/subscriptions/{id}",status="404"}' in text
     )

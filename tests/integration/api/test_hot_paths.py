@@ -25,8 +25,8 @@ async def test_a_connection_released_mid_transaction_is_rolled_back(
             await conn.execute("BEGIN")
             await conn.execute("SELECT pg_advisory_xact_lock(424242)")
             await conn.execute(
-                "INSERT INTO api_client (name, key_prefix, key_hash) "
-                "VALUES ('left-open', 'bk_x', '\\x00')"
+                "INSERT INTO api_client (name, key_prefix, key_hash, scopes) "
+                "VALUES ('left-open', 'bk_x', '\\x00', '{admin}')"
             )
         async with pool.acquire() as conn:  # the same (only) connection, handed out again
             assert not conn.is_in_transaction()

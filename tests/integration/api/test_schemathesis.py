@@ -62,7 +62,7 @@ schema = schemathesis.openapi.from_dict(OPENAPI)
 
 
 def test_served_schema_is_the_one_tested(st_server: ApiServer) -> None:
-    assert httpx.get(f"{st_server.base_url}/openapi.json").json() == OPENAPI
+    assert httpx.get(f"{st_server.internal_url}/openapi.json").json() == OPENAPI
 
 
 @schema.parametrize()

@@ -146,6 +146,24 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
         )
     assert (audit["resolved_by"], audit["resolution"]) == ("ops", "forged report, ignored")
     assert audit["resolved_at"] is not None
+    async with engine.connect() as conn:
+        trail = (
+            (
+                await conn.execute(
+                    text("SELECT * FROM audit_event WHERE subject_id = :i"), {"i": item}
+                )
+            )
+            .mappings()
+            .all()
+        )
+    assert [(r["source"], r["action"], r["subject_type"], r["detail"]) for r in trail] == [
+        (
+            "CLI",
+            "reconciliation.resolve",
+            "reconciliation_item",
+            {"by": "ops", "note": "forged report, ignored"},
+        )
+    ]  # once: the refused second --resolve wrote nothing
     after = (await billing()).stdout
     assert f"│ {mismatched} " not in after
     assert f"│ {rejected} " in after

@@ -1,0 +1,105 @@
+"""``audit_event``: who changed what, written in the transaction of the change.
+
+Each API write adds exactly one row: the client (or NULL for an operator on the command line),
+the action, the subject, its version before and after, and the request id of the logs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from billing_core.db import tables as t
+
+# Actions (audit_event.action).
+SUBSCRIPTION_CREATE = "subscription.create"
+SUBSCRIPTION_CANCEL = "subscription.cancel"
+SUBSCRIPTION_CHANGE_PLAN = "subscription.change_plan"
+API_KEY_CREATE = "api_key.create"
+API_KEY_REVOKE = "api_key.revoke"
+API_KEY_ROTATE = "api_key.rotate"
+RECONCILIATION_RESOLVE = "reconciliation.resolve"
+PAYMENT_METHOD_SET = "payment_method.set"
+
+SUBSCRIPTION = "subscription"
+API_CLIENT = "api_client"
+RECONCILIATION_ITEM = "reconciliation_item"
+CUSTOMER = "customer"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who makes a change: an API client with the request's id, or an operator (CLI)."""
+
+    source: str
+    client_id: int | None = None
+    request_id: str | None = None
+
+    @staticmethod
+    def api(client_id: int, request_id: str | None) -> Actor:
+        return Actor("API", client_id, request_id)
+
+    @staticmethod
+    def cli() -> Actor:
+        return Actor("CLI")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    actor: Actor
+    action: str
+    subject_type: str
+    subject_id: int
+    version_before: int | None = None
+    version_after: int | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+async def record(
+    session: AsyncSession | AsyncConnection, entry: AuditEntry, *, now: datetime
+) -> None:
+    await session.execute(
+        insert(t.audit_event).values(
+            occurred_at=now,
+            source=entry.actor.source,
+            client_id=entry.actor.client_id,
+            action=entry.action,
+            subject_type=entry.subject_type,
+            subject_id=entry.subject_id,
+            version_before=entry.version_before,
+            version_after=entry.version_after,
+            request_id=entry.actor.request_id,
+            detail=dict(entry.detail),
+        )
+    )
+
+
+def insert_sql(first: int, *, subject: str, version_after: str) -> str:
+    """``INSERT`` of an :class:`AuditEntry` as one part of a caller's statement: one row per row
+    of the CTE ``subject`` (its ``id`` is the subject id), ``version_after`` an expression of
+    it; the other values are parameters from ``$first`` (:func:`parameters`)."""
+    p = [f"${first + i}" for i in range(7)]
+    return (
+        "INSERT INTO audit_event (occurred_at, source, client_id, action, subject_type, "
+        "subject_id, version_before, version_after, request_id, detail) "
+        f"SELECT {p[0]}, {p[1]}, {p[2]}, {p[3]}, {p[4]}, {subject}.id, NULL, {version_after}, "
+        f"{p[5]}, {p[6]}::jsonb FROM {subject}"
+    )
+
+
+def parameters(entry: AuditEntry, now: datetime) -> tuple[object, ...]:
+    return (
+        now,
+        entry.actor.source,
+        entry.actor.client_id,
+        entry.action,
+        entry.subject_type,
+        entry.actor.request_id,
+        json.dumps(dict(entry.detail), separators=(",", ":")),
+    )

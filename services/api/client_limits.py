@@ -1,0 +1,167 @@
+"""How much a caller may ask: the per-client rate limit (Redis) and the per-address limit on
+unknown API keys (in the process).
+
+* **Per client**: a fixed window (``api_rate_limit_window_seconds``) counted in Redis, shared by
+  every replica: one ``EVALSHA`` round trip per request (increment, and set the expiry on the
+  window's first request), shared by the requests that arrive while the previous one is in
+  flight (a :class:`~billing_core.runtime.batcher.Batcher` with no wait: one script call counts
+  them all, a fifth of the client CPU per request under load; a single Redis, not a cluster).
+  The limit is the key's ``rate_limit_per_minute`` or, when it sets
+  none, ``api_rate_limit_per_minute``, scaled to the window. Every answer carries
+  ``RateLimit-Limit``, ``RateLimit-Remaining``, ``RateLimit-Reset`` and ``RateLimit-Policy``
+  (IETF httpapi draft names); past the limit, a 429 problem with ``Retry-After``.
+* **Redis down**: reads go on unlimited (the API stays up); writes get a 503 problem with
+  ``Retry-After`` until Redis answers: a write becomes a charge within seconds, so the limit is
+  not dropped where it matters most, and every write is safe to retry (``Idempotency-Key``).
+  After a failure Redis is not asked again for ``REDIS_PAUSE_SECONDS``: requests do not each
+  wait for a timeout.
+* **Unknown keys**: counted per source address in the process (it must hold when Redis is
+  down too); past ``auth_failures_per_address`` per window, that address's key look-ups are
+  refused with 429 before any database work. Together with the negative cache of unknown keys
+  (:class:`services.api.auth.KeyCache`) a token scan costs at most that many look-ups per
+  window and replica.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from prometheus_client import Counter
+
+from billing_core.clock import Clock
+from billing_core.logging import get_logger
+from billing_core.repo.api_clients import ApiClient
+from billing_core.runtime.batcher import Batcher
+from services.api.problems import ProblemKind
+
+log = get_logger(__name__)
+
+RATE_LIMITED = ProblemKind(429, "rate-limited", "Too many requests")
+LIMIT_UNAVAILABLE = ProblemKind(503, "rate-limit-unavailable", "Rate limit unavailable")
+REDIS_PAUSE_SECONDS = 1.0
+
+UNLIMITED = Counter(
+    "billing_api_rate_limit_unavailable_total",
+    "Requests answered without the rate limit (reads) or refused (writes): Redis did not answer.",
+    ["kind"],
+)
+REFUSED = Counter("billing_api_rate_limited_total", "Requests refused with 429.", ["reason"])
+
+# Count each request in its window (one key per request, repeats allowed); a window's key
+# expires with the window.
+_HIT = """
+local counts = {}
+for i, key in ipairs(KEYS) do
+    local n = redis.call('INCR', key)
+    if n == 1 then redis.call('PEXPIRE', key, ARGV[1]) end
+    counts[i] = n
+end
+return counts
+"""
+MAX_GROUP = 256
+
+
+@dataclass(frozen=True)
+class Quota:
+    """One request counted: the window's limit, what is left, seconds to the window's end."""
+
+    limit: int
+    used: int
+    reset_seconds: int
+    window_seconds: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.used <= self.limit
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(max(0, self.limit - self.used)),
+            "RateLimit-Reset": str(self.reset_seconds),
+            "RateLimit-Policy": f"{self.limit};w={self.window_seconds}",
+        }
+
+
+class ClientRateLimit:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        key_prefix: str,
+        per_minute: int,
+        window_seconds: int,
+        clock: Clock,
+    ) -> None:
+        self._redis = redis
+        self._script = redis.register_script(_HIT)
+        self._prefix = key_prefix
+        self._per_minute = per_minute
+        self._window = window_seconds
+        self._clock = clock
+        self._paused_until = 0.0
+        self._ttl_ms = window_seconds * 1000 + 1000
+        self._counts: Batcher[str, int | None] = Batcher(
+            self._count, max_size=MAX_GROUP, max_wait=0
+        )
+
+    def limit_of(self, client: ApiClient) -> int:
+        per_minute = client.rate_limit_per_minute or self._per_minute
+        return max(1, math.ceil(per_minute * self._window / 60))
+
+    async def hit(self, client: ApiClient) -> Quota | None:
+        """Count one request of ``client``; None when Redis does not answer."""
+        if time.monotonic() < self._paused_until:
+            return None
+        now = self._clock.now().timestamp()
+        window = int(now // self._window)
+        reset = max(1, math.ceil((window + 1) * self._window - now))
+        used = await self._counts.submit(f"{self._prefix}{client.id}:{window}")
+        if used is None:
+            return None
+        return Quota(self.limit_of(client), used, reset, self._window)
+
+    async def _count(self, keys: Sequence[str]) -> list[int | None]:
+        """One script call for a group of requests; None for each when Redis fails."""
+        try:
+            counts = await self._script(keys=list(keys), args=[self._ttl_ms])
+        except (aioredis.RedisError, OSError) as exc:
+            self._paused_until = time.monotonic() + REDIS_PAUSE_SECONDS
+            log.warning("rate_limit_unavailable", error=repr(exc))
+            return [None] * len(keys)
+        return [int(n) for n in counts]
+
+
+class FailedKeysByAddress:
+    """Unknown keys per source address in fixed windows, in this process (bounded memory)."""
+
+    def __init__(self, limit: int, window_seconds: float, max_addresses: int = 100_000) -> None:
+        self._limit = limit
+        self._window = window_seconds
+        self._max = max_addresses
+        self._counts: dict[str, tuple[float, int]] = {}
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until ``address`` may try keys again, or None if it may now."""
+        entry = self._counts.get(address)
+        if entry is None:
+            return None
+        started, count = entry
+        left = started + self._window - time.monotonic()
+        if left <= 0:
+            self._counts.pop(address, None)
+            return None
+        return max(1, math.ceil(left)) if count >= self._limit else None
+
+    def add(self, address: str) -> None:
+        now = time.monotonic()
+        started, count = self._counts.get(address, (now, 0))
+        if now >= started + self._window:
+            started, count = now, 0
+        if len(self._counts) >= self._max and address not in self._counts:
+            self._counts.clear()
+        self._counts[address] = (started, count + 1)

@@ -1,0 +1,209 @@
+"""Per-client rate limit (Redis), unknown keys limited per address and cached as unknown, and
+what the API does when Redis is down."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import ManualClock
+from billing_core.settings import CoreSettings
+from services.api.admin import create_api_key_async
+from services.api.app import create_app
+from services.api.settings import ApiSettings
+from tests.integration.api.helpers import assert_problem, scalar, subscribe
+from tests.support.processes import free_port
+
+
+def client_from(app: FastAPI, address: str, key: str | None = None) -> httpx.AsyncClient:
+    """A client of the app whose requests come from ``address``."""
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=(address, 40000)),
+        base_url="http://api.test",
+        headers={"Authorization": f"Bearer {key}"} if key else {},
+    )
+
+
+class Statements:
+    """Counts the statements the API sends through its SQLAlchemy engine (where key look-ups
+    go), from the database driver's own cursor events."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, *_args: Any) -> None:
+        self.count += 1
+
+
+@pytest.fixture
+def statements(app: FastAPI) -> Iterator[Statements]:
+    counter = Statements()
+    sync_engine = app.state.context.engine.sync_engine
+    event.listen(sync_engine, "before_cursor_execute", counter)
+    try:
+        yield counter
+    finally:
+        event.remove(sync_engine, "before_cursor_execute", counter)
+
+
+async def test_a_key_over_its_limit_gets_429_with_headers_and_recovers(
+    app: FastAPI, settings: CoreSettings, clock: ManualClock
+) -> None:
+    key = await create_api_key_async(settings, "small", rate_limit_per_minute=3)
+    async with client_from(app, "10.0.0.1", key) as c:
+        answers = [await c.get("/plans") for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200]
+        assert [a.headers["ratelimit-remaining"] for a in answers] == ["2", "1", "0"]
+        assert {a.headers["ratelimit-limit"] for a in answers} == {"3"}
+        assert {a.headers["ratelimit-policy"] for a in answers} == {"3;w=60"}
+        reset = int(answers[-1].headers["ratelimit-reset"])
+        assert 1 <= reset <= 60
+
+        refused = await c.get("/plans")
+        body = assert_problem(refused, 429, "rate-limited")
+        assert "3 requests in 60 s" in body["detail"]
+        assert refused.headers["retry-after"] == str(reset)
+        assert refused.headers["ratelimit-remaining"] == "0"
+        assert refused.headers["ratelimit-limit"] == "3"
+
+        # Other clients are not affected.
+        other = await create_api_key_async(settings, "other", rate_limit_per_minute=3)
+        async with client_from(app, "10.0.0.1", other) as o:
+            assert (await o.get("/plans")).status_code == 200
+
+        clock.advance(timedelta(seconds=reset))
+        recovered = await c.get("/plans")
+        assert recovered.status_code == 200
+        assert recovered.headers["ratelimit-remaining"] == "2"
+
+
+async def test_concurrent_requests_are_each_counted_once(
+    app: FastAPI, settings: CoreSettings
+) -> None:
+    """Requests that arrive together share one Redis call; each is still counted once."""
+    key = await create_api_key_async(settings, "burst", rate_limit_per_minute=25)
+    async with client_from(app, "10.0.0.4", key) as c:
+        answers = await asyncio.gather(*(c.get("/plans") for _ in range(60)))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] * 25 + [429] * 35
+    remaining = sorted(
+        int(a.headers["ratelimit-remaining"]) for a in answers if a.status_code == 200
+    )
+    assert remaining == list(range(25))
+
+
+async def test_the_default_limit_applies_to_keys_without_their_own(
+    api_settings: ApiSettings, clock: ManualClock, engine: AsyncEngine, api_key: str
+) -> None:
+    application = create_app(
+        api_settings.model_copy(
+            update={"api_rate_limit_per_minute": 2, "api_rate_limit_window_seconds": 30}
+        ),
+        clock,
+    )
+    async with (
+        application.router.lifespan_context(application),
+        client_from(application, "10.0.0.2", api_key) as c,
+    ):
+        first = await c.get("/plans")
+        assert first.headers["ratelimit-policy"] == "1;w=30"  # 2 per minute is 1 per 30 s
+        assert_problem(await c.get("/plans"), 429, "rate-limited")
+
+
+async def test_ten_thousand_bogus_tokens_cost_a_bounded_number_of_queries(
+    app: FastAPI, statements: Statements, api_settings: ApiSettings
+) -> None:
+    limit = api_settings.auth_failures_per_address
+    statuses: dict[int, int] = {}
+    async with client_from(app, "203.0.113.9") as scanner:
+        for _ in range(100):
+            batch = await asyncio.gather(
+                *(
+                    scanner.get(
+                        "/subscriptions/1",
+                        headers={"Authorization": f"Bearer bk_{secrets.token_urlsafe(32)}"},
+                    )
+                    for _ in range(100)
+                )
+            )
+            for response in batch:
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+    assert sum(statuses.values()) == 10_000
+    assert set(statuses) == {401, 429}
+    # Each look-up is one statement; concurrent requests may pass the check before the
+    # failures they are about to add are counted (at most one batch).
+    assert statements.count <= limit + 100
+    assert statuses[401] == statements.count
+    assert statuses[429] >= 10_000 - limit - 100
+    async with client_from(app, "203.0.113.9", f"bk_{secrets.token_urlsafe(32)}") as c:
+        refused = await c.get("/plans")
+    assert_problem(refused, 429, "rate-limited")
+    assert int(refused.headers["retry-after"]) >= 1
+    assert statements.count <= limit + 100
+    # Another address is not refused.
+    async with client_from(app, "203.0.113.10", f"bk_{secrets.token_urlsafe(32)}") as c:
+        assert_problem(await c.get("/plans"), 401, "unauthorized")
+
+
+async def test_a_valid_key_from_a_scanning_address_still_works_once_verified(
+    app: FastAPI, statements: Statements, api_key: str
+) -> None:
+    """An unknown key is remembered as unknown: the same bogus key again costs no look-up."""
+    bogus = f"bk_{secrets.token_urlsafe(32)}"
+    async with client_from(app, "198.51.100.7", bogus) as c:
+        for _ in range(50):
+            assert_problem(await c.get("/plans"), 401, "unauthorized")
+    assert statements.count == 1
+    async with client_from(app, "198.51.100.7", api_key) as c:
+        assert (await c.get("/plans")).status_code == 200
+
+
+@pytest.fixture
+async def app_without_redis(
+    api_settings: ApiSettings, clock: ManualClock, engine: AsyncEngine
+) -> AsyncIterator[FastAPI]:
+    """The API with a Redis URL where nothing listens (Redis down)."""
+    application = create_app(
+        api_settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"}),
+        clock,
+    )
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+async def test_with_redis_down_reads_go_on_and_writes_wait(
+    app_without_redis: FastAPI, app: FastAPI, api_key: str, engine: AsyncEngine
+) -> None:
+    async with client_from(app, "10.0.0.3", api_key) as working:
+        sub = await subscribe(working)
+    async with client_from(app_without_redis, "10.0.0.3", api_key) as c:
+        read = await c.get(f"/subscriptions/{sub['id']}")
+        assert read.status_code == 200
+        assert "ratelimit-limit" not in read.headers
+        assert (await c.get("/plans")).status_code == 200
+
+        write = await c.post(
+            f"/subscriptions/{sub['id']}/cancel",
+            json={"atPeriodEnd": False},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        assert_problem(write, 503, "rate-limit-unavailable")
+        assert write.headers["retry-after"] == "1"
+        created = await c.post(
+            "/subscriptions",
+            json={"customerId": 1, "planCode": "BASIC_MONTHLY"},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        assert_problem(created, 503, "rate-limit-unavailable")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
+    assert await scalar(engine, "SELECT status FROM subscription") == "ACTIVE"
