@@ -187,9 +187,7 @@ class StripeLine:
             decline_code=decline_code,
             gateway_reference=_text(raw.get("id")),
             http_status=200,
-            error=None
-            if outcome != ChargeOutcome.UNKNOWN
-            else f"payment intent {raw.get('status')}",
+            error=_unsettled(outcome, raw),
         )
 
     async def refund(
@@ -281,9 +279,7 @@ def lookup_result(intent: Mapping[str, Any]) -> LookupResult:
         currency=currency.upper(),
         customer_id=int(customer) if isinstance(customer, str) and customer.isdigit() else None,
         http_status=200,
-        error=None
-        if outcome != ChargeOutcome.UNKNOWN
-        else f"payment intent {intent.get('status')}",
+        error=_unsettled(outcome, intent),
     )
 
 
