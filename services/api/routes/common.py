@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
+from fastapi import Request
 from pydantic import BaseModel
 from starlette.responses import Response
 
+from billing_core.logging import get_logger
+from services.api import signatures
 from services.api.idempotency import JSON, Outcome
-from services.api.problems import PROBLEM_JSON, ApiProblem, ProblemKind
+from services.api.problems import PROBLEM_JSON, WEBHOOK_SIGNATURE, ApiProblem, ProblemKind
+
+log = get_logger(__name__)
 
 _DESCRIPTIONS = {
     400: "Malformed request (bad JSON, missing or invalid Idempotency-Key, bad If-Match)",
@@ -33,6 +39,28 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         }
         for status in statuses
     }
+
+
+async def signed_body(
+    request: Request,
+    signature: str | None,
+    *,
+    header: str,
+    secrets: list[bytes],
+    tolerance_seconds: int,
+    now: datetime,
+) -> bytes:
+    """The raw body of a webhook whose ``header`` signs it with one of ``secrets`` (else a 401
+    problem naming the header; the reason goes to the log only)."""
+    body = await request.body()
+    try:
+        signatures.verify(
+            signature, body, secrets=secrets, now=now, tolerance_seconds=tolerance_seconds
+        )
+    except signatures.SignatureError as exc:
+        log.warning("webhook_signature_rejected", header=header, reason=str(exc))
+        raise ApiProblem(WEBHOOK_SIGNATURE, f"The {header} header is invalid.") from exc
+    return body
 
 
 def dump(model: BaseModel) -> bytes:

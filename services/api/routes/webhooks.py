@@ -24,10 +24,9 @@ from billing_core.logging import get_logger
 from billing_core.repo.payment_results import AttemptToRecord
 from billing_core.repo.webhook_events import ReceivedEvent
 from billing_core.usecases.webhook_results import WebhookToRecord
-from services.api import signatures
 from services.api.context import get_context
-from services.api.problems import MALFORMED_JSON, VALIDATION, WEBHOOK_SIGNATURE, ApiProblem
-from services.api.routes.common import json_response, problems
+from services.api.problems import MALFORMED_JSON, VALIDATION, ApiProblem
+from services.api.routes.common import json_response, problems, signed_body
 from services.api.schemas import WebhookAck, WebhookEvent, inline_schema
 
 router = APIRouter(tags=["webhooks"])
@@ -70,18 +69,14 @@ async def payment_webhook(
     billing_signature: Annotated[str | None, Header(alias="Billing-Signature")] = None,
 ) -> Response:
     ctx = get_context(request)
-    body = await request.body()
-    try:
-        signatures.verify(
-            billing_signature,
-            body,
-            secrets=ctx.settings.webhook_secret_list(),
-            now=ctx.clock.now(),
-            tolerance_seconds=ctx.settings.webhook_tolerance_seconds,
-        )
-    except signatures.SignatureError as exc:
-        log.warning("webhook_signature_rejected", reason=str(exc))
-        raise ApiProblem(WEBHOOK_SIGNATURE, "The Billing-Signature header is invalid.") from exc
+    body = await signed_body(
+        request,
+        billing_signature,
+        header="Billing-Signature",
+        secrets=ctx.settings.webhook_secret_list(),
+        tolerance_seconds=ctx.settings.webhook_tolerance_seconds,
+        now=ctx.clock.now(),
+    )
     try:
         event = WebhookEvent.model_validate_json(body)
     except ValidationError as exc:
