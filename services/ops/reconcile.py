@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.repo import audit
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo.reconciliation import Item
+from billing_core.usecases import reconciliation as reconciliation_uc
 
 WHAT = {
     "unknown_unresolved": "held: the gateway's answers stayed uncertain",
@@ -32,17 +33,9 @@ async def resolve(engine: AsyncEngine, item_id: int, *, who: str, how: str, now:
     """Mark an open item resolved, with its ``audit_event`` row (committed here); False when no
     such open item exists."""
     async with engine.begin() as conn:
-        if not await reconciliation_repo.resolve_item(conn, item_id, who=who, how=how, now=now):
-            return False
-        entry = audit.AuditEntry(
-            audit.Actor.cli(),
-            audit.RECONCILIATION_RESOLVE,
-            audit.RECONCILIATION_ITEM,
-            item_id,
-            detail={"by": who, "note": how},
+        return await reconciliation_uc.resolve_item(
+            conn, item_id, actor=audit.Actor.cli(), who=who, how=how, now=now
         )
-        await audit.record(conn, entry, now=now)
-        return True
 
 
 def render(items: list[Item], console: Console | None = None) -> None:

@@ -167,7 +167,7 @@ async def test_the_overview_numbers_move_while_the_collector_charges(
         sim.terminate()
 
 
-async def test_an_operator_resolves_a_reconciliation_item_and_it_is_recorded(
+async def test_an_operator_resolves_a_reconciliation_item_and_it_is_audited(
     page: Page, console_server: ApiServer, operator_key: str, engine: AsyncEngine
 ) -> None:
     sub, inv, _customer = await _seed_story(engine)
@@ -198,6 +198,17 @@ async def test_an_operator_resolves_a_reconciliation_item_and_it_is_recorded(
         ).one()
     assert row.resolved_by == "console:support-anna"
     assert row.resolution == "refunded at the gateway, ticket 881"
+    async with engine.connect() as conn:
+        audited = (
+            await conn.execute(
+                text(
+                    "SELECT a.source, c.name FROM audit_event a "
+                    "JOIN api_client c ON c.id = a.client_id "
+                    "WHERE a.action = 'reconciliation.resolve'"
+                )
+            )
+        ).all()
+    assert [(r.source, r.name) for r in audited] == [("API", "support-anna")]
 
 
 @pytest.mark.parametrize("path", ["/console", "/console/reconciliation", "/console/search"])
