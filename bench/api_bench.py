@@ -34,7 +34,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -62,6 +62,7 @@ class Result:
     errors: int
     seconds: float
     latencies_ms: list[float]
+    error_statuses: dict[int, int] = field(default_factory=dict)
 
     @property
     def rps(self) -> float:
@@ -144,6 +145,7 @@ async def closed_loop_over(
     is answered, for ``seconds`` or until ``next_request`` returns None."""
     latencies: list[float] = []
     errors = 0
+    statuses: dict[int, int] = {}
     deadline = time.perf_counter() + seconds
 
     async def worker() -> None:
@@ -158,10 +160,11 @@ async def closed_loop_over(
             latencies.append((time.perf_counter() - t0) * 1000)
             if status >= 400:
                 errors += 1
+                statuses[status] = statuses.get(status, 0) + 1
 
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return Result(len(latencies), errors, time.perf_counter() - start, latencies)
+    return Result(len(latencies), errors, time.perf_counter() - start, latencies, statuses)
 
 
 async def open_loop(
@@ -199,6 +202,7 @@ async def open_loop_over(
     ``max_connections`` keep-alive connections; latency includes the wait for a connection."""
     latencies: list[float] = []
     errors = 0
+    statuses: dict[int, int] = {}
     idle: asyncio.Queue[Conn] = asyncio.Queue()
     for _ in range(max_connections):
         idle.put_nowait(Conn(host, port))
@@ -213,6 +217,7 @@ async def open_loop_over(
         latencies.append((time.perf_counter() - scheduled) * 1000)  # includes queueing
         if status >= 400:
             errors += 1
+            statuses[status] = statuses.get(status, 0) + 1
 
     start = time.perf_counter()
     tasks = []
@@ -223,7 +228,7 @@ async def open_loop_over(
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(next_request(), scheduled)))
     await asyncio.gather(*tasks)
-    return Result(n, errors, time.perf_counter() - start, latencies)
+    return Result(n, errors, time.perf_counter() - start, latencies, statuses)
 
 
 def _load_main(args: dict[str, Any], out: Any) -> None:
@@ -271,6 +276,15 @@ async def fresh_database(url: str) -> None:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
+
+
+async def subscription_ids(url: str) -> list[int]:
+    """The ids the warm-up created (ids come in blocks per process: not 1..n)."""
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        return [int(r[0]) for r in await conn.fetch("SELECT id FROM subscription ORDER BY id")]
+    finally:
+        await conn.close()
 
 
 def migrated_database(url: str) -> None:
@@ -332,7 +346,7 @@ def main() -> None:
         common = {"host": host, "port": server.port, "token": token}
         seed = run_load("closed", scenario="post", concurrency=8, seconds=2.0, ids=[], **common)
         print(f"warm-up: {seed.requests} POSTs")
-        ids = list(range(1, seed.requests + 1))
+        ids = asyncio.run(subscription_ids(args.database_url))
         paths = [args.only] if args.only else ["post", "get"]
         table: dict[str, list[Result]] = {"healthz": [], **{p: [] for p in paths}}
         cpu: dict[str, list[float]] = {s: [] for s in table}
@@ -399,7 +413,14 @@ def _report(
             f"{m['rps'] / floor:11.2f}{cpu_med[scenario]:9.2f}{half_text:>17s}"
         )
     errors = sum(r.errors for rs in (*table.values(), *half.values()) for r in rs)
-    print(f"errors: {errors}")
+    by_status: dict[int, int] = {}
+    for rs in (*table.values(), *half.values()):
+        for r in rs:
+            for status, count in r.error_statuses.items():
+                by_status[status] = by_status.get(status, 0) + count
+    print(
+        f"errors: {errors}" + (f" (by status: {dict(sorted(by_status.items()))})" if errors else "")
+    )
     print("targets (issue 13):")
     verdicts = []
     for scenario, (min_ratio, max_cpu) in TARGETS.items():
