@@ -21,6 +21,8 @@ from starlette.responses import Response
 
 from billing_core.domain import errors as domain_errors
 from billing_core.logging import get_logger
+from billing_core.repo import customers as customers_repo
+from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases import change_plan as change_plan_uc
@@ -69,6 +71,9 @@ UNKNOWN_PLAN = ProblemKind(422, "unknown-plan", "Unknown plan")
 PLAN_CHANGE_NOT_ALLOWED = ProblemKind(422, "plan-change-not-allowed", "Plan change not allowed")
 BUSINESS_RULE = ProblemKind(422, "business-rule-violated", "Business rule violated")
 SUBSCRIPTION_NOT_FOUND = ProblemKind(404, "subscription-not-found", "Subscription not found")
+CUSTOMER_NOT_FOUND = ProblemKind(404, "customer-not-found", "Customer not found")
+INVOICE_NOT_FOUND = ProblemKind(404, "invoice-not-found", "Invoice not found")
+CUSTOMER_EXISTS = ProblemKind(409, "customer-exists", "A customer has this externalId")
 INTERNAL = ProblemKind(500, "internal-error", "Internal error")
 UNAVAILABLE = ProblemKind(503, "service-unavailable", "Service unavailable")
 
@@ -87,6 +92,9 @@ _BY_STATUS = {
 # so subclasses come before their bases; DomainError itself is the catch-all.
 DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (subscriptions_repo.SubscriptionNotFound, SUBSCRIPTION_NOT_FOUND),
+    (customers_repo.CustomerNotFound, CUSTOMER_NOT_FOUND),
+    (customers_repo.CustomerExists, CUSTOMER_EXISTS),
+    (invoices_repo.InvoiceNotFound, INVOICE_NOT_FOUND),
     (subscriptions_repo.VersionConflict, VERSION_CONFLICT),
     (plans_repo.PlanNotFound, UNKNOWN_PLAN),
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),
@@ -216,6 +224,8 @@ async def _on_domain_error(request: Request, exc: Exception) -> Response:
     extensions: dict[str, Any] = {}
     if isinstance(exc, subscriptions_repo.VersionConflict):
         extensions["currentVersion"] = exc.current_version
+    if isinstance(exc, customers_repo.CustomerExists):
+        extensions["customerId"] = exc.customer_id
     log.info("domain_error", error=type(exc).__name__, status=kind.status, detail=str(exc))
     return _for_request(request, kind, str(exc) or None, extensions=extensions)
 

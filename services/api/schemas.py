@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.repo.customers import Customer
 from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
 from billing_core.repo.plans import Plan
@@ -404,3 +405,73 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     result: dict[str, Any] = resolve(schema)
     return result
+
+
+Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO-4217 code, e.g. EUR.")]
+
+
+class CreateCustomerRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "externalId": "crm-0042",
+                    "email": "ada@example.com",
+                    "name": "Ada Lovelace",
+                    "timeZone": "Europe/London",
+                    "currency": "GBP",
+                }
+            ]
+        }
+    )
+
+    external_id: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^\S(.*\S)?$",
+        description="Your own id for the customer; unique (409 customer-exists when taken).",
+    )
+    email: str | None = Field(
+        default=None, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", description="E-mail address."
+    )
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    time_zone: TimeZone = Field(
+        default="UTC", description="Default time zone of the customer's subscriptions."
+    )
+    currency: Currency | None = Field(default=None, description="Default currency.")
+
+
+class CustomerOut(_Camel):
+    id: int
+    external_id: str
+    email: str | None
+    name: str | None
+    time_zone: str
+    currency: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, customer: Customer) -> CustomerOut:
+        return cls(
+            id=customer.id,
+            external_id=customer.external_id,
+            email=customer.email,
+            name=customer.name,
+            time_zone=customer.time_zone,
+            currency=customer.currency,
+            created_at=customer.created_at,
+        )
+
+
+class CustomerPage(_Camel):
+    items: list[CustomerOut]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next (older) page; null on the last page."
+    )
+
+
+class SubscriptionPage(_Camel):
+    items: list[SubscriptionOut]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next (older) page; null on the last page."
+    )

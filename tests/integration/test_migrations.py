@@ -197,3 +197,57 @@ def test_announced_reconciliation_requests_become_open_items(scratch_url: str) -
         None,
     )
     migrate.downgrade(scratch_url, "base")
+
+
+def test_existing_customer_ids_become_customers(scratch_url: str) -> None:
+    """0008 gives every customer id already in use (on a subscription, or with a payment
+    method on file) a customer row with that id, its external id that number and the time zone
+    of its first subscription; new customers get ids above them."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0007")
+
+    async def before() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            for customer, zone in ((7, "Europe/Paris"), (7, "Asia/Tokyo"), (900, "UTC")):
+                await conn.execute(
+                    "INSERT INTO subscription (customer_id, plan_id, status, time_zone, "
+                    "billing_anchor, current_period_start, current_period_end) SELECT $1, id, "
+                    "'ACTIVE', $2, now(), now(), now() + interval '30 days' FROM plan "
+                    "ORDER BY id LIMIT 1",
+                    customer,
+                    zone,
+                )
+            await conn.execute(
+                "INSERT INTO gateway_customer (customer_id, gateway, gateway_customer_id, "
+                "payment_method_id, created_at, updated_at) "
+                "VALUES (1200, 'stripe', 'cus_1', 'pm_1', now(), now())"
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(before())
+    migrate.upgrade(scratch_url)
+
+    async def after() -> tuple[list[asyncpg.Record], int]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            found = list(
+                await conn.fetch("SELECT id, external_id, time_zone FROM customer ORDER BY id")
+            )
+            new_id = await conn.fetchval(
+                "INSERT INTO customer (external_id) VALUES ('crm-new') RETURNING id"
+            )
+            await conn.execute("TRUNCATE customer, gateway_customer, subscription CASCADE")
+            return found, int(new_id)
+        finally:
+            await conn.close()
+
+    found, new_id = asyncio.run(after())
+    assert [tuple(r) for r in found] == [
+        (7, "7", "Europe/Paris"),
+        (900, "900", "UTC"),
+        (1200, "1200", "UTC"),
+    ]
+    assert new_id == 1201
+    migrate.downgrade(scratch_url, "base")

@@ -26,6 +26,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/subscriptions/{id}/change-plan": schemas.ChangePlanRequest,
     "/webhooks/payments": schemas.WebhookEvent,
     "/customers/{customerId}/payment-method": schemas.PaymentMethodRequest,
+    "/customers": schemas.CreateCustomerRequest,
     "/webhooks/stripe": schemas.StripeEventBody,
 }
 

@@ -77,6 +77,25 @@ plan = Table(
     CheckConstraint(_in("billing_interval", INTERVALS), name="billing_interval"),
 )
 
+# A customer: who subscriptions bill. ``subscription.customer_id`` (and the other tables'
+# customer ids) hold its id; customers that existed only as those numbers before this table
+# were given a row by the migration (their external id is that number).
+customer = Table(
+    "customer",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    # The caller's own id for the customer (their CRM's, their user table's): unique.
+    Column("external_id", String(255), nullable=False, unique=True),
+    Column("email", String(320)),
+    Column("name", Text),
+    # Defaults for the customer's subscriptions.
+    Column("time_zone", Text, nullable=False, server_default=text("'UTC'")),
+    Column("currency", String(3)),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
+)
+
 subscription = Table(
     "subscription",
     metadata,
@@ -108,7 +127,8 @@ subscription = Table(
         "current_period_end",
         postgresql_where=text("status = 'ACTIVE'"),
     ),
-    Index("ix_subscription_customer_id", "customer_id"),
+    # A customer's subscriptions, newest first (cursor pages by id).
+    Index("ix_subscription_customer_id_id", "customer_id", "id"),
 )
 
 invoice = Table(

@@ -108,6 +108,8 @@ _SELECT = select(
     _p.c.currency.label("plan_currency"),
     _p.c.billing_interval.label("plan_interval"),
 ).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
+# Subscriptions with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY to it).
+SELECT = _SELECT
 
 
 _PLAN_COLUMNS = {
