@@ -408,6 +408,19 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO-4217 code, e.g. EUR.")]
+# Text a person or another system wrote: no control characters (PostgreSQL refuses NUL), and
+# for an id no surrounding white space either.
+_VISIBLE = r"[^\s\x00-\x1f\x7f]"
+_PRINTABLE = r"[^\x00-\x1f\x7f]"
+ExternalId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        pattern=rf"^{_VISIBLE}({_PRINTABLE}*{_VISIBLE})?$",
+        description="Your own id for the customer; unique.",
+    ),
+]
 
 
 class CreateCustomerRequest(_Request):
@@ -425,16 +438,16 @@ class CreateCustomerRequest(_Request):
         }
     )
 
-    external_id: str = Field(
-        min_length=1,
-        max_length=255,
-        pattern=r"^\S(.*\S)?$",
-        description="Your own id for the customer; unique (409 customer-exists when taken).",
-    )
+    external_id: ExternalId = Field(description="Unique: 409 customer-exists when taken.")
     email: str | None = Field(
-        default=None, max_length=320, pattern=r"^[^@\s]+@[^@\s]+$", description="E-mail address."
+        default=None,
+        max_length=320,
+        pattern=r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$",
+        description="E-mail address.",
     )
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=rf"^{_PRINTABLE}+$"
+    )
     time_zone: TimeZone = Field(
         default="UTC", description="Default time zone of the customer's subscriptions."
     )

@@ -21,6 +21,7 @@ from services.api.schemas import (
     CreateCustomerRequest,
     CustomerOut,
     CustomerPage,
+    ExternalId,
     SubscriptionOut,
     SubscriptionPage,
 )
@@ -78,11 +79,9 @@ async def list_customers(
     limit: Limit = 20,
     cursor: Cursor = None,
     external_id: Annotated[
-        str | None,
+        ExternalId | None,
         Query(
             alias="externalId",
-            min_length=1,
-            max_length=255,
             description="Only the customer with this externalId (a page of 0 or 1).",
         ),
     ] = None,

@@ -75,6 +75,8 @@ async def test_bad_input_is_422_and_writes_nothing(
         {},
         {"externalId": ""},
         {"externalId": " padded "},
+        {"externalId": "nul\x00inside"},
+        {"externalId": "a", "name": "line\nbreak"},
         {"externalId": "x" * 256},
         {"externalId": "a", "email": "not-an-address"},
         {"externalId": "a", "timeZone": "Mars/Olympus"},
@@ -120,6 +122,9 @@ async def test_customers_page_newest_first_and_find_by_external_id(
     assert found["nextCursor"] is None
     missing = (await client.get("/customers", params={"externalId": "nobody"})).json()
     assert missing == {"items": [], "nextCursor": None}
+    assert_problem(
+        await client.get("/customers", params={"externalId": "a\x00b"}), 422, "validation-error"
+    )
 
 
 async def test_a_customers_subscriptions_page_newest_first(client: httpx.AsyncClient) -> None:
