@@ -35,6 +35,7 @@ from services.api.routes import (
     stripe_webhooks,
     subscription_search,
     subscriptions,
+    trials,
     webhooks,
 )
 from services.api.settings import ApiSettings
@@ -130,6 +131,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     for module in (
         subscriptions,
         subscription_search,
+        trials,
         customers,
         customer_profiles,
         invoices,

@@ -99,6 +99,7 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (plans_repo.PlanNotFound, UNKNOWN_PLAN),
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),
     (subscribe_uc.InvalidStart, BUSINESS_RULE),
+    (subscribe_uc.InvalidTrialEnd, BUSINESS_RULE),
     (domain_errors.IllegalTransition, STATE_CONFLICT),
     (domain_errors.ChangeOutsidePeriod, STATE_CONFLICT),
     (domain_errors.UnknownTimeZone, BUSINESS_RULE),

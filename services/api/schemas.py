@@ -53,6 +53,7 @@ class CreateSubscriptionRequest(_Request):
             "examples": [
                 {"customerId": 42, "planCode": "PRO_MONTHLY", "timeZone": "Europe/Paris"},
                 {"customerId": 43, "planCode": "BASIC_YEARLY", "startAt": "2026-12-01T00:00:00Z"},
+                {"customerId": 44, "planCode": "PRO_MONTHLY", "trialEnd": "2027-01-15T00:00:00Z"},
             ]
         }
     )
@@ -65,6 +66,16 @@ class CreateSubscriptionRequest(_Request):
         description="Start of the first period (default: now). Not in the future, and its "
         "first period must not be over yet.",
     )
+    trial_end: AwareDatetime | None = Field(
+        default=None,
+        description="End of a free trial (after now): the subscription is TRIALING until then, "
+        "nothing is charged, and the billing anchor is this instant. Omitted: the plan's "
+        "trialDays (if any); null: no trial.",
+    )
+
+    def trial_choice(self) -> datetime | Literal["plan"] | None:
+        """The trial asked for: an end, none (an explicit null), or the plan's."""
+        return self.trial_end if "trial_end" in self.model_fields_set else "plan"
 
 
 class CancelRequest(_Request):
@@ -177,7 +188,7 @@ class PlanList(_Camel):
 class SubscriptionOut(_Camel):
     id: int
     customer_id: int
-    status: Literal["ACTIVE", "PAST_DUE", "CANCELED"]
+    status: Literal["TRIALING", "ACTIVE", "PAST_DUE", "CANCELED"]
     plan: PlanOut
     time_zone: str
     billing_anchor: datetime
@@ -189,6 +200,11 @@ class SubscriptionOut(_Camel):
     credit_balance: int = Field(description="Credit (minor units) for the next invoices.")
     version: int = Field(description="Bumped by every change; send it back as If-Match.")
     created_at: datetime
+    trial_end: datetime | None = Field(
+        default=None,
+        description="End of the free trial (null: none); while TRIALING the current period is "
+        "the trial and ends then.",
+    )
 
     @classmethod
     def of(cls, sub: Subscription) -> SubscriptionOut:
@@ -213,6 +229,7 @@ class SubscriptionOut(_Camel):
             credit_balance=sub.credit_balance,
             version=sub.version,
             created_at=sub.created_at,
+            trial_end=sub.trial_end,
         )
 
 
@@ -488,3 +505,16 @@ class SubscriptionPage(_Camel):
     next_cursor: str | None = Field(
         description="Pass as ?cursor= for the next (older) page; null on the last page."
     )
+
+
+class EndTrialRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 1}]})
+
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class EndTrialOut(_Camel):
+    invoice_id: int = Field(description="The first paid period's invoice (OPEN, due now).")
+    subscription: SubscriptionOut

@@ -24,6 +24,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/subscriptions": schemas.CreateSubscriptionRequest,
     "/subscriptions/{id}/cancel": schemas.CancelRequest,
     "/subscriptions/{id}/change-plan": schemas.ChangePlanRequest,
+    "/subscriptions/{id}/end-trial": schemas.EndTrialRequest,
     "/webhooks/payments": schemas.WebhookEvent,
     "/customers/{customerId}/payment-method": schemas.PaymentMethodRequest,
     "/customers": schemas.CreateCustomerRequest,

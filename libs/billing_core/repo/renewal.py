@@ -4,8 +4,10 @@ Every function runs in the caller's transaction and never commits. The writes ar
 statement per kind of write for the whole batch (``unnest`` of parallel arrays), so a batch of a
 thousand subscriptions costs a handful of round trips, not thousands.
 
-The claim uses the partial index ``idx_sub_due`` (``current_period_end WHERE status =
-'ACTIVE'``): only ACTIVE subscriptions are ever renewed, and the cost of finding the oldest due
+The claim uses the partial index ``idx_sub_due`` (``current_period_end WHERE status IN
+('ACTIVE', 'TRIALING')``): only ACTIVE subscriptions are ever renewed, and TRIALING ones
+invoiced at the trial's end (once its SubscriptionTrialWillEnd is written:
+``usecases.trial_notices``), and the cost of finding the oldest due
 rows does not grow with the number of subscriptions that are not due.
 """
 
@@ -46,7 +48,8 @@ _CLAIM = """
            p.code AS plan_code, p.price_amount, p.currency, p.billing_interval
     FROM subscription s
     JOIN plan p ON p.id = s.plan_id
-    WHERE s.status = 'ACTIVE' AND s.current_period_end <= :now
+    WHERE s.status IN ('ACTIVE', 'TRIALING') AND s.current_period_end <= :now
+      AND (s.status = 'ACTIVE' OR s.trial_will_end_sent_at IS NOT NULL)
       AND s.id <> ALL(CAST(:exclude AS bigint[]))
     ORDER BY s.current_period_end
     LIMIT :limit
@@ -117,7 +120,8 @@ _INSERT_CREDIT_USES = text(
 )
 
 _COUNT_DUE = text(
-    "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' AND current_period_end <= :now"
+    "SELECT count(*) FROM subscription "
+    "WHERE status IN ('ACTIVE', 'TRIALING') AND current_period_end <= :now"
 )
 
 
@@ -249,5 +253,5 @@ async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime
 
 
 async def count_due(db: Db, *, now: datetime) -> int:
-    """How many ACTIVE subscriptions are due at ``now`` (the backlog gauge)."""
+    """How many ACTIVE or TRIALING subscriptions are due at ``now`` (the backlog gauge)."""
     return int((await db.execute(_COUNT_DUE, {"now": now})).scalar_one())

@@ -11,7 +11,7 @@ from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
-from billing_core.domain.proration import prorate
+from billing_core.domain.proration import Proration, prorate
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
@@ -67,11 +67,16 @@ async def change_plan(
             f"the subscription every {sub.plan_interval}"
         )
 
-    proration = prorate(
-        sub.plan_price_amount,
-        new_plan.price_amount,
-        Period(sub.current_period_start, sub.current_period_end),
-        now,
+    proration = (
+        # Nothing is charged for a trial: the new plan is simply the one invoiced at its end.
+        Proration(credit=0, charge=0, due=0)
+        if sub.status == SubscriptionStatus.TRIALING
+        else prorate(
+            sub.plan_price_amount,
+            new_plan.price_amount,
+            Period(sub.current_period_start, sub.current_period_end),
+            now,
+        )
     )
     balance = sub.credit_balance
     invoice: invoices_repo.Invoice | None = None

@@ -39,7 +39,8 @@ async def list_subscriptions(
         int | None, Query(alias="customerId", ge=1, le=BIGINT_MAX, description="Customer id.")
     ] = None,
     status: Annotated[
-        Literal["ACTIVE", "PAST_DUE", "CANCELED"] | None, Query(description="Only this status.")
+        Literal["TRIALING", "ACTIVE", "PAST_DUE", "CANCELED"] | None,
+        Query(description="Only this status."),
     ] = None,
     limit: Limit = 20,
     cursor: Cursor = None,

@@ -62,7 +62,8 @@ async def _subscription_outcome(
     response_model=SubscriptionOut,
     summary="Subscribe a customer to a plan",
     description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
-    "and its first invoice, due at once. Requires an Idempotency-Key header.",
+    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
+    "a TRIALING one and no invoice. Requires an Idempotency-Key header.",
     responses=problems(400, 401, 409, 413, 422),
 )
 async def create_subscription(
@@ -81,6 +82,7 @@ async def create_subscription(
             customer_id=body.customer_id,
             time_zone=body.time_zone,
             start_at=body.start_at,
+            trial_end=body.trial_choice(),
             now=now,
         )
         created = outcome(
