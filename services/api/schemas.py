@@ -518,3 +518,11 @@ class EndTrialRequest(_Request):
 class EndTrialOut(_Camel):
     invoice_id: int = Field(description="The first paid period's invoice (OPEN, due now).")
     subscription: SubscriptionOut
+
+
+class ResumeRenewalRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 2}]})
+
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )

@@ -25,6 +25,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/subscriptions/{id}/cancel": schemas.CancelRequest,
     "/subscriptions/{id}/change-plan": schemas.ChangePlanRequest,
     "/subscriptions/{id}/end-trial": schemas.EndTrialRequest,
+    "/subscriptions/{id}/resume-renewal": schemas.ResumeRenewalRequest,
     "/webhooks/payments": schemas.WebhookEvent,
     "/customers/{customerId}/payment-method": schemas.PaymentMethodRequest,
     "/customers": schemas.CreateCustomerRequest,

@@ -33,6 +33,7 @@ ACTIONS: dict[str, Action] = {
     "cancel_for_nonpayment": lambda s: sub.cancel_for_nonpayment(s, NOW),
     "renew": lambda s: sub.renew_or_cancel_at_period_end(s, NOW),
     "end_trial": lambda s: sub.end_trial(s, NOW),
+    "resume_renewal": lambda s: sub.resume_renewal(s, NOW),
 }
 
 # (status, action) -> (new status, events) or the error raised
@@ -72,6 +73,11 @@ SUB_TABLE: dict[
     (A, "end_trial"): IllegalTransition,
     (P, "end_trial"): IllegalTransition,
     (C, "end_trial"): IllegalTransition,
+    # Undo a scheduled cancel (nothing scheduled here: unchanged; see the flag test below).
+    (T, "resume_renewal"): (T, []),
+    (A, "resume_renewal"): (A, []),
+    (P, "resume_renewal"): (P, []),
+    (C, "resume_renewal"): SubscriptionCanceledError,
 }
 
 
@@ -230,6 +236,15 @@ def test_a_trial_that_reaches_its_end_with_a_scheduled_cancel_cancels_free() -> 
     after, [event] = sub.end_trial(state(T, flag=True), NOW)
     assert (after.status, after.canceled_at) == (C, NOW)
     assert event.payload["reason"] == "period_end"
+
+
+@pytest.mark.parametrize("status", [T, A, P])
+def test_resume_renewal_clears_a_scheduled_cancel(status: SubscriptionStatus) -> None:
+    after, events = sub.resume_renewal(state(status, flag=True), NOW)
+    assert (after.status, after.cancel_at_period_end, events) == (status, False, [])
+    assert after.version == 4
+    renewed, _ = sub.renew_or_cancel_at_period_end(replace(after, status=A), NOW)
+    assert renewed.status == A
 
 
 def test_cancel_now_records_the_reason() -> None:

@@ -62,6 +62,16 @@ def schedule_cancel_at_period_end(state: SubscriptionState, now: datetime) -> Tr
     return _bump(state, cancel_at_period_end=True), []
 
 
+def resume_renewal(state: SubscriptionState, now: datetime) -> Transition:
+    """Undo a scheduled cancel: the subscription renews at its period end again (a trial ends
+    into its first paid period again). Nothing scheduled: a no-op. A canceled subscription
+    refuses (it is over; subscribe again)."""
+    _require_not_canceled(state, "resume renewal")
+    if not state.cancel_at_period_end:
+        return state, []
+    return _bump(state, cancel_at_period_end=False), []
+
+
 def change_plan(
     state: SubscriptionState, new_plan_code: str, now: datetime, *, proration_due: int = 0
 ) -> Transition:

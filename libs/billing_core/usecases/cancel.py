@@ -54,3 +54,30 @@ async def cancel(
     voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
     await outbox.append_events(session, voided + events, now)
     return True
+
+
+async def resume_renewal(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    now: datetime,
+    expected_version: int | None = None,
+) -> bool:
+    """Undo a cancel scheduled for the period end; return False when none was scheduled.
+    A canceled subscription refuses (``SubscriptionCanceledError``)."""
+    sub = await subscriptions_repo.get(session, subscription_id)
+    if expected_version is not None and expected_version != sub.version:
+        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    state = subscriptions_repo.domain_state(sub)
+    new_state, events = sub_domain.resume_renewal(state, now)
+    if new_state == state:
+        return False
+    await subscriptions_repo.update_versioned(
+        session,
+        subscription_id,
+        expected_version=sub.version,
+        now=now,
+        values={"cancel_at_period_end": new_state.cancel_at_period_end},
+    )
+    await outbox.append_events(session, events, now)
+    return True
