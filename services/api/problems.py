@@ -27,6 +27,7 @@ from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
+from billing_core.usecases import upcoming as upcoming_uc
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:problem-type:billing:"
@@ -73,6 +74,7 @@ BUSINESS_RULE = ProblemKind(422, "business-rule-violated", "Business rule violat
 SUBSCRIPTION_NOT_FOUND = ProblemKind(404, "subscription-not-found", "Subscription not found")
 CUSTOMER_NOT_FOUND = ProblemKind(404, "customer-not-found", "Customer not found")
 INVOICE_NOT_FOUND = ProblemKind(404, "invoice-not-found", "Invoice not found")
+NO_UPCOMING_INVOICE = ProblemKind(404, "no-upcoming-invoice", "No upcoming invoice")
 CUSTOMER_EXISTS = ProblemKind(409, "customer-exists", "A customer has this externalId")
 INTERNAL = ProblemKind(500, "internal-error", "Internal error")
 UNAVAILABLE = ProblemKind(503, "service-unavailable", "Service unavailable")
@@ -95,6 +97,7 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (customers_repo.CustomerNotFound, CUSTOMER_NOT_FOUND),
     (customers_repo.CustomerExists, CUSTOMER_EXISTS),
     (invoices_repo.InvoiceNotFound, INVOICE_NOT_FOUND),
+    (upcoming_uc.NoUpcomingInvoice, NO_UPCOMING_INVOICE),
     (subscriptions_repo.VersionConflict, VERSION_CONFLICT),
     (plans_repo.PlanNotFound, UNKNOWN_PLAN),
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),

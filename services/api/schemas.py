@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.domain.renewal import RenewalInvoice
 from billing_core.repo.customers import Customer
 from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
@@ -526,3 +527,33 @@ class ResumeRenewalRequest(_Request):
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
     )
+
+
+class UpcomingInvoiceOut(_Camel):
+    subscription_id: int
+    kind: Literal["RENEWAL"]
+    period_index: int
+    period_start: datetime = Field(description="When the renewer creates it (the period end).")
+    period_end: datetime
+    subtotal: int
+    credit_applied: int = Field(description="Credit the balance will pay, as it is now.")
+    amount: int = Field(description="What will be charged: subtotal - creditApplied.")
+    currency: str
+    status: Literal["OPEN", "PAID"] = Field(
+        description="OPEN (to be charged), or PAID when credit covers all of it."
+    )
+
+    @classmethod
+    def of(cls, invoice: RenewalInvoice) -> UpcomingInvoiceOut:
+        return cls(
+            subscription_id=invoice.subscription_id,
+            kind="RENEWAL",
+            period_index=invoice.period_index,
+            period_start=invoice.period_start,
+            period_end=invoice.period_end,
+            subtotal=invoice.subtotal,
+            credit_applied=invoice.credit_applied,
+            amount=invoice.amount,
+            currency=invoice.currency,
+            status="PAID" if invoice.status == "PAID" else "OPEN",
+        )
