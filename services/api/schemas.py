@@ -237,9 +237,20 @@ class SubscriptionOut(_Camel):
 class PlanChangeOut(_Camel):
     changed: bool = Field(description="False when the subscription already had this plan.")
     due: int = Field(description="Prorated amount: > 0 invoiced, < 0 credited.")
-    proration_invoice_id: int | None
+    proration_invoice_id: int | None = Field(
+        description="The PRORATION invoice created (null: none, or a preview)."
+    )
+    proration_amount: int = Field(
+        default=0,
+        description="What the PRORATION invoice charges once the credit balance paid its part "
+        "(0 without one).",
+    )
     credit_granted: int
     subscription: SubscriptionOut
+    preview: bool = Field(
+        default=False,
+        description="true: nothing was written (?preview=true); this is what the change would do.",
+    )
 
 
 class InvoiceOut(_Camel):

@@ -30,6 +30,7 @@ class PlanChange:
     due: int = 0
     invoice_id: int | None = None
     credit_granted: int = 0
+    invoice_amount: int = 0
 
 
 async def change_plan(
@@ -141,4 +142,5 @@ async def change_plan(
         due=proration.due,
         invoice_id=invoice.id if invoice else None,
         credit_granted=credit_granted,
+        invoice_amount=invoice.amount if invoice else 0,
     )

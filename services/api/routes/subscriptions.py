@@ -21,7 +21,7 @@ from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api.auth import CurrentClient
 from services.api.context import get_context
-from services.api.idempotency import IdempotentWriteDep, Outcome, Record
+from services.api.idempotency import IdempotentWriteDep, Outcome, Record, rolled_back
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
 from services.api.schemas import (
@@ -160,14 +160,23 @@ async def cancel_subscription(
     summary="Change plan, prorated on the time left in the current period",
     description="An upgrade creates a PRORATION invoice for the prorated difference (credit "
     "applied first); a downgrade adds credit for later invoices. The same plan is a no-op; "
-    "a plan in another currency or interval is refused (422).",
+    "a plan in another currency or interval is refused (422). ?preview=true runs the same "
+    "change and rolls it back: the answer is what the change would do, nothing is written.",
     responses=problems(400, 401, 404, 409, 413, 422),
 )
 async def change_plan(
+    request: Request,
     subscription_id: SubscriptionId,
     body: ChangePlanRequest,
     write: IdempotentWriteDep,
     if_match: IfMatch = None,
+    preview: Annotated[
+        bool,
+        Query(
+            description="true: answer what the change would do, by running it and rolling it "
+            "back (nothing is written or stored under an Idempotency-Key)."
+        ),
+    ] = False,
 ) -> Response:
     expected = expected_version(if_match, body.expected_version)
 
@@ -185,13 +194,17 @@ async def change_plan(
             PlanChangeOut(
                 changed=change.changed,
                 due=change.due,
-                proration_invoice_id=change.invoice_id,
+                proration_invoice_id=None if preview else change.invoice_id,
+                proration_amount=change.invoice_amount,
                 credit_granted=change.credit_granted,
                 subscription=SubscriptionOut.of(sub),
+                preview=preview,
             ),
             etag=etag(sub.version),
         )
 
+    if preview:
+        return await rolled_back(get_context(request), work)
     return await write.run(work)
 
 
