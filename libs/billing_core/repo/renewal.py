@@ -56,6 +56,12 @@ _CLAIM = """
     FOR UPDATE OF s SKIP LOCKED
 """
 
+# The same claim for one subscription (a plan change catching up its renewal first): it locks
+# the row and waits for a renewer that holds it (then finds it renewed, or not due any more).
+_CLAIM_ONE = _CLAIM.replace(
+    "AND s.id <> ALL(CAST(:exclude AS bigint[]))", "AND s.id = :only"
+).replace("FOR UPDATE OF s SKIP LOCKED", "FOR UPDATE OF s")
+
 _INSERT_INVOICES = text(
     """
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
@@ -126,14 +132,23 @@ _COUNT_DUE = text(
 
 
 async def claim_due(
-    db: Db, *, now: datetime, limit: int, exclude_ids: Sequence[int] = ()
+    db: Db,
+    *,
+    now: datetime,
+    limit: int,
+    exclude_ids: Sequence[int] = (),
+    only_id: int | None = None,
 ) -> list[DueSubscription]:
     """Lock up to ``limit`` due ACTIVE subscriptions, oldest first, skipping rows other
-    transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches."""
+    transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches.
+    ``only_id``: just that subscription if it is due (waiting for its row lock)."""
     require_positive_limit(limit)
-    result = await db.execute(
-        text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
-    )
+    if only_id is not None:
+        result = await db.execute(text(_CLAIM_ONE), {"now": now, "limit": 1, "only": only_id})
+    else:
+        result = await db.execute(
+            text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
+        )
     return [
         DueSubscription(
             state=subscription_state(row),
