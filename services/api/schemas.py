@@ -96,10 +96,21 @@ class CancelRequest(_Request):
 
 class ChangePlanRequest(_Request):
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"planCode": "PRO_MONTHLY", "expectedVersion": 2}]}
+        json_schema_extra={
+            "examples": [
+                {"planCode": "PRO_MONTHLY", "expectedVersion": 2},
+                {"planCode": "BASIC_MONTHLY", "prorationBehavior": "none"},
+            ]
+        }
     )
 
     plan_code: PlanCode
+    proration_behavior: Literal["create_prorations", "none"] = Field(
+        default="create_prorations",
+        description="create_prorations: the difference for the rest of the period is invoiced "
+        "(upgrade) or credited (downgrade) now; none: nothing now, the new price applies from "
+        "the next renewal.",
+    )
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
     )

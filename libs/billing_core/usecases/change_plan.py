@@ -20,6 +20,11 @@ from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases.renew import renew_due_batch
 from billing_core.usecases.subscribe import opened_invoice_events
 
+# How a change is prorated: ``create_prorations`` (the rule above), ``none`` (no invoice, no
+# credit: the new price applies from the next renewal).
+PRORATION_CREATE = "create_prorations"
+PRORATION_NONE = "none"
+
 # Periods a plan change renews before it applies (the renewer's default per batch); a
 # subscription further behind is left to the renewer and the change answers 409 meanwhile.
 MAX_CATCH_UP = 24
@@ -49,9 +54,12 @@ async def _renewed_if_due(
     return await subscriptions_repo.get(session, sub.id)
 
 
-def _proration(sub: subscriptions_repo.Subscription, new_price: int, now: datetime) -> Proration:
-    if sub.status == SubscriptionStatus.TRIALING:
-        # Nothing is charged for a trial: the new plan is simply the one invoiced at its end.
+def _proration(
+    sub: subscriptions_repo.Subscription, new_price: int, now: datetime, behavior: str
+) -> Proration:
+    if behavior == PRORATION_NONE or sub.status == SubscriptionStatus.TRIALING:
+        # No proration asked for, or nothing charged yet (a trial): the new plan is simply the
+        # one the next renewal invoices.
         return Proration(credit=0, charge=0, due=0)
     return prorate(
         sub.plan_price_amount,
@@ -68,6 +76,7 @@ async def change_plan(
     plan_code: str,
     now: datetime,
     expected_version: int | None = None,
+    proration_behavior: str = PRORATION_CREATE,
 ) -> PlanChange:
     """Switch to ``plan_code`` at ``now``.
 
@@ -97,7 +106,7 @@ async def change_plan(
             f"the subscription every {sub.plan_interval}"
         )
 
-    proration = _proration(sub, new_plan.price_amount, now)
+    proration = _proration(sub, new_plan.price_amount, now, proration_behavior)
     balance = sub.credit_balance
     invoice: invoices_repo.Invoice | None = None
     credit_granted = 0

@@ -187,6 +187,7 @@ async def change_plan(
             plan_code=body.plan_code,
             expected_version=expected,
             now=now,
+            proration_behavior=body.proration_behavior,
         )
         sub = await subscriptions_repo.get(session, subscription_id)
         return outcome(

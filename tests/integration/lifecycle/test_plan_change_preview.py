@@ -78,3 +78,32 @@ async def test_a_refused_change_is_refused_in_preview_too(client: httpx.AsyncCli
             422,
             "plan-change-not-allowed",
         )
+
+
+async def test_proration_none_charges_and_credits_nothing_until_the_renewal(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    up = await subscribe(client, plan="BASIC_MONTHLY")
+    down = await subscribe(client, plan="PRO_MONTHLY")
+    clock.advance(timedelta(days=9))
+    for sub, plan in ((up, "PRO_MONTHLY"), (down, "BASIC_MONTHLY")):
+        response = await client.post(
+            f"/subscriptions/{sub['id']}/change-plan",
+            json={"planCode": plan, "prorationBehavior": "none"},
+        )
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert (body["changed"], body["due"], body["prorationInvoiceId"]) == (True, 0, None)
+        assert (body["creditGranted"], body["subscription"]["creditBalance"]) == (0, 0)
+        preview = (await client.get(f"/subscriptions/{sub['id']}/upcoming-invoice")).json()
+        assert preview["subtotal"] == (2990 if plan == "PRO_MONTHLY" else 990)
+    assert await scalar(engine, "SELECT count(*) FROM invoice WHERE kind = 'PRORATION'") == 0
+    assert await scalar(engine, "SELECT count(*) FROM credit_entry") == 0
+    assert_problem(
+        await client.post(
+            f"/subscriptions/{up['id']}/change-plan",
+            json={"planCode": "BASIC_MONTHLY", "prorationBehavior": "sometimes"},
+        ),
+        422,
+        "validation-error",
+    )
