@@ -33,11 +33,17 @@ from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
 from services.api.routes import (
     api_keys,
+    customer_profiles,
     customers,
     health,
+    invoices,
     plans,
+    previews,
+    scheduled_cancel,
     stripe_webhooks,
+    subscription_search,
     subscriptions,
+    trials,
     webhooks,
 )
 from services.api.settings import ApiSettings
@@ -176,7 +182,21 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.state.context = context
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    for module in (subscriptions, customers, plans, api_keys, webhooks, stripe_webhooks, health):
+    for module in (
+        subscriptions,
+        subscription_search,
+        trials,
+        scheduled_cancel,
+        previews,
+        customers,
+        customer_profiles,
+        invoices,
+        plans,
+        api_keys,
+        webhooks,
+        stripe_webhooks,
+        health,
+    ):
         app.include_router(module.router)
     if settings.console_enabled:
         app.include_router(console_routes.router)

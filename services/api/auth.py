@@ -14,7 +14,7 @@ problem. Then the client's rate limit is counted (one Redis round trip).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import Request, Security
 from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
@@ -135,6 +135,10 @@ _GUARDS = {scope: ScopedKey(scope) for scope in Scope}
 def requires(scope: Scope) -> Any:
     """``Annotated[ApiClient, requires(Scope.X)]``: the route needs a key with scope X."""
     return Security(_GUARDS[scope], scopes=[scope.value])
+
+
+SubscriptionsReader = Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)]
+InvoicesReader = Annotated[ApiClient, requires(Scope.INVOICES_READ)]
 
 
 def actor_of(request: Request, client: ApiClient) -> audit.Actor:

@@ -340,6 +340,9 @@ def idempotent_write(scope: Scope) -> Any:
 
 _WRITES: dict[Scope, Any] = {}
 
+# The write of most routes: subscriptions and what they bill (customers, trials, renewals).
+SubscriptionsWrite = Annotated[IdempotentWrite, idempotent_write(Scope.SUBSCRIPTIONS_WRITE)]
+
 
 async def purge_expired(ctx: AppContext, *, batch_size: int = 1000) -> int:
     total = 0
@@ -365,3 +368,21 @@ async def purge_loop(ctx: AppContext, interval: float) -> None:
             raise
         except Exception as exc:
             log.warning("idempotency_purge_failed", error=repr(exc))
+
+
+async def rolled_back(ctx: AppContext, work: Work) -> Response:
+    """Run ``work`` in a transaction that is always rolled back and answer its outcome: a
+    preview made by the real code path, which writes nothing (and stores nothing under an
+    Idempotency-Key). Its row locks last only as long as the work."""
+    async with ctx.sessions() as session:
+        transaction = await session.begin()
+        try:
+            result = await work(session, ctx.clock.now())
+        finally:
+            await transaction.rollback()
+    return Response(
+        result.body,
+        status_code=result.status,
+        media_type=JSON,
+        headers={k: v for k, v in result.headers.items() if k.lower() != "etag"},
+    )

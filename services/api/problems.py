@@ -23,10 +23,13 @@ from billing_core.domain import errors as domain_errors
 from billing_core.domain import scopes
 from billing_core.logging import get_logger
 from billing_core.repo import api_clients as api_clients_repo
+from billing_core.repo import customers as customers_repo
+from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
+from billing_core.usecases import upcoming as upcoming_uc
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:problem-type:billing:"
@@ -73,6 +76,10 @@ PLAN_CHANGE_NOT_ALLOWED = ProblemKind(422, "plan-change-not-allowed", "Plan chan
 BUSINESS_RULE = ProblemKind(422, "business-rule-violated", "Business rule violated")
 SUBSCRIPTION_NOT_FOUND = ProblemKind(404, "subscription-not-found", "Subscription not found")
 API_KEY_NOT_FOUND = ProblemKind(404, "api-key-not-found", "API key not found")
+CUSTOMER_NOT_FOUND = ProblemKind(404, "customer-not-found", "Customer not found")
+INVOICE_NOT_FOUND = ProblemKind(404, "invoice-not-found", "Invoice not found")
+NO_UPCOMING_INVOICE = ProblemKind(404, "no-upcoming-invoice", "No upcoming invoice")
+CUSTOMER_EXISTS = ProblemKind(409, "customer-exists", "A customer has this externalId")
 INTERNAL = ProblemKind(500, "internal-error", "Internal error")
 UNAVAILABLE = ProblemKind(503, "service-unavailable", "Service unavailable")
 
@@ -96,10 +103,15 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (api_clients_repo.ApiKeyAmbiguous, BUSINESS_RULE),
     (api_clients_repo.ApiKeyInactive, STATE_CONFLICT),
     (scopes.UnknownScope, BUSINESS_RULE),
+    (customers_repo.CustomerNotFound, CUSTOMER_NOT_FOUND),
+    (customers_repo.CustomerExists, CUSTOMER_EXISTS),
+    (invoices_repo.InvoiceNotFound, INVOICE_NOT_FOUND),
+    (upcoming_uc.NoUpcomingInvoice, NO_UPCOMING_INVOICE),
     (subscriptions_repo.VersionConflict, VERSION_CONFLICT),
     (plans_repo.PlanNotFound, UNKNOWN_PLAN),
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),
     (subscribe_uc.InvalidStart, BUSINESS_RULE),
+    (subscribe_uc.InvalidTrialEnd, BUSINESS_RULE),
     (domain_errors.IllegalTransition, STATE_CONFLICT),
     (domain_errors.ChangeOutsidePeriod, STATE_CONFLICT),
     (domain_errors.UnknownTimeZone, BUSINESS_RULE),
@@ -225,6 +237,8 @@ async def _on_domain_error(request: Request, exc: Exception) -> Response:
     extensions: dict[str, Any] = {}
     if isinstance(exc, subscriptions_repo.VersionConflict):
         extensions["currentVersion"] = exc.current_version
+    if isinstance(exc, customers_repo.CustomerExists):
+        extensions["customerId"] = exc.customer_id
     log.info("domain_error", error=type(exc).__name__, status=kind.status, detail=str(exc))
     return _for_request(request, kind, str(exc) or None, extensions=extensions)
 

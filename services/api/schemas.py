@@ -12,8 +12,10 @@ from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.domain.renewal import RenewalInvoice
 from billing_core.domain.scopes import Scope
 from billing_core.repo.api_clients import ApiKeyInfo
+from billing_core.repo.customers import Customer
 from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
 from billing_core.repo.plans import Plan
@@ -54,6 +56,7 @@ class CreateSubscriptionRequest(_Request):
             "examples": [
                 {"customerId": 42, "planCode": "PRO_MONTHLY", "timeZone": "Europe/Paris"},
                 {"customerId": 43, "planCode": "BASIC_YEARLY", "startAt": "2026-12-01T00:00:00Z"},
+                {"customerId": 44, "planCode": "PRO_MONTHLY", "trialEnd": "2027-01-15T00:00:00Z"},
             ]
         }
     )
@@ -66,6 +69,16 @@ class CreateSubscriptionRequest(_Request):
         description="Start of the first period (default: now). Not in the future, and its "
         "first period must not be over yet.",
     )
+    trial_end: AwareDatetime | None = Field(
+        default=None,
+        description="End of a free trial (after now): the subscription is TRIALING until then, "
+        "nothing is charged, and the billing anchor is this instant. Omitted: the plan's "
+        "trialDays (if any); null: no trial.",
+    )
+
+    def trial_choice(self) -> datetime | Literal["plan"] | None:
+        """The trial asked for: an end, none (an explicit null), or the plan's."""
+        return self.trial_end if "trial_end" in self.model_fields_set else "plan"
 
 
 class CancelRequest(_Request):
@@ -85,10 +98,21 @@ class CancelRequest(_Request):
 
 class ChangePlanRequest(_Request):
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"planCode": "PRO_MONTHLY", "expectedVersion": 2}]}
+        json_schema_extra={
+            "examples": [
+                {"planCode": "PRO_MONTHLY", "expectedVersion": 2},
+                {"planCode": "BASIC_MONTHLY", "prorationBehavior": "none"},
+            ]
+        }
     )
 
     plan_code: PlanCode
+    proration_behavior: Literal["create_prorations", "none"] = Field(
+        default="create_prorations",
+        description="create_prorations: the difference for the rest of the period is invoiced "
+        "(upgrade) or credited (downgrade) now; none: nothing now, the new price applies from "
+        "the next renewal.",
+    )
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
     )
@@ -178,7 +202,7 @@ class PlanList(_Camel):
 class SubscriptionOut(_Camel):
     id: int
     customer_id: int
-    status: Literal["ACTIVE", "PAST_DUE", "CANCELED"]
+    status: Literal["TRIALING", "ACTIVE", "PAST_DUE", "CANCELED"]
     plan: PlanOut
     time_zone: str
     billing_anchor: datetime
@@ -190,6 +214,11 @@ class SubscriptionOut(_Camel):
     credit_balance: int = Field(description="Credit (minor units) for the next invoices.")
     version: int = Field(description="Bumped by every change; send it back as If-Match.")
     created_at: datetime
+    trial_end: datetime | None = Field(
+        default=None,
+        description="End of the free trial (null: none); while TRIALING the current period is "
+        "the trial and ends then.",
+    )
 
     @classmethod
     def of(cls, sub: Subscription) -> SubscriptionOut:
@@ -214,15 +243,27 @@ class SubscriptionOut(_Camel):
             credit_balance=sub.credit_balance,
             version=sub.version,
             created_at=sub.created_at,
+            trial_end=sub.trial_end,
         )
 
 
 class PlanChangeOut(_Camel):
     changed: bool = Field(description="False when the subscription already had this plan.")
     due: int = Field(description="Prorated amount: > 0 invoiced, < 0 credited.")
-    proration_invoice_id: int | None
+    proration_invoice_id: int | None = Field(
+        description="The PRORATION invoice created (null: none, or a preview)."
+    )
+    proration_amount: int = Field(
+        default=0,
+        description="What the PRORATION invoice charges once the credit balance paid its part "
+        "(0 without one).",
+    )
     credit_granted: int
     subscription: SubscriptionOut
+    preview: bool = Field(
+        default=False,
+        description="true: nothing was written (?preview=true); this is what the change would do.",
+    )
 
 
 class InvoiceOut(_Camel):
@@ -511,3 +552,137 @@ class HistoryEntry(_Camel):
 
 class SubscriptionHistory(_Camel):
     items: list[HistoryEntry]
+
+
+Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$", description="ISO-4217 code, e.g. EUR.")]
+# Text a person or another system wrote: no control characters (PostgreSQL refuses NUL), and
+# for an id no surrounding white space either.
+_VISIBLE = r"[^\s\x00-\x1f\x7f]"
+_PRINTABLE = r"[^\x00-\x1f\x7f]"
+ExternalId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        pattern=rf"^{_VISIBLE}({_PRINTABLE}*{_VISIBLE})?$",
+        description="Your own id for the customer; unique.",
+    ),
+]
+
+
+class CreateCustomerRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "externalId": "crm-0042",
+                    "email": "ada@example.com",
+                    "name": "Ada Lovelace",
+                    "timeZone": "Europe/London",
+                    "currency": "GBP",
+                }
+            ]
+        }
+    )
+
+    external_id: ExternalId = Field(description="Unique: 409 customer-exists when taken.")
+    email: str | None = Field(
+        default=None,
+        max_length=320,
+        pattern=r"^[^@\s\x00-\x1f\x7f]+@[^@\s\x00-\x1f\x7f]+$",
+        description="E-mail address.",
+    )
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=rf"^{_PRINTABLE}+$"
+    )
+    time_zone: TimeZone = Field(
+        default="UTC", description="Default time zone of the customer's subscriptions."
+    )
+    currency: Currency | None = Field(default=None, description="Default currency.")
+
+
+class CustomerOut(_Camel):
+    id: int
+    external_id: str
+    email: str | None
+    name: str | None
+    time_zone: str
+    currency: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, customer: Customer) -> CustomerOut:
+        return cls(
+            id=customer.id,
+            external_id=customer.external_id,
+            email=customer.email,
+            name=customer.name,
+            time_zone=customer.time_zone,
+            currency=customer.currency,
+            created_at=customer.created_at,
+        )
+
+
+class CustomerPage(_Camel):
+    items: list[CustomerOut]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next (older) page; null on the last page."
+    )
+
+
+class SubscriptionPage(_Camel):
+    items: list[SubscriptionOut]
+    next_cursor: str | None = Field(
+        description="Pass as ?cursor= for the next (older) page; null on the last page."
+    )
+
+
+class EndTrialRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 1}]})
+
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class EndTrialOut(_Camel):
+    invoice_id: int = Field(description="The first paid period's invoice (OPEN, due now).")
+    subscription: SubscriptionOut
+
+
+class ResumeRenewalRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 2}]})
+
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class UpcomingInvoiceOut(_Camel):
+    subscription_id: int
+    kind: Literal["RENEWAL"]
+    period_index: int
+    period_start: datetime = Field(description="When the renewer creates it (the period end).")
+    period_end: datetime
+    subtotal: int
+    credit_applied: int = Field(description="Credit the balance will pay, as it is now.")
+    amount: int = Field(description="What will be charged: subtotal - creditApplied.")
+    currency: str
+    status: Literal["OPEN", "PAID"] = Field(
+        description="OPEN (to be charged), or PAID when credit covers all of it."
+    )
+
+    @classmethod
+    def of(cls, invoice: RenewalInvoice) -> UpcomingInvoiceOut:
+        return cls(
+            subscription_id=invoice.subscription_id,
+            kind="RENEWAL",
+            period_index=invoice.period_index,
+            period_start=invoice.period_start,
+            period_end=invoice.period_end,
+            subtotal=invoice.subtotal,
+            credit_applied=invoice.credit_applied,
+            amount=invoice.amount,
+            currency=invoice.currency,
+            status="PAID" if invoice.status == "PAID" else "OPEN",
+        )

@@ -32,6 +32,8 @@ SUBJECTS: dict[str, str] = {
     "PaymentFailed": "Your payment did not go through",
     "InvoiceVoided": "An invoice was voided",
     "PaymentRefunded": "Your refund and credit note",
+    "SubscriptionTrialWillEnd": "Your free trial ends soon",
+    "SubscriptionTrialEnded": "Your free trial has ended: your subscription is active",
 }
 
 
@@ -58,6 +60,10 @@ def email_for(event: CloudEvent, payload: p.EventPayload, customer_id: int | Non
         # The bank wants the customer to confirm the payment (3-D Secure), which an off-session
         # charge cannot ask for: the e-mail asks the customer to do it.
         subject = "Action needed: confirm your payment with your bank"
+    if isinstance(payload, p.SubscriptionTrialWillEndV1):
+        subject = f"{subject}: on {payload.trialEnd:%Y-%m-%d %H:%M} UTC"
+    if isinstance(payload, p.SubscriptionCreatedV1) and payload.trialEnd is not None:
+        subject = "Welcome: your free trial has started"
     if isinstance(payload, p.PaymentRefundedV1):  # the credit note's number is the refund's id
         subject = (
             f"{subject} CN-{payload.refundId}: {payload.amount} {payload.currency} "

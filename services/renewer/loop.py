@@ -4,7 +4,9 @@ The tick claims a batch, renews it and commits; with ``concurrency`` > 1 it runs
 batches at once on separate connections (SKIP LOCKED keeps them disjoint), so the Python side of
 one batch overlaps the database side of the other. It asks for another tick right away while the
 batches come back full (or a subscription is still catching up), otherwise the worker sleeps for
-the poll interval. PAST_DUE subscriptions are never claimed (the due index holds ACTIVE rows only):
+the poll interval. Each tick first writes the due SubscriptionTrialWillEnd notices; TRIALING
+subscriptions are claimed like ACTIVE ones once their trial is over (the renewal invoices period
+0). PAST_DUE subscriptions are never claimed (the due index holds ACTIVE and TRIALING rows only):
 they are renewed once a payment returns them to ACTIVE, catching up every period they missed.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +22,7 @@ from billing_core.clock import Clock
 from billing_core.logging import get_logger
 from billing_core.repo import renewal as renewal_repo
 from billing_core.usecases.renew import BatchResult, renew_due_batch
+from billing_core.usecases.trial_notices import DEFAULT_LEAD, send_trial_notices
 from services.renewer import metrics
 
 log = get_logger(__name__)
@@ -34,10 +38,12 @@ class Renewer:
         max_periods_per_row: int = 24,
         backlog_refresh_seconds: float = 5.0,
         concurrency: int = 1,
+        trial_will_end_lead: timedelta = DEFAULT_LEAD,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be >= 1")
         self._concurrency = concurrency
+        self._trial_lead = trial_will_end_lead
         self._engine = engine
         self._clock = clock
         self._batch_size = batch_size
@@ -49,7 +55,9 @@ class Renewer:
 
     async def tick(self) -> bool:
         """Renew ``concurrency`` batches at once (each its own transaction and connection);
-        True when more due work is probably waiting."""
+        True when more due work is probably waiting. The due trial notices go first: a trial
+        is ended only once its SubscriptionTrialWillEnd is written."""
+        notices = await self._trial_notices()
         if self._concurrency == 1:
             results = [await self._batch()]
         else:
@@ -60,9 +68,21 @@ class Renewer:
                 if isinstance(outcome, BaseException):
                     raise outcome
             results = [o for o in outcomes if isinstance(o, BatchResult)]
-        full = any(r.claimed >= self._batch_size or r.still_due > 0 for r in results)
+        full = notices >= self._batch_size or any(
+            r.claimed >= self._batch_size or r.still_due > 0 for r in results
+        )
         await self._refresh_backlog(force=not full)
         return full
+
+    async def _trial_notices(self) -> int:
+        async with self._engine.begin() as conn:
+            sent = await send_trial_notices(
+                conn, now=self._clock.now(), lead=self._trial_lead, limit=self._batch_size
+            )
+        if sent:
+            metrics.TRIAL_NOTICES.inc(sent)
+            log.info("trial_will_end_notices", count=sent)
+        return sent
 
     async def _batch(self) -> BatchResult:
         now = self._clock.now()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from billing_core.clock import clock_from_offset
 from billing_core.db.engine import create_engine
 from billing_core.runtime import process
@@ -20,6 +22,7 @@ def build(settings: RenewerSettings) -> process.WorkerProcess:
         max_periods_per_row=settings.renewer_max_periods_per_row,
         backlog_refresh_seconds=settings.renewer_backlog_refresh_seconds,
         concurrency=settings.renewer_concurrency,
+        trial_will_end_lead=timedelta(hours=settings.renewer_trial_will_end_lead_hours),
     )
     worker = Worker(
         "renewer",

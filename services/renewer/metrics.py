@@ -6,7 +6,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 DUE_BACKLOG = Gauge(
     "billing_renewer_due_backlog_subscriptions",
-    "ACTIVE subscriptions whose current period has ended (not yet renewed).",
+    "ACTIVE subscriptions whose current period has ended, and TRIALING ones whose trial has "
+    "(not yet renewed).",
 )
 INVOICES_CREATED = Counter(
     "billing_renewer_invoices_created_total", "Renewal invoices created (OPEN or zero-amount PAID)."
@@ -21,6 +22,10 @@ CANCELLATIONS = Counter(
 ALREADY_INVOICED = Counter(
     "billing_renewer_already_invoiced_periods_total",
     "Periods advanced over because their renewal invoice already existed (replayed batch).",
+)
+TRIAL_NOTICES = Counter(
+    "billing_renewer_trial_notices_total",
+    "SubscriptionTrialWillEnd events written (once per trial, a lead time before its end).",
 )
 PARKED = Gauge(
     "billing_renewer_parked_subscriptions",

@@ -28,6 +28,12 @@ class RenewerSettings(CoreSettings):
         description="Missed periods renewed per subscription per batch; the rest follow in the "
         "next batches (catch-up never skips, it only spreads).",
     )
+    renewer_trial_will_end_lead_hours: float = Field(
+        default=72.0,
+        gt=0,
+        le=24 * 365,
+        description="How long before a trial ends its SubscriptionTrialWillEnd is published.",
+    )
     renewer_shutdown_timeout_seconds: float = Field(
         default=5.0, gt=0, description="How long SIGTERM waits for the current batch to finish."
     )

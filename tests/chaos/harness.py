@@ -61,6 +61,9 @@ class ChaosConfig:
     # Share of the subscriptions whose customer acts through the API during the run (a cancel,
     # now or at period end, an upgrade or a downgrade; some do two of these).
     customer_action_share: float = 0.08
+    # Share of the subscriptions seeded in a free trial ending in the due window: the renewer
+    # writes its SubscriptionTrialWillEnd, then invoices period 0 when it ends.
+    trial_share: float = 0.1
     drain_timeout_s: float = 900.0
     seed: int = 2026
 
@@ -160,9 +163,15 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
     rng = random.Random(config.seed)
     zones = ["UTC", "Europe/Paris", "America/New_York", "Asia/Tokyo"]
     rows: list[dict[str, Any]] = []
+    trials: list[dict[str, Any]] = []
+    trial_every = round(1 / config.trial_share) if config.trial_share > 0 else 0
     for i in range(config.subscriptions):
         tz = zones[i % len(zones)]
         due = now + timedelta(seconds=rng.uniform(0, config.due_window_s))
+        if trial_every and i % trial_every == 0:
+            # In a trial ending at ``due`` (its anchor): nothing invoiced yet.
+            trials.append({"customer": 100_000 + i, "tz": tz, "end": due})
+            continue
         anchor = due - timedelta(days=31)
         end = boundary(anchor, Interval.MONTH, 1, tz)
         for _ in range(3):  # months differ in length: move the anchor so period 1 starts at due
@@ -203,6 +212,24 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
             },
         )
         customers = [int(c) for (c,) in result]
+        await conn.execute(
+            text(
+                """
+                INSERT INTO subscription (customer_id, plan_id, status, time_zone,
+                    billing_anchor, period_index, current_period_start, current_period_end,
+                    trial_end)
+                SELECT c, :plan, 'TRIALING', z, e, 0, e - interval '14 days', e, e
+                FROM unnest(CAST(:customers AS bigint[]), CAST(:zones AS text[]),
+                            CAST(:ends AS timestamptz[])) AS t(c, z, e)
+                """
+            ),
+            {
+                "plan": plan.id,
+                "customers": [r["customer"] for r in trials],
+                "zones": [r["tz"] for r in trials],
+                "ends": [r["end"] for r in trials],
+            },
+        )
     rng.shuffle(customers)
     return customers[: int(len(customers) * config.hard_decliner_share)]
 
@@ -323,8 +350,13 @@ async def counts(engine: AsyncEngine) -> dict[str, int]:
                     text(
                         """
                     SELECT
-                      (SELECT count(*) FROM subscription WHERE status = 'ACTIVE'
+                      (SELECT count(*) FROM subscription
+                         WHERE status IN ('ACTIVE', 'TRIALING')
                          AND current_period_end <= now()) AS due_subscriptions,
+                      (SELECT count(*) FROM subscription WHERE trial_end IS NOT NULL)
+                         AS trials,
+                      (SELECT count(*) FROM outbox_event
+                         WHERE event_type = 'SubscriptionTrialEnded') AS trial_ends,
                       (SELECT count(*) FROM invoice WHERE status = 'OPEN') AS open_invoices,
                       (SELECT count(*) FROM invoice) AS invoices,
                       (SELECT count(*) FROM invoice WHERE status = 'PAID') AS paid,
@@ -545,6 +577,8 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "paid": final["paid"],
             "failed": final["failed"],
             "canceled subscriptions": final["canceled"],
+            "trials": final["trials"],
+            "trials ended into a paid period": final["trial_ends"],
             "gateway calls": int(summary.get("calls", 0)),
             "successful charges": int(summary.get("charges_succeeded", 0)),
             "payment attempts recorded": final["attempts"],

@@ -23,7 +23,11 @@ async def test_short_chaos_run_keeps_every_invariant() -> None:
     assert outcome.faults["kill -9"] == 5
     assert outcome.faults["redis outage"] == outcome.faults["kafka outage"] == 1
     assert outcome.faults["postgres restart"] == 1
-    assert outcome.figures["invoices"] >= 2 * config.subscriptions
+    # every seeded period 0 and its renewal; a trial's first paid period
+    trials = outcome.figures["trials"]
+    assert trials == config.subscriptions // round(1 / config.trial_share)
+    assert outcome.figures["invoices"] >= 2 * (config.subscriptions - trials) + trials
+    assert outcome.figures["trials ended into a paid period"] > 0, outcome.figures
     # customers canceled and changed plans through the API process during the run
     answered = {a: n.get("200", 0) for a, n in outcome.customer_answers.items()}
     assert answered.get("cancel now", 0) > 0, outcome.customer_answers

@@ -87,7 +87,11 @@ async def test_catalog_has_the_articles_safety_net_and_partial_indexes(database_
     due = await _index(database_url, "idx_sub_due")
     assert due is not None
     assert list(due["columns"]) == ["current_period_end"]
-    assert due["predicate"] == "((status)::text = 'ACTIVE'::text)"
+    # ACTIVE subscriptions renew, TRIALING ones are invoiced at the trial's end: one claim.
+    assert due["predicate"] == (
+        "((status)::text = ANY ((ARRAY['ACTIVE'::character varying, "
+        "'TRIALING'::character varying])::text[]))"
+    )
 
     retry = await _index(database_url, "idx_inv_retry")
     assert retry is not None
@@ -243,4 +247,58 @@ def test_keys_from_before_scopes_keep_full_access(scratch_url: str) -> None:
         "admin",
     ]
     assert new_key_without_scopes_refused
+    migrate.downgrade(scratch_url, "base")
+
+
+def test_existing_customer_ids_become_customers(scratch_url: str) -> None:
+    """0009 gives every customer id already in use (on a subscription, or with a payment
+    method on file) a customer row with that id, its external id that number and the time zone
+    of its first subscription; new customers get ids above them."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0008")
+
+    async def before() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            for customer, zone in ((7, "Europe/Paris"), (7, "Asia/Tokyo"), (900, "UTC")):
+                await conn.execute(
+                    "INSERT INTO subscription (customer_id, plan_id, status, time_zone, "
+                    "billing_anchor, current_period_start, current_period_end) SELECT $1, id, "
+                    "'ACTIVE', $2, now(), now(), now() + interval '30 days' FROM plan "
+                    "ORDER BY id LIMIT 1",
+                    customer,
+                    zone,
+                )
+            await conn.execute(
+                "INSERT INTO gateway_customer (customer_id, gateway, gateway_customer_id, "
+                "payment_method_id, created_at, updated_at) "
+                "VALUES (1200, 'stripe', 'cus_1', 'pm_1', now(), now())"
+            )
+        finally:
+            await conn.close()
+
+    asyncio.run(before())
+    migrate.upgrade(scratch_url)
+
+    async def after() -> tuple[list[asyncpg.Record], int]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            found = list(
+                await conn.fetch("SELECT id, external_id, time_zone FROM customer ORDER BY id")
+            )
+            new_id = await conn.fetchval(
+                "INSERT INTO customer (external_id) VALUES ('crm-new') RETURNING id"
+            )
+            await conn.execute("TRUNCATE customer, gateway_customer, subscription CASCADE")
+            return found, int(new_id)
+        finally:
+            await conn.close()
+
+    found, new_id = asyncio.run(after())
+    assert [tuple(r) for r in found] == [
+        (7, "7", "Europe/Paris"),
+        (900, "900", "UTC"),
+        (1200, "1200", "UTC"),
+    ]
+    assert new_id == 1201
     migrate.downgrade(scratch_url, "base")

@@ -26,6 +26,8 @@ WIRE_NAMES = [
     "InvoiceVoided",
     "PaymentReconciliationNeeded",
     "PaymentRefunded",
+    "SubscriptionTrialWillEnd",
+    "SubscriptionTrialEnded",
 ]
 
 ALL = [
@@ -54,6 +56,8 @@ ALL = [
         gateway_reference="re_1",
         refunded_at=NOW,
     ),
+    ev.subscription_trial_will_end(1, LATER),
+    ev.subscription_trial_ended(1, NOW, early=False),
 ]
 
 

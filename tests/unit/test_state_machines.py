@@ -21,6 +21,7 @@ from billing_core.domain.subscription import SubscriptionState, SubscriptionStat
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 A, P, C = SubscriptionStatus.ACTIVE, SubscriptionStatus.PAST_DUE, SubscriptionStatus.CANCELED
+T = SubscriptionStatus.TRIALING
 
 Action = Callable[[SubscriptionState], sub.Transition]
 ACTIONS: dict[str, Action] = {
@@ -31,6 +32,8 @@ ACTIONS: dict[str, Action] = {
     "reactivate": lambda s: sub.reactivate(s, NOW, 9),
     "cancel_for_nonpayment": lambda s: sub.cancel_for_nonpayment(s, NOW),
     "renew": lambda s: sub.renew_or_cancel_at_period_end(s, NOW),
+    "end_trial": lambda s: sub.end_trial(s, NOW),
+    "resume_renewal": lambda s: sub.resume_renewal(s, NOW),
 }
 
 # (status, action) -> (new status, events) or the error raised
@@ -58,6 +61,23 @@ SUB_TABLE: dict[
     (A, "renew"): (A, []),
     (P, "renew"): IllegalTransition,
     (C, "renew"): IllegalTransition,
+    # A trial: canceled for free, ended into ACTIVE, never past due (nothing was invoiced).
+    (T, "cancel_now"): (C, [EventType.SUBSCRIPTION_CANCELED]),
+    (T, "cancel_at_period_end"): (T, []),
+    (T, "change_plan"): (T, [EventType.SUBSCRIPTION_PLAN_CHANGED]),
+    (T, "mark_past_due"): IllegalTransition,
+    (T, "reactivate"): IllegalTransition,
+    (T, "cancel_for_nonpayment"): (C, [EventType.SUBSCRIPTION_CANCELED]),
+    (T, "renew"): IllegalTransition,
+    (T, "end_trial"): (A, [EventType.SUBSCRIPTION_TRIAL_ENDED]),
+    (A, "end_trial"): IllegalTransition,
+    (P, "end_trial"): IllegalTransition,
+    (C, "end_trial"): IllegalTransition,
+    # Undo a scheduled cancel (nothing scheduled here: unchanged; see the flag test below).
+    (T, "resume_renewal"): (T, []),
+    (A, "resume_renewal"): (A, []),
+    (P, "resume_renewal"): (P, []),
+    (C, "resume_renewal"): SubscriptionCanceledError,
 }
 
 
@@ -192,7 +212,7 @@ def test_is_settled() -> None:
 def test_transitions_with_the_cancel_flag_set(status: SubscriptionStatus, action: str) -> None:
     before = state(status, flag=True)
     expected = SUB_TABLE[(status, action)]
-    if action == "renew" and status == A:
+    if (action, status) in (("renew", A), ("end_trial", T)):
         expected = (C, [EventType.SUBSCRIPTION_CANCELED])
     if isinstance(expected, type):
         with pytest.raises(expected):
@@ -203,6 +223,28 @@ def test_transitions_with_the_cancel_flag_set(status: SubscriptionStatus, action
     assert after.version == before.version + (after != before)
     if after.status == C and status != C:
         assert after.canceled_at == NOW
+
+
+def test_a_trial_ended_early_drops_a_scheduled_cancel() -> None:
+    after, events = sub.end_trial(state(T, flag=True), NOW, early=True)
+    assert (after.status, after.cancel_at_period_end) == (A, False)
+    assert [e.type for e in events] == [EventType.SUBSCRIPTION_TRIAL_ENDED]
+    assert events[0].payload["early"] is True
+
+
+def test_a_trial_that_reaches_its_end_with_a_scheduled_cancel_cancels_free() -> None:
+    after, [event] = sub.end_trial(state(T, flag=True), NOW)
+    assert (after.status, after.canceled_at) == (C, NOW)
+    assert event.payload["reason"] == "period_end"
+
+
+@pytest.mark.parametrize("status", [T, A, P])
+def test_resume_renewal_clears_a_scheduled_cancel(status: SubscriptionStatus) -> None:
+    after, events = sub.resume_renewal(state(status, flag=True), NOW)
+    assert (after.status, after.cancel_at_period_end, events) == (status, False, [])
+    assert after.version == 4
+    renewed, _ = sub.renew_or_cancel_at_period_end(replace(after, status=A), NOW)
+    assert renewed.status == A
 
 
 def test_cancel_now_records_the_reason() -> None:

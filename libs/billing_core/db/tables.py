@@ -75,9 +75,31 @@ plan = Table(
     Column("billing_interval", String(10), nullable=False),
     Column("active", Boolean, nullable=False, server_default=text("true")),
     Column("created_at", TZ, nullable=False, server_default=NOW),
+    # Days of free trial a new subscription gets unless it asks otherwise (0: none).
+    Column("trial_days", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("price_amount >= 0", name="price_non_negative"),
+    CheckConstraint("trial_days BETWEEN 0 AND 730", name="trial_days"),
     CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
     CheckConstraint(_in("billing_interval", INTERVALS), name="billing_interval"),
+)
+
+# A customer: who subscriptions bill. ``subscription.customer_id`` (and the other tables'
+# customer ids) hold its id; customers that existed only as those numbers before this table
+# were given a row by the migration (their external id is that number).
+customer = Table(
+    "customer",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    # The caller's own id for the customer (their CRM's, their user table's): unique.
+    Column("external_id", String(255), nullable=False, unique=True),
+    Column("email", String(320)),
+    Column("name", Text),
+    # Defaults for the customer's subscriptions.
+    Column("time_zone", Text, nullable=False, server_default=text("'UTC'")),
+    Column("currency", String(3)),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    Column("updated_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
 )
 
 subscription = Table(
@@ -97,6 +119,12 @@ subscription = Table(
     Column("cancel_at_period_end", Boolean, nullable=False, server_default=text("false")),
     Column("canceled_at", TZ),
     Column("credit_balance", BigInteger, nullable=False, server_default=text("0")),
+    # A free trial's end (null: none). In the trial (status TRIALING, or CANCELED during it)
+    # the current period is the trial, [start, trial_end), and trial_end is the billing anchor:
+    # the renewer invoices period 0 when it ends.
+    Column("trial_end", TZ),
+    # When SubscriptionTrialWillEnd was written: once per trial.
+    Column("trial_will_end_sent_at", TZ),
     # Last per-subscription event sequence number handed out (outbox ordering).
     Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("version", BigInteger, nullable=False, server_default=text("0")),
@@ -109,9 +137,16 @@ subscription = Table(
     Index(
         "idx_sub_due",
         "current_period_end",
-        postgresql_where=text("status = 'ACTIVE'"),
+        postgresql_where=text("status IN ('ACTIVE', 'TRIALING')"),
     ),
-    Index("ix_subscription_customer_id", "customer_id"),
+    # Trials whose SubscriptionTrialWillEnd is still to be written, by trial end.
+    Index(
+        "idx_sub_trial_will_end",
+        "current_period_end",
+        postgresql_where=text("status = 'TRIALING' AND trial_will_end_sent_at IS NULL"),
+    ),
+    # A customer's subscriptions, newest first (cursor pages by id).
+    Index("ix_subscription_customer_id_id", "customer_id", "id"),
 )
 
 invoice = Table(

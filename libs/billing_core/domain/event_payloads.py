@@ -101,6 +101,12 @@ class SubscriptionCreatedV1(EventPayload):
     timeZone: str = Field(
         description="IANA time zone the billing anchor is kept in.", examples=["Europe/Paris"]
     )
+    trialEnd: Instant | None = Field(
+        default=None,
+        description="End of the free trial (then the first period above is the trial: "
+        "nothing is charged before this instant, which is the billing anchor); null without "
+        "a trial.",
+    )
 
 
 class SubscriptionPlanChangedV1(EventPayload):
@@ -144,6 +150,29 @@ class SubscriptionReactivatedV1(EventPayload):
     event_type = "SubscriptionReactivated"
 
     invoiceId: Id | None = Field(description="The invoice whose payment reactivated it.")
+
+
+class SubscriptionTrialWillEndV1(EventPayload):
+    """A trial ends soon (a configurable lead time before its end, 3 days by default):
+    published once per trial, e.g. to remind the customer that the first charge is coming."""
+
+    event_type = "SubscriptionTrialWillEnd"
+
+    trialEnd: Instant = Field(description="When the trial ends and the first period is invoiced.")
+
+
+class SubscriptionTrialEndedV1(EventPayload):
+    """The trial ended and the subscription is ACTIVE: its first paid period's invoice
+    (InvoiceCreated) follows. A trial that ends with a scheduled cancel publishes
+    SubscriptionCanceled instead."""
+
+    event_type = "SubscriptionTrialEnded"
+
+    endedAt: Instant = Field(description="When the trial ended (the new billing anchor).")
+    early: bool = Field(
+        description="true: ended before its planned end on request (`POST "
+        "/subscriptions/{id}/end-trial`); false: it reached its end."
+    )
 
 
 class InvoiceCreatedV1(EventPayload):
@@ -249,6 +278,8 @@ PAYLOAD_MODELS: tuple[type[EventPayload], ...] = (
     SubscriptionCanceledV1,
     SubscriptionPastDueV1,
     SubscriptionReactivatedV1,
+    SubscriptionTrialWillEndV1,
+    SubscriptionTrialEndedV1,
     InvoiceCreatedV1,
     InvoicePaidV1,
     PaymentFailedV1,

@@ -34,6 +34,8 @@ class EventType(StrEnum):
     INVOICE_VOIDED = "InvoiceVoided"
     PAYMENT_RECONCILIATION_NEEDED = "PaymentReconciliationNeeded"
     PAYMENT_REFUNDED = "PaymentRefunded"
+    SUBSCRIPTION_TRIAL_WILL_END = "SubscriptionTrialWillEnd"
+    SUBSCRIPTION_TRIAL_ENDED = "SubscriptionTrialEnded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +80,8 @@ def subscription_created(
     period_start: datetime,
     period_end: datetime,
     time_zone: str,
+    *,
+    trial_end: datetime | None = None,
 ) -> DomainEvent:
     return DomainEvent(
         p.SubscriptionCreatedV1(
@@ -87,6 +91,7 @@ def subscription_created(
             currentPeriodStart=period_start,
             currentPeriodEnd=period_end,
             timeZone=time_zone,
+            trialEnd=trial_end,
         )
     )
 
@@ -110,6 +115,20 @@ def subscription_canceled(subscription_id: int, reason: str, canceled_at: dateti
         p.SubscriptionCanceledV1(
             subscriptionId=subscription_id, reason=reason, canceledAt=canceled_at
         )
+    )
+
+
+def subscription_trial_will_end(subscription_id: int, trial_end: datetime) -> DomainEvent:
+    return DomainEvent(
+        p.SubscriptionTrialWillEndV1(subscriptionId=subscription_id, trialEnd=trial_end)
+    )
+
+
+def subscription_trial_ended(
+    subscription_id: int, ended_at: datetime, *, early: bool
+) -> DomainEvent:
+    return DomainEvent(
+        p.SubscriptionTrialEndedV1(subscriptionId=subscription_id, endedAt=ended_at, early=early)
     )
 
 

@@ -1,5 +1,10 @@
 """Renewal at period end, for one due subscription: pure, no I/O, decided by the domain rules.
 
+A TRIALING subscription is due when its trial ends (the trial is its current period, ending at
+the billing anchor): ``subscription.end_trial`` makes it ACTIVE and period 0 is invoiced like
+any renewal — then the catch-up goes on — or, with a cancel scheduled during the trial, cancels
+it without any invoice.
+
 The planner walks the subscription's missed periods in order (catch-up): at each period end
 ``subscription.renew_or_cancel_at_period_end`` either cancels it (its ``cancel_at_period_end``
 flag) or renews it, in which case the next period comes from the drift-free ``period_end`` of the
@@ -97,6 +102,8 @@ class RenewalPlan:
     # Events that do not depend on an invoice id (SubscriptionCanceled), emitted after the
     # invoice events of this subscription.
     trailing_events: list[DomainEvent] = field(default_factory=list)
+    # Events before the invoices' (SubscriptionTrialEnded).
+    leading_events: list[DomainEvent] = field(default_factory=list)
 
 
 # ZoneInfo keeps only a few zones strongly cached; holding every zone seen keeps the period
@@ -123,11 +130,17 @@ def plan_renewal(
     invoiced. Raises :class:`BadSubscriptionData` for rows that cannot be renewed without
     guessing (unknown time zone or interval, periods that do not follow from the anchor).
     """
+    trialing = due.state.status == SubscriptionStatus.TRIALING
     try:
         _hold_zone(due.time_zone)
         interval = period_rules.Interval(due.billing_interval)
-        current_end = period_rules.period_end(
-            due.billing_anchor, interval, due.period_index, due.time_zone
+        # A trial ends at the anchor, where period 0 starts.
+        current_end = (
+            due.billing_anchor
+            if trialing and due.period_index == 0
+            else period_rules.period_end(
+                due.billing_anchor, interval, due.period_index, due.time_zone
+            )
         )
     except Exception as exc:
         raise BadSubscriptionData(f"cannot compute periods: {exc!r}") from exc
@@ -146,14 +159,29 @@ def plan_renewal(
     invoices: list[RenewalInvoice] = []
     already_invoiced: list[int] = []
     trailing: list[DomainEvent] = []
+    leading: list[DomainEvent] = []
     canceled = False
-    while end <= now and len(invoices) + len(already_invoiced) < max_periods:
-        state, events = subscription_rules.renew_or_cancel_at_period_end(state, now)
-        trailing.extend(events)
+    # A trial's end comes first: ACTIVE with period 0 (whose index the trial already holds) to
+    # invoice next, or CANCELED without a charge when a cancel was scheduled during the trial.
+    trial_converted = False
+    if trialing:
+        state, events = subscription_rules.end_trial(state, now)
         if state.status == SubscriptionStatus.CANCELED:
+            trailing.extend(events)
             canceled = True
-            break
-        index += 1
+        else:
+            leading.extend(events)
+            trial_converted = True
+    while not canceled and end <= now and len(invoices) + len(already_invoiced) < max_periods:
+        if trial_converted:
+            trial_converted = False
+        else:
+            state, events = subscription_rules.renew_or_cancel_at_period_end(state, now)
+            trailing.extend(events)
+            if state.status == SubscriptionStatus.CANCELED:
+                canceled = True
+                break
+            index += 1
         start, end = (
             end,
             period_rules.period_end(due.billing_anchor, interval, index, due.time_zone),
@@ -193,13 +221,13 @@ def plan_renewal(
         credit_balance=balance,
         canceled_at=now if canceled else None,
     )
-    return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing)
+    return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing, leading)
 
 
 def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[DomainEvent]:
-    """The subscription's events in order: each invoice's (``events.invoice_opened``), then the
-    subscription's own (SubscriptionCanceled)."""
-    events: list[DomainEvent] = []
+    """The subscription's events in order: the end of its trial (SubscriptionTrialEnded), each
+    invoice's (``events.invoice_opened``), then the subscription's own (SubscriptionCanceled)."""
+    events: list[DomainEvent] = list(plan.leading_events)
     for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
         events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL)
     return events + plan.trailing_events

@@ -1,4 +1,5 @@
-"""The subscription state machine: ACTIVE <-> PAST_DUE -> CANCELED (+ cancel-at-period-end flag).
+"""The subscription state machine: TRIALING -> ACTIVE <-> PAST_DUE -> CANCELED (+ the
+cancel-at-period-end flag; a trial's "period" is the trial itself).
 
 Each transition returns the new state and the events to emit, or raises. Every real change bumps
 ``version`` (optimistic locking); a no-op returns the same state and no events.
@@ -16,6 +17,7 @@ from billing_core.domain.events import DomainEvent
 
 
 class SubscriptionStatus(StrEnum):
+    TRIALING = "TRIALING"
     ACTIVE = "ACTIVE"
     PAST_DUE = "PAST_DUE"
     CANCELED = "CANCELED"
@@ -60,6 +62,16 @@ def schedule_cancel_at_period_end(state: SubscriptionState, now: datetime) -> Tr
     return _bump(state, cancel_at_period_end=True), []
 
 
+def resume_renewal(state: SubscriptionState, now: datetime) -> Transition:
+    """Undo a scheduled cancel: the subscription renews at its period end again (a trial ends
+    into its first paid period again). Nothing scheduled: a no-op. A canceled subscription
+    refuses (it is over; subscribe again)."""
+    _require_not_canceled(state, "resume renewal")
+    if not state.cancel_at_period_end:
+        return state, []
+    return _bump(state, cancel_at_period_end=False), []
+
+
 def change_plan(
     state: SubscriptionState, new_plan_code: str, now: datetime, *, proration_due: int = 0
 ) -> Transition:
@@ -72,10 +84,16 @@ def change_plan(
     ]
 
 
+def _require_not_trialing(state: SubscriptionState, action: str) -> None:
+    if state.status == SubscriptionStatus.TRIALING:
+        raise IllegalTransition(f"cannot {action}: subscription {state.id} is in its trial")
+
+
 def mark_past_due(
     state: SubscriptionState, now: datetime, invoice_id: int | None = None
 ) -> Transition:
     _require_not_canceled(state, "mark past due")
+    _require_not_trialing(state, "mark past due")
     if state.status == SubscriptionStatus.PAST_DUE:
         return state, []
     return _bump(state, status=SubscriptionStatus.PAST_DUE), [
@@ -87,6 +105,7 @@ def reactivate(
     state: SubscriptionState, now: datetime, invoice_id: int | None = None
 ) -> Transition:
     _require_not_canceled(state, "reactivate")
+    _require_not_trialing(state, "reactivate")
     if state.status == SubscriptionStatus.ACTIVE:
         return state, []
     return _bump(state, status=SubscriptionStatus.ACTIVE), [
@@ -106,3 +125,17 @@ def renew_or_cancel_at_period_end(state: SubscriptionState, now: datetime) -> Tr
         new = _bump(state, status=SubscriptionStatus.CANCELED, canceled_at=now)
         return new, [ev.subscription_canceled(state.id, "period_end", now)]
     return _bump(state), []
+
+
+def end_trial(state: SubscriptionState, now: datetime, *, early: bool = False) -> Transition:
+    """The trial ends (at its end, or ``early`` on request): ACTIVE, and the caller invoices the
+    first paid period; or, when a cancel at period end was scheduled during the trial,
+    CANCELED without any charge (only at the trial's own end: ending it early on request
+    means the customer wants to pay now, which undoes the scheduled cancel)."""
+    if state.status != SubscriptionStatus.TRIALING:
+        raise IllegalTransition(f"subscription {state.id} is not in a trial ({state.status})")
+    if state.cancel_at_period_end and not early:
+        new = _bump(state, status=SubscriptionStatus.CANCELED, canceled_at=now)
+        return new, [ev.subscription_canceled(state.id, "period_end", now)]
+    new = _bump(state, status=SubscriptionStatus.ACTIVE, cancel_at_period_end=False)
+    return new, [ev.subscription_trial_ended(state.id, now, early=early)]

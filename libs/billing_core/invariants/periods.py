@@ -8,16 +8,25 @@ The rule, from how invoices are created:
   RENEWAL invoice of period n+1 and sets ``period_index = n+1`` with that period's bounds, in
   one transaction, one period at a time when catching up — or, with ``cancel_at_period_end``,
   cancels without creating an invoice;
-* cancelling, dunning (PAST_DUE) and plan changes never move ``period_index``.
+* cancelling, dunning (PAST_DUE) and plan changes never move ``period_index``;
+* a subscription with a trial is created TRIALING with no invoice: its current period is the
+  trial, ending at ``trial_end`` (its billing anchor), with ``period_index = 0``. When the trial
+  ends (the renewer, or ``end-trial``) period 0 is invoiced and becomes the current period in
+  one transaction — or, with a cancel scheduled during the trial, it is CANCELED with nothing
+  invoiced. A trial canceled now is CANCELED with nothing invoiced too.
 
 So at any moment every subscription, whatever its status, has exactly one RENEWAL invoice for
 each period 0..``period_index`` and none beyond; consecutive ones are contiguous in time (the
 end of period n is the start of period n+1) and the one of ``period_index`` has the
-subscription's current bounds. A CANCELED subscription keeps the ``period_index`` of its last
-period, so it is checked up to that one. A PAST_DUE subscription is not renewed until it is
-ACTIVE again (then the renewer catches up), so only an ACTIVE one whose period ended longer
-ago than ``renewal_tolerance`` counts as overdue — a renewal that should have happened and
-did not (kind ``renewal_overdue``).
+subscription's current bounds — except while the current period is the trial
+(``current_period_end = trial_end``: TRIALING, or CANCELED during the trial), when it has no
+RENEWAL invoice at all (kind ``trial_invoiced``), and a TRIALING subscription whose current
+period is not its trial is ``trial_mismatch``. A CANCELED subscription keeps the
+``period_index`` of its last period, so it is checked up to that one. A PAST_DUE
+subscription is not renewed until it is ACTIVE again (then the renewer catches up), so only an
+ACTIVE one whose period ended (or a TRIALING one whose trial ended) longer ago than
+``renewal_tolerance`` counts as overdue — a renewal that should have happened and did not
+(kind ``renewal_overdue``).
 """
 
 from __future__ import annotations
@@ -67,9 +76,14 @@ _DISCONTINUITIES = text(
 # Each subscription against its renewals: from period 0 to its current period, current bounds.
 _COVERAGE = text(
     """
-    SELECT s.id, s.period_index, s.current_period_start, s.current_period_end,
-           r.first, r.last, r.n, c.period_start AS cur_start, c.period_end AS cur_end
+    SELECT s.id, s.status, s.period_index, s.current_period_start, s.current_period_end,
+           r.first, r.last, r.n, c.period_start AS cur_start, c.period_end AS cur_end,
+           t.in_trial
     FROM subscription s
+    CROSS JOIN LATERAL (
+        SELECT s.trial_end IS NOT NULL AND s.current_period_end = s.trial_end
+               AND s.period_index = 0 AS in_trial
+    ) t
     LEFT JOIN (
         SELECT subscription_id, min(period_index) AS first, max(period_index) AS last,
                count(DISTINCT period_index) AS n
@@ -77,18 +91,21 @@ _COVERAGE = text(
     ) r ON r.subscription_id = s.id
     LEFT JOIN invoice c
       ON c.subscription_id = s.id AND c.kind = 'RENEWAL' AND c.period_index = s.period_index
-    WHERE r.n IS NULL OR r.first <> 0 OR r.last <> s.period_index
-       OR r.n <> s.period_index + 1
-       OR c.period_start IS DISTINCT FROM s.current_period_start
-       OR c.period_end IS DISTINCT FROM s.current_period_end
+    WHERE (t.in_trial AND r.n IS NOT NULL)
+       OR (s.status = 'TRIALING' AND NOT t.in_trial)
+       OR (NOT t.in_trial AND (
+           r.n IS NULL OR r.first <> 0 OR r.last <> s.period_index
+           OR r.n <> s.period_index + 1
+           OR c.period_start IS DISTINCT FROM s.current_period_start
+           OR c.period_end IS DISTINCT FROM s.current_period_end))
     ORDER BY s.id
     """
 )
 
 _OVERDUE = text(
     """
-    SELECT id, period_index, current_period_end FROM subscription
-    WHERE status = 'ACTIVE' AND current_period_end < :cutoff
+    SELECT id, status, period_index, current_period_end FROM subscription
+    WHERE status IN ('ACTIVE', 'TRIALING') AND current_period_end < :cutoff
     ORDER BY id
     """
 )
@@ -144,7 +161,7 @@ async def check_periods(
             "renewal_overdue",
             "subscription",
             r.id,
-            f"ACTIVE, period {r.period_index} ended {r.current_period_end}, "
+            f"{r.status}, period {r.period_index} ended {r.current_period_end}, "
             f"not renewed within {renewal_tolerance}",
         )
     return check
@@ -154,6 +171,24 @@ def _coverage(check: Check, r: Row[Any]) -> None:
     sub: int = r.id
     index: int = r.period_index
     first, last, n = r.first, r.last, r.n
+    if r.in_trial:
+        check.add(
+            "trial_invoiced",
+            "subscription",
+            sub,
+            f"{r.status} in its trial (until {r.current_period_end}), but renewal invoices "
+            f"exist for periods {first}..{last}",
+        )
+        return
+    if r.status == "TRIALING":
+        check.add(
+            "trial_mismatch",
+            "subscription",
+            sub,
+            f"TRIALING, but its current period {index} "
+            f"({r.current_period_start}..{r.current_period_end}) is not its trial",
+        )
+        return
     if n is None:
         check.add("period_gap", "subscription", sub, f"current period {index}, no renewal invoice")
         return

@@ -10,9 +10,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
 from billing_core.domain import invoice as invoice_rules
+from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice import InvoiceStatus
 
 Db = AsyncSession | AsyncConnection
+
+
+class InvoiceNotFound(DomainError):
+    def __init__(self, invoice_id: int) -> None:
+        super().__init__(f"invoice {invoice_id} not found")
+        self.invoice_id = invoice_id
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,13 @@ _COLUMNS = (
     _i.c.created_at,
     _i.c.void_requested_at,
 )
+
+
+async def get_invoice(db: Db, invoice_id: int) -> Invoice:
+    row = (await db.execute(select(*_COLUMNS).where(_i.c.id == invoice_id))).mappings().first()
+    if row is None:
+        raise InvoiceNotFound(invoice_id)
+    return Invoice(**row)
 
 
 async def insert_invoice(

@@ -27,6 +27,8 @@ class Plan:
     currency: str
     billing_interval: str
     active: bool
+    # Days of free trial a new subscription gets (0: none) unless it asks otherwise.
+    trial_days: int = 0
 
 
 _COLUMNS = (
@@ -37,6 +39,7 @@ _COLUMNS = (
     t.plan.c.currency,
     t.plan.c.billing_interval,
     t.plan.c.active,
+    t.plan.c.trial_days,
 )
 
 
@@ -58,7 +61,8 @@ async def get_by_code(session: AsyncSession, code: str, *, active_only: bool = T
 
 
 _ACTIVE = (
-    "SELECT id, code, name, price_amount, currency, billing_interval, active FROM plan "
+    "SELECT id, code, name, price_amount, currency, billing_interval, active, trial_days "
+    "FROM plan "
     "WHERE active ORDER BY id"
 )
 

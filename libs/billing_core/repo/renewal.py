@@ -4,8 +4,10 @@ Every function runs in the caller's transaction and never commits. The writes ar
 statement per kind of write for the whole batch (``unnest`` of parallel arrays), so a batch of a
 thousand subscriptions costs a handful of round trips, not thousands.
 
-The claim uses the partial index ``idx_sub_due`` (``current_period_end WHERE status =
-'ACTIVE'``): only ACTIVE subscriptions are ever renewed, and the cost of finding the oldest due
+The claim uses the partial index ``idx_sub_due`` (``current_period_end WHERE status IN
+('ACTIVE', 'TRIALING')``): only ACTIVE subscriptions are ever renewed, and TRIALING ones
+invoiced at the trial's end (once its SubscriptionTrialWillEnd is written:
+``usecases.trial_notices``), and the cost of finding the oldest due
 rows does not grow with the number of subscriptions that are not due.
 """
 
@@ -46,12 +48,19 @@ _CLAIM = """
            p.code AS plan_code, p.price_amount, p.currency, p.billing_interval
     FROM subscription s
     JOIN plan p ON p.id = s.plan_id
-    WHERE s.status = 'ACTIVE' AND s.current_period_end <= :now
+    WHERE s.status IN ('ACTIVE', 'TRIALING') AND s.current_period_end <= :now
+      AND (s.status = 'ACTIVE' OR s.trial_will_end_sent_at IS NOT NULL)
       AND s.id <> ALL(CAST(:exclude AS bigint[]))
     ORDER BY s.current_period_end
     LIMIT :limit
     FOR UPDATE OF s SKIP LOCKED
 """
+
+# The same claim for one subscription (a plan change catching up its renewal first): it locks
+# the row and waits for a renewer that holds it (then finds it renewed, or not due any more).
+_CLAIM_ONE = _CLAIM.replace(
+    "AND s.id <> ALL(CAST(:exclude AS bigint[]))", "AND s.id = :only"
+).replace("FOR UPDATE OF s SKIP LOCKED", "FOR UPDATE OF s")
 
 _INSERT_INVOICES = text(
     """
@@ -117,19 +126,29 @@ _INSERT_CREDIT_USES = text(
 )
 
 _COUNT_DUE = text(
-    "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' AND current_period_end <= :now"
+    "SELECT count(*) FROM subscription "
+    "WHERE status IN ('ACTIVE', 'TRIALING') AND current_period_end <= :now"
 )
 
 
 async def claim_due(
-    db: Db, *, now: datetime, limit: int, exclude_ids: Sequence[int] = ()
+    db: Db,
+    *,
+    now: datetime,
+    limit: int,
+    exclude_ids: Sequence[int] = (),
+    only_id: int | None = None,
 ) -> list[DueSubscription]:
     """Lock up to ``limit`` due ACTIVE subscriptions, oldest first, skipping rows other
-    transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches."""
+    transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches.
+    ``only_id``: just that subscription if it is due (waiting for its row lock)."""
     require_positive_limit(limit)
-    result = await db.execute(
-        text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
-    )
+    if only_id is not None:
+        result = await db.execute(text(_CLAIM_ONE), {"now": now, "limit": 1, "only": only_id})
+    else:
+        result = await db.execute(
+            text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
+        )
     return [
         DueSubscription(
             state=subscription_state(row),
@@ -249,5 +268,5 @@ async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime
 
 
 async def count_due(db: Db, *, now: datetime) -> int:
-    """How many ACTIVE subscriptions are due at ``now`` (the backlog gauge)."""
+    """How many ACTIVE or TRIALING subscriptions are due at ``now`` (the backlog gauge)."""
     return int((await db.execute(_COUNT_DUE, {"now": now})).scalar_one())

@@ -65,6 +65,7 @@ class Subscription:
     plan_price_amount: int
     plan_currency: str
     plan_interval: str
+    trial_end: datetime | None = None
 
 
 def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
@@ -107,7 +108,10 @@ _SELECT = select(
     _p.c.price_amount.label("plan_price_amount"),
     _p.c.currency.label("plan_currency"),
     _p.c.billing_interval.label("plan_interval"),
+    _s.c.trial_end,
 ).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
+# Subscriptions with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY to it).
+SELECT = _SELECT
 
 
 _PLAN_COLUMNS = {
@@ -143,9 +147,13 @@ async def fetch(conn: Connection, subscription_id: int) -> Subscription:
 _SUB_COLUMNS = (
     "id, customer_id, plan_id, status, time_zone, billing_anchor, period_index, "
     "current_period_start, current_period_end, cancel_at_period_end, canceled_at, "
-    "credit_balance, event_seq, version, created_at, updated_at"
+    "credit_balance, event_seq, version, created_at, updated_at, trial_end"
 )
-_SUB_VALUES = "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16"
+# A TRIALING subscription's trial ends at its billing anchor ($6).
+_SUB_VALUES = (
+    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
+    "CASE WHEN $4::varchar = 'TRIALING' THEN $6::timestamptz END"
+)
 _REST = (
     """inv AS (
     INSERT INTO invoice (id, subscription_id, customer_id, kind, period_index, period_start,
@@ -154,6 +162,7 @@ _REST = (
     SELECT $17, sub.id, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31,
         $32, $32
     FROM sub
+    WHERE $17::bigint IS NOT NULL
     RETURNING id
 ), ev AS (
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
@@ -206,8 +215,34 @@ class Claimed:
     stored: idempotency.StoredResponse | None
 
 
+_NO_INVOICE = (None,) * 16
+
+
+def _invoice_parameters(invoice: Invoice | None) -> tuple[object, ...]:
+    if invoice is None:  # a trial: the statement inserts no invoice
+        return _NO_INVOICE
+    return (
+        invoice.id,
+        invoice.customer_id,
+        invoice.kind,
+        invoice.period_index,
+        invoice.period_start,
+        invoice.period_end,
+        invoice.subtotal,
+        invoice.credit_applied,
+        invoice.amount,
+        invoice.currency,
+        invoice.status,
+        invoice.attempt_count,
+        invoice.next_attempt_at,
+        invoice.paid_at,
+        invoice.closed_at,
+        invoice.created_at,
+    )
+
+
 def _new_parameters(
-    sub: Subscription, invoice: Invoice, events: Sequence[DomainEvent], now: datetime
+    sub: Subscription, invoice: Invoice | None, events: Sequence[DomainEvent], now: datetime
 ) -> tuple[object, ...]:
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
@@ -232,22 +267,7 @@ def _new_parameters(
         sub.version,
         sub.created_at,
         sub.updated_at,
-        invoice.id,
-        invoice.customer_id,
-        invoice.kind,
-        invoice.period_index,
-        invoice.period_start,
-        invoice.period_end,
-        invoice.subtotal,
-        invoice.credit_applied,
-        invoice.amount,
-        invoice.currency,
-        invoice.status,
-        invoice.attempt_count,
-        invoice.next_attempt_at,
-        invoice.paid_at,
-        invoice.closed_at,
-        invoice.created_at,
+        *_invoice_parameters(invoice),
         [uuid.uuid4() for _ in events],
         [str(e.type) for e in events],
         [e.payload_json() for e in events],
@@ -258,7 +278,7 @@ def _new_parameters(
 async def insert_new(
     conn: Connection,
     sub: Subscription,
-    invoice: Invoice,
+    invoice: Invoice | None,
     events: Sequence[DomainEvent],
     *,
     now: datetime,
@@ -275,14 +295,14 @@ async def insert_new(
         row = await conn.fetchrow(
             _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
         )
-    if tuple(row) != (1, len(events), 1):
+    if tuple(row) != (0 if invoice is None else 1, len(events), 1):
         raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows")
 
 
 async def insert_new_unless_claimed(
     conn: Connection,
     sub: Subscription,
-    invoice: Invoice,
+    invoice: Invoice | None,
     events: Sequence[DomainEvent],
     *,
     now: datetime,
@@ -305,7 +325,7 @@ async def insert_new_unless_claimed(
     locked, subs, invoices, written_events, audits, records = row[:6]
     created = subs == 1
     if (subs, invoices, written_events, audits, records) != (
-        (1, 1, len(events), 1, 1) if created else (0, 0, 0, 0, 0)
+        (1, 0 if invoice is None else 1, len(events), 1, 1) if created else (0, 0, 0, 0, 0)
     ):
         raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:6])}")
     stored = None if row[6] is None else idempotency.stored_response(row[6:])

@@ -38,7 +38,16 @@ async def cancel(
     else:
         new_state, events = sub_domain.cancel_now(state, now)
     if new_state == state:
-        await _audit(session, actor, subscription_id, sub.version, sub.version, at_period_end, now)
+        await _audit(
+            session,
+            actor,
+            audit.SUBSCRIPTION_CANCEL,
+            subscription_id,
+            sub.version,
+            sub.version,
+            {"atPeriodEnd": at_period_end},
+            now,
+        )
         return False
 
     # The subscription row first (version check and row lock), then its invoices: the same
@@ -56,27 +65,86 @@ async def cancel(
     )
     voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
     await outbox.append_events(session, voided + events, now)
-    await _audit(session, actor, subscription_id, sub.version, version, at_period_end, now)
+    await _audit(
+        session,
+        actor,
+        audit.SUBSCRIPTION_CANCEL,
+        subscription_id,
+        sub.version,
+        version,
+        {"atPeriodEnd": at_period_end},
+        now,
+    )
+    return True
+
+
+async def resume_renewal(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    now: datetime,
+    expected_version: int | None = None,
+    actor: audit.Actor | None = None,
+) -> bool:
+    """Undo a cancel scheduled for the period end; return False when none was scheduled.
+    A canceled subscription refuses (``SubscriptionCanceledError``). With ``actor``, the request
+    is recorded in ``audit_event`` (changed or not)."""
+    sub = await subscriptions_repo.get(session, subscription_id)
+    if expected_version is not None and expected_version != sub.version:
+        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    state = subscriptions_repo.domain_state(sub)
+    new_state, events = sub_domain.resume_renewal(state, now)
+    if new_state == state:
+        await _audit(
+            session,
+            actor,
+            audit.SUBSCRIPTION_RESUME_RENEWAL,
+            subscription_id,
+            sub.version,
+            sub.version,
+            {},
+            now,
+        )
+        return False
+    version = await subscriptions_repo.update_versioned(
+        session,
+        subscription_id,
+        expected_version=sub.version,
+        now=now,
+        values={"cancel_at_period_end": new_state.cancel_at_period_end},
+    )
+    await outbox.append_events(session, events, now)
+    await _audit(
+        session,
+        actor,
+        audit.SUBSCRIPTION_RESUME_RENEWAL,
+        subscription_id,
+        sub.version,
+        version,
+        {},
+        now,
+    )
     return True
 
 
 async def _audit(
     session: AsyncSession,
     actor: audit.Actor | None,
+    action: str,
     subscription_id: int,
     before: int,
     after: int,
-    at_period_end: bool,
+    detail: dict[str, object],
     now: datetime,
 ) -> None:
     if actor is not None:
         entry = audit.AuditEntry(
             actor,
-            audit.SUBSCRIPTION_CANCEL,
+            action,
             audit.SUBSCRIPTION,
             subscription_id,
             version_before=before,
             version_after=after,
-            detail={"atPeriodEnd": at_period_end, "changed": before != after},
+            detail={**detail, "changed": before != after},
         )
         await audit.record(session, entry, now=now)

@@ -11,13 +11,23 @@ from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
-from billing_core.domain.proration import prorate
+from billing_core.domain.proration import Proration, prorate
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit, outbox
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases.renew import renew_due_batch
 from billing_core.usecases.subscribe import opened_invoice_events
+
+# How a change is prorated: ``create_prorations`` (the rule above), ``none`` (no invoice, no
+# credit: the new price applies from the next renewal).
+PRORATION_CREATE = "create_prorations"
+PRORATION_NONE = "none"
+
+# Periods a plan change renews before it applies (the renewer's default per batch); a
+# subscription further behind is left to the renewer and the change answers 409 meanwhile.
+MAX_CATCH_UP = 24
 
 
 class IncompatiblePlanChange(DomainError):
@@ -30,6 +40,33 @@ class PlanChange:
     due: int = 0
     invoice_id: int | None = None
     credit_granted: int = 0
+    invoice_amount: int = 0
+
+
+async def _renewed_if_due(
+    session: AsyncSession, sub: subscriptions_repo.Subscription, now: datetime
+) -> subscriptions_repo.Subscription:
+    """``sub`` renewed first when its period ended and the renewer has not run yet (with the
+    renewer's own code), so the change is prorated in the period it falls in."""
+    if sub.status != SubscriptionStatus.ACTIVE or sub.current_period_end > now:
+        return sub
+    await renew_due_batch(session, now=now, batch_size=1, max_periods=MAX_CATCH_UP, only_id=sub.id)
+    return await subscriptions_repo.get(session, sub.id)
+
+
+def _proration(
+    sub: subscriptions_repo.Subscription, new_price: int, now: datetime, behavior: str
+) -> Proration:
+    if behavior == PRORATION_NONE or sub.status == SubscriptionStatus.TRIALING:
+        # No proration asked for, or nothing charged yet (a trial): the new plan is simply the
+        # one the next renewal invoices.
+        return Proration(credit=0, charge=0, due=0)
+    return prorate(
+        sub.plan_price_amount,
+        new_price,
+        Period(sub.current_period_start, sub.current_period_end),
+        now,
+    )
 
 
 async def change_plan(
@@ -40,6 +77,7 @@ async def change_plan(
     now: datetime,
     expected_version: int | None = None,
     actor: audit.Actor | None = None,
+    proration_behavior: str = PRORATION_CREATE,
 ) -> PlanChange:
     """Switch to ``plan_code`` at ``now``.
 
@@ -52,6 +90,7 @@ async def change_plan(
     if expected_version is not None and expected_version != sub.version:
         raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
     new_plan = await plans_repo.get_by_code(session, plan_code)
+    sub = await _renewed_if_due(session, sub, now)
     state = subscriptions_repo.domain_state(sub)
     if new_plan.code == sub.plan_code:
         sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
@@ -71,12 +110,7 @@ async def change_plan(
             f"the subscription every {sub.plan_interval}"
         )
 
-    proration = prorate(
-        sub.plan_price_amount,
-        new_plan.price_amount,
-        Period(sub.current_period_start, sub.current_period_end),
-        now,
-    )
+    proration = _proration(sub, new_plan.price_amount, now, proration_behavior)
     balance = sub.credit_balance
     invoice: invoices_repo.Invoice | None = None
     credit_granted = 0
@@ -140,6 +174,7 @@ async def change_plan(
         due=proration.due,
         invoice_id=invoice.id if invoice else None,
         credit_granted=credit_granted,
+        invoice_amount=invoice.amount if invoice else 0,
     )
     await _audit(session, actor, sub, version, change, new_plan.code, now)
     return change

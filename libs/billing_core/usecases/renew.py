@@ -134,13 +134,17 @@ async def renew_due_batch(
     batch_size: int,
     max_periods: int = 24,
     exclude_ids: Sequence[int] = (),
+    only_id: int | None = None,
 ) -> BatchResult:
-    """Renew (or cancel at period end) one batch of due subscriptions at ``now``."""
+    """Renew (or cancel at period end) one batch of due subscriptions at ``now`` (``only_id``:
+    just that one, if it is due)."""
     require_positive_limit(batch_size)
     if max_periods < 1:
         raise ValueError(f"max_periods must be at least 1, not {max_periods}")
     result = BatchResult()
-    rows = await renewal_repo.claim_due(db, now=now, limit=batch_size, exclude_ids=exclude_ids)
+    rows = await renewal_repo.claim_due(
+        db, now=now, limit=batch_size, exclude_ids=exclude_ids, only_id=only_id
+    )
     result.claimed = len(rows)
     if not rows:
         return result

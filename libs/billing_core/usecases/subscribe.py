@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
 
 from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
-from billing_core.domain.period import Interval, period_bounds
+from billing_core.domain.period import Interval, period_bounds, zone
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit as audit_repo
 from billing_core.repo import idempotency as idempotency_repo
@@ -25,6 +26,15 @@ class InvalidStart(DomainError):
     """The requested start is in the future or its first period is already over."""
 
 
+class InvalidTrialEnd(DomainError):
+    """The requested trial end is not after now and the start, or too far away."""
+
+
+# The trial a subscription gets unless it asks otherwise: its plan's trial_days.
+PLAN_TRIAL: Final = "plan"
+MAX_TRIAL = timedelta(days=730)
+
+
 # The sequences whose next values subscribe() takes as the new rows' ids (drawn beforehand, in
 # the statement that takes the request's lock: one round trip fewer).
 ID_SEQUENCES = ("subscription_id_seq", "invoice_id_seq")
@@ -35,7 +45,7 @@ class NewSubscription:
     """Every row a subscription starts with, as it is inserted."""
 
     subscription: subscriptions_repo.Subscription
-    invoice: invoices_repo.Invoice
+    invoice: invoices_repo.Invoice | None  # None in a trial
     events: list[ev.DomainEvent]
 
 
@@ -48,6 +58,7 @@ def new_subscription(
     time_zone: str,
     now: datetime,
     start_at: datetime | None = None,
+    trial_end: datetime | Literal["plan"] | None = PLAN_TRIAL,
 ) -> NewSubscription:
     """An ACTIVE subscription to ``plan`` whose period 0 starts at ``start_at`` (default
     ``now``), its first invoice and their events: pure (no database).
@@ -55,10 +66,24 @@ def new_subscription(
     The billing anchor is that start, time of day included, so every later period boundary
     (computed from the anchor in ``time_zone``) falls at the same local time. The first
     invoice (RENEWAL, period 0, the plan's price) is due at once.
+
+    With a trial (``trial_end``, or by default the plan's ``trial_days`` counted in local days
+    of ``time_zone``; None: no trial) it is TRIALING instead: its current period is the trial,
+    [start, trial end), the anchor is the trial end, and nothing is invoiced — the renewer
+    invoices period 0 when the trial ends.
     """
     start = now if start_at is None else start_at
     if start > now + START_SKEW:
         raise InvalidStart("startAt must not be in the future")
+    trial = _trial_end(plan, start, time_zone, trial_end)
+    if trial is not None:
+        if trial <= now or trial <= start:
+            raise InvalidTrialEnd("trialEnd must be after now and after the start")
+        if trial - start > MAX_TRIAL:
+            raise InvalidTrialEnd(f"a trial lasts at most {MAX_TRIAL.days} days")
+        return _trialing_subscription(
+            plan, subscription_id, customer_id, time_zone, start, trial, now
+        )
     period = period_bounds(start, Interval(plan.billing_interval), 0, time_zone)
     if period.end <= now:
         raise InvalidStart("startAt is so far in the past that its first period is already over")
@@ -111,6 +136,64 @@ def new_subscription(
         *opened_invoice_events(invoice),
     ]
     return NewSubscription(sub, invoice, events)
+
+
+def _trial_end(
+    plan: Plan, start: datetime, time_zone: str, chosen: datetime | Literal["plan"] | None
+) -> datetime | None:
+    if not isinstance(chosen, str):
+        return chosen
+    if plan.trial_days <= 0:
+        return None
+    # Local calendar days: the trial ends at the start's local time of day, DST or not.
+    local = start.astimezone(zone(time_zone))
+    return (local + timedelta(days=plan.trial_days)).astimezone(UTC)
+
+
+def _trialing_subscription(
+    plan: Plan,
+    subscription_id: int,
+    customer_id: int,
+    time_zone: str,
+    start: datetime,
+    trial_end: datetime,
+    now: datetime,
+) -> NewSubscription:
+    sub = subscriptions_repo.Subscription(
+        id=subscription_id,
+        customer_id=customer_id,
+        status=str(SubscriptionStatus.TRIALING),
+        time_zone=time_zone,
+        billing_anchor=trial_end,
+        period_index=0,
+        current_period_start=start,
+        current_period_end=trial_end,
+        cancel_at_period_end=False,
+        canceled_at=None,
+        credit_balance=0,
+        version=0,
+        created_at=now,
+        updated_at=now,
+        plan_id=plan.id,
+        plan_code=plan.code,
+        plan_name=plan.name,
+        plan_price_amount=plan.price_amount,
+        plan_currency=plan.currency,
+        plan_interval=plan.billing_interval,
+        trial_end=trial_end,
+    )
+    events = [
+        ev.subscription_created(
+            subscription_id,
+            customer_id,
+            plan.code,
+            start,
+            trial_end,
+            time_zone,
+            trial_end=trial_end,
+        )
+    ]
+    return NewSubscription(sub, None, events)
 
 
 async def subscribe(

@@ -24,7 +24,7 @@ from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api.auth import requires
 from services.api.context import get_context
-from services.api.idempotency import IdempotentWrite, Outcome, Record, idempotent_write
+from services.api.idempotency import Outcome, Record, SubscriptionsWrite, rolled_back
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
 from services.api.schemas import (
@@ -52,7 +52,7 @@ IfMatch = Annotated[
     ),
 ]
 INVALID_CURSOR = ProblemKind(400, "invalid-cursor", "Invalid cursor")
-Writes = Annotated[IdempotentWrite, idempotent_write(Scope.SUBSCRIPTIONS_WRITE)]
+Writes = SubscriptionsWrite
 Reader = Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)]
 
 
@@ -69,7 +69,8 @@ async def _subscription_outcome(
     response_model=SubscriptionOut,
     summary="Subscribe a customer to a plan",
     description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
-    "and its first invoice, due at once. Requires an Idempotency-Key header.",
+    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
+    "a TRIALING one and no invoice. Requires an Idempotency-Key header.",
     responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
 )
 async def create_subscription(
@@ -88,6 +89,7 @@ async def create_subscription(
             customer_id=body.customer_id,
             time_zone=body.time_zone,
             start_at=body.start_at,
+            trial_end=body.trial_choice(),
             now=now,
         )
         created = outcome(
@@ -166,14 +168,23 @@ async def cancel_subscription(
     summary="Change plan, prorated on the time left in the current period",
     description="An upgrade creates a PRORATION invoice for the prorated difference (credit "
     "applied first); a downgrade adds credit for later invoices. The same plan is a no-op; "
-    "a plan in another currency or interval is refused (422).",
+    "a plan in another currency or interval is refused (422). ?preview=true runs the same "
+    "change and rolls it back: the answer is what the change would do, nothing is written.",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def change_plan(
+    request: Request,
     subscription_id: SubscriptionId,
     body: ChangePlanRequest,
     write: Writes,
     if_match: IfMatch = None,
+    preview: Annotated[
+        bool,
+        Query(
+            description="true: answer what the change would do, by running it and rolling it "
+            "back (nothing is written or stored under an Idempotency-Key)."
+        ),
+    ] = False,
 ) -> Response:
     expected = expected_version(if_match, body.expected_version)
 
@@ -185,6 +196,7 @@ async def change_plan(
             expected_version=expected,
             now=now,
             actor=write.actor,
+            proration_behavior=body.proration_behavior,
         )
         sub = await subscriptions_repo.get(session, subscription_id)
         return outcome(
@@ -192,13 +204,17 @@ async def change_plan(
             PlanChangeOut(
                 changed=change.changed,
                 due=change.due,
-                proration_invoice_id=change.invoice_id,
+                proration_invoice_id=None if preview else change.invoice_id,
+                proration_amount=change.invoice_amount,
                 credit_granted=change.credit_granted,
                 subscription=SubscriptionOut.of(sub),
+                preview=preview,
             ),
             etag=etag(sub.version),
         )
 
+    if preview:
+        return await rolled_back(get_context(request), work)
     return await write.run(work)
 
 

@@ -47,6 +47,15 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
         {"gatewayCustomerId": "cus_A1", "paymentMethodId": "pm_A1"},
     ),
     ("GET", "/customers/7/payment-method", Scope.SUBSCRIPTIONS_READ, {}),
+    ("GET", "/subscriptions", Scope.SUBSCRIPTIONS_READ, {}),
+    ("POST", "/subscriptions/{id}/end-trial", Scope.SUBSCRIPTIONS_WRITE, {}),
+    ("POST", "/subscriptions/{id}/resume-renewal", Scope.SUBSCRIPTIONS_WRITE, {}),
+    ("GET", "/subscriptions/{id}/upcoming-invoice", Scope.INVOICES_READ, {}),
+    ("POST", "/customers", Scope.SUBSCRIPTIONS_WRITE, {"externalId": "shop-42"}),
+    ("GET", "/customers", Scope.SUBSCRIPTIONS_READ, {}),
+    ("GET", "/customers/7", Scope.SUBSCRIPTIONS_READ, {}),
+    ("GET", "/customers/7/subscriptions", Scope.SUBSCRIPTIONS_READ, {}),
+    ("GET", "/invoices/{id}", Scope.INVOICES_READ, {}),
 ]
 OPEN = {
     ("GET", "/healthz"),

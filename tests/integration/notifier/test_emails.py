@@ -67,3 +67,23 @@ async def test_a_newer_version_is_skipped_and_a_malformed_payload_raises(
     async with sessions.begin() as session:
         with pytest.raises(ValidationError):
             await email_to_send(session, broken)
+
+
+async def test_a_trial_is_welcomed_as_one_and_its_end_announced(
+    sessions: async_sessionmaker[AsyncSession],
+) -> None:
+    trial_end = datetime(2026, 12, 15, 9, 30, tzinfo=UTC)
+    created = ev.subscription_created(
+        9, 4343, "PRO_MONTHLY", NOW, trial_end, "UTC", trial_end=trial_end
+    )
+    async with sessions.begin() as session:
+        welcome = await email_to_send(session, record(created, 1))
+        soon = await email_to_send(session, record(ev.subscription_trial_will_end(9, trial_end), 2))
+        ended = await email_to_send(
+            session, record(ev.subscription_trial_ended(9, trial_end, early=False), 3)
+        )
+    assert welcome is not None and soon is not None and ended is not None
+    assert welcome.subject == "Welcome: your free trial has started"
+    assert soon.subject == "Your free trial ends soon: on 2026-12-15 09:30 UTC"
+    assert soon.to == ended.to == "customer-4343@example.invalid"
+    assert ended.subject == "Your free trial has ended: your subscription is active"

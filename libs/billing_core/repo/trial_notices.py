@@ -1,0 +1,64 @@
+"""SQL of the trial notices: claim the trials whose SubscriptionTrialWillEnd is due and mark
+them sent (set-based, in the caller's transaction; never commits)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from billing_core.repo.limits import require_positive_limit
+
+Db = AsyncSession | AsyncConnection
+
+# Uses idx_sub_trial_will_end (current_period_end WHERE status = 'TRIALING' AND
+# trial_will_end_sent_at IS NULL): a trial's current period ends with the trial.
+_CLAIM = text(
+    """
+    SELECT id, current_period_end AS trial_end, version
+    FROM subscription
+    WHERE status = 'TRIALING' AND trial_will_end_sent_at IS NULL
+      AND current_period_end <= :horizon
+    ORDER BY current_period_end
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+    """
+)
+
+_MARK = text(
+    """
+    UPDATE subscription s
+    SET trial_will_end_sent_at = :now, version = s.version + 1, updated_at = :now,
+        event_seq = s.event_seq + 1
+    FROM unnest(CAST(:ids AS bigint[])) AS u(id)
+    WHERE s.id = u.id AND s.status = 'TRIALING' AND s.trial_will_end_sent_at IS NULL
+    RETURNING s.id, s.event_seq - 1 AS reserved_after
+    """
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialEnding:
+    id: int
+    trial_end: datetime
+    version: int
+
+
+async def claim_due_notices(db: Db, *, horizon: datetime, limit: int) -> list[TrialEnding]:
+    """Lock up to ``limit`` TRIALING subscriptions whose trial ends by ``horizon`` and whose
+    notice is not written yet, soonest first (``SKIP LOCKED``: replicas take disjoint sets)."""
+    require_positive_limit(limit)
+    result = await db.execute(_CLAIM, {"horizon": horizon, "limit": limit})
+    return [TrialEnding(**row) for row in result.mappings()]
+
+
+async def mark_sent(db: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
+    """Mark the notices of ``ids`` written at ``now`` (a version bump, and one event sequence
+    number reserved each); return each id's ``event_seq`` before the reservation."""
+    if not ids:
+        return {}
+    result = await db.execute(_MARK, {"ids": list(ids), "now": now})
+    return {int(row.id): int(row.reserved_after) for row in result}

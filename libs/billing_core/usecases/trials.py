@@ -1,0 +1,92 @@
+"""End a trial now (on request): the first paid period starts now and is invoiced at once."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from billing_core.domain import subscription as sub_domain
+from billing_core.domain.credit import apply_credit
+from billing_core.domain.period import Interval, period_bounds
+from billing_core.repo import audit, outbox
+from billing_core.repo import invoices as invoices_repo
+from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases.subscribe import opened_invoice_events
+
+
+async def end_trial_now(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    now: datetime,
+    expected_version: int | None = None,
+    actor: audit.Actor | None = None,
+) -> int:
+    """End the TRIALING subscription's trial at ``now``; return its first invoice's id. With
+    ``actor``, the change is recorded in ``audit_event``.
+
+    The trial end, and so the billing anchor, becomes ``now`` (as if the trial had been
+    planned to end now): period 0 is [now, one interval later) in the subscription's zone,
+    invoiced like a renewal (credit first, then OPEN and due now). A cancel scheduled during
+    the trial is dropped: asking to pay now is asking to stay. Anything but TRIALING is 409
+    (``IllegalTransition``).
+    """
+    sub = await subscriptions_repo.get(session, subscription_id)
+    if expected_version is not None and expected_version != sub.version:
+        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    state = subscriptions_repo.domain_state(sub)
+    _new_state, events = sub_domain.end_trial(state, now, early=True)
+    period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
+    split = apply_credit(sub.plan_price_amount, sub.credit_balance)
+    version = await subscriptions_repo.update_versioned(
+        session,
+        subscription_id,
+        expected_version=sub.version,
+        now=now,
+        values={
+            "status": "ACTIVE",
+            "cancel_at_period_end": False,
+            "billing_anchor": now,
+            "trial_end": now,
+            "period_index": 0,
+            "current_period_start": period.start,
+            "current_period_end": period.end,
+            "credit_balance": split.credit_remaining,
+        },
+    )
+    invoice = await invoices_repo.insert_invoice(
+        session,
+        subscription_id=subscription_id,
+        customer_id=sub.customer_id,
+        kind="RENEWAL",
+        period_index=0,
+        period_start=period.start,
+        period_end=period.end,
+        subtotal=sub.plan_price_amount,
+        credit_applied=split.credit_used,
+        currency=sub.plan_currency,
+        now=now,
+    )
+    if split.credit_used:
+        await subscriptions_repo.add_credit_entry(
+            session,
+            subscription_id=subscription_id,
+            amount=-split.credit_used,
+            reason="INVOICE",
+            invoice_id=invoice.id,
+            now=now,
+        )
+    await outbox.append_events(session, events + opened_invoice_events(invoice), now)
+    if actor is not None:
+        entry = audit.AuditEntry(
+            actor,
+            audit.SUBSCRIPTION_END_TRIAL,
+            audit.SUBSCRIPTION,
+            subscription_id,
+            version_before=sub.version,
+            version_after=version,
+            detail={"invoiceId": invoice.id},
+        )
+        await audit.record(session, entry, now=now)
+    return invoice.id

@@ -1,0 +1,34 @@
+"""Previews without side effects: ``GET /subscriptions/{id}/upcoming-invoice``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases import upcoming as upcoming_uc
+from services.api.auth import InvoicesReader
+from services.api.context import get_context
+from services.api.routes.common import json_response, problems
+from services.api.routes.subscriptions import SubscriptionId
+from services.api.schemas import UpcomingInvoiceOut
+
+router = APIRouter(tags=["subscriptions"])
+
+
+@router.get(
+    "/subscriptions/{id}/upcoming-invoice",
+    response_model=UpcomingInvoiceOut,
+    summary="The invoice the next renewal will create",
+    description="Computed by the renewer's own planner from the subscription as it is now "
+    "(plan, credit balance): at the current period's end (or the trial's end) the renewer "
+    "creates exactly this invoice unless something changes first. Writes nothing. A canceled "
+    "subscription, or one whose cancel is scheduled, has none (404 no-upcoming-invoice).",
+    responses=problems(401, 403, 404, 422, 429),
+)
+async def upcoming_invoice(
+    request: Request, subscription_id: SubscriptionId, _client: InvoicesReader
+) -> Response:
+    async with get_context(request).reads() as session:
+        sub = await subscriptions_repo.get(session, subscription_id)
+    return json_response(UpcomingInvoiceOut.of(upcoming_uc.upcoming_invoice(sub)))
