@@ -212,3 +212,42 @@ async def test_history_is_the_subscriptions_timeline(
     assert_problem(await client.get("/subscriptions/999999/history"), 404, "subscription-not-found")
     limited = await client.get(f"/subscriptions/{sub['id']}/history", params={"limit": 2})
     assert limited.json()["items"] == items[:2]
+
+
+async def test_the_lifecycle_and_customer_writes_write_their_audit_rows(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """End-trial, resume-renewal and a new customer: one row each, like every other write."""
+    trial_end = (clock.now() + timedelta(days=14)).isoformat()
+    created = await client.post(
+        "/subscriptions",
+        json={"customerId": 11, "planCode": "BASIC_MONTHLY", "trialEnd": trial_end},
+        headers=key(),
+    )
+    assert created.status_code == 201, created.text
+    sub_id = created.json()["id"]
+    scheduled = await client.post(
+        f"/subscriptions/{sub_id}/cancel", json={"atPeriodEnd": True}, headers=key()
+    )
+    assert scheduled.status_code == 200
+    resumed = await client.post(f"/subscriptions/{sub_id}/resume-renewal", json={}, headers=key())
+    assert resumed.status_code == 200, resumed.text
+    ended = await client.post(f"/subscriptions/{sub_id}/end-trial", json={}, headers=key())
+    assert ended.status_code == 200, ended.text
+    found = await audit_rows(engine)
+    assert [(r["action"], r["version_before"], r["version_after"]) for r in found] == [
+        ("subscription.create", None, 0),
+        ("subscription.cancel", 0, 1),
+        ("subscription.resume_renewal", 1, 2),
+        ("subscription.end_trial", 2, 3),
+    ]
+    assert found[3]["detail"]["invoiceId"] == ended.json()["invoiceId"]
+
+    customer = await client.post("/customers", json={"externalId": "shop-77"}, headers=key())
+    assert customer.status_code == 201, customer.text
+    (row,) = await rows(engine, "SELECT * FROM audit_event WHERE subject_type = 'customer'")
+    assert (row["action"], row["subject_id"], row["detail"]) == (
+        "customer.create",
+        customer.json()["id"],
+        {"externalId": "shop-77"},
+    )
