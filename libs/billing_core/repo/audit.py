@@ -83,6 +83,32 @@ async def record(
     )
 
 
+async def record_subscription_change(
+    session: AsyncSession | AsyncConnection,
+    actor: Actor | None,
+    action: str,
+    subscription_id: int,
+    *,
+    before: int,
+    after: int,
+    detail: Mapping[str, Any],
+    now: datetime,
+) -> None:
+    """The audit row of a change to a subscription made by ``actor`` (none: not recorded)."""
+    if actor is None:
+        return
+    entry = AuditEntry(
+        actor,
+        action,
+        SUBSCRIPTION,
+        subscription_id,
+        version_before=before,
+        version_after=after,
+        detail=detail,
+    )
+    await record(session, entry, now=now)
+
+
 def insert_sql(first: int, *, subject: str, version_after: str) -> str:
     """``INSERT`` of an :class:`AuditEntry` as one part of a caller's statement: one row per row
     of the CTE ``subject`` (its ``id`` is the subject id), ``version_after`` an expression of

@@ -339,6 +339,17 @@ async def get(session: AsyncSession, subscription_id: int) -> Subscription:
     return Subscription(**row)
 
 
+async def get_at(
+    session: AsyncSession, subscription_id: int, expected_version: int | None
+) -> Subscription:
+    """:func:`get`, refused with ``VersionConflict`` when the caller expects another version
+    (``None``: any version)."""
+    sub = await get(session, subscription_id)
+    if expected_version is not None and expected_version != sub.version:
+        raise VersionConflict(subscription_id, expected_version, sub.version)
+    return sub
+
+
 async def exists(session: AsyncSession, subscription_id: int) -> bool:
     row = await session.execute(select(_s.c.id).where(_s.c.id == subscription_id))
     return row.first() is not None

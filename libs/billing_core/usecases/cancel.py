@@ -29,24 +29,22 @@ async def cancel(
     and the renewer cancels instead of renewing. Raises ``VersionConflict`` when the
     subscription is not at ``expected_version`` or changes before the write.
     """
-    sub = await subscriptions_repo.get(session, subscription_id)
-    if expected_version is not None and expected_version != sub.version:
-        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
     state = subscriptions_repo.domain_state(sub)
     if at_period_end:
         new_state, events = sub_domain.schedule_cancel_at_period_end(state, now)
     else:
         new_state, events = sub_domain.cancel_now(state, now)
     if new_state == state:
-        await _audit(
+        await audit.record_subscription_change(
             session,
             actor,
             audit.SUBSCRIPTION_CANCEL,
             subscription_id,
-            sub.version,
-            sub.version,
-            {"atPeriodEnd": at_period_end},
-            now,
+            before=sub.version,
+            after=sub.version,
+            detail={"atPeriodEnd": at_period_end, "changed": False},
+            now=now,
         )
         return False
 
@@ -65,15 +63,15 @@ async def cancel(
     )
     voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
     await outbox.append_events(session, voided + events, now)
-    await _audit(
+    await audit.record_subscription_change(
         session,
         actor,
         audit.SUBSCRIPTION_CANCEL,
         subscription_id,
-        sub.version,
-        version,
-        {"atPeriodEnd": at_period_end},
-        now,
+        before=sub.version,
+        after=version,
+        detail={"atPeriodEnd": at_period_end, "changed": True},
+        now=now,
     )
     return True
 
@@ -89,21 +87,19 @@ async def resume_renewal(
     """Undo a cancel scheduled for the period end; return False when none was scheduled.
     A canceled subscription refuses (``SubscriptionCanceledError``). With ``actor``, the request
     is recorded in ``audit_event`` (changed or not)."""
-    sub = await subscriptions_repo.get(session, subscription_id)
-    if expected_version is not None and expected_version != sub.version:
-        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
     state = subscriptions_repo.domain_state(sub)
     new_state, events = sub_domain.resume_renewal(state, now)
     if new_state == state:
-        await _audit(
+        await audit.record_subscription_change(
             session,
             actor,
             audit.SUBSCRIPTION_RESUME_RENEWAL,
             subscription_id,
-            sub.version,
-            sub.version,
-            {},
-            now,
+            before=sub.version,
+            after=sub.version,
+            detail={"changed": False},
+            now=now,
         )
         return False
     version = await subscriptions_repo.update_versioned(
@@ -114,37 +110,14 @@ async def resume_renewal(
         values={"cancel_at_period_end": new_state.cancel_at_period_end},
     )
     await outbox.append_events(session, events, now)
-    await _audit(
+    await audit.record_subscription_change(
         session,
         actor,
         audit.SUBSCRIPTION_RESUME_RENEWAL,
         subscription_id,
-        sub.version,
-        version,
-        {},
-        now,
+        before=sub.version,
+        after=version,
+        detail={"changed": True},
+        now=now,
     )
     return True
-
-
-async def _audit(
-    session: AsyncSession,
-    actor: audit.Actor | None,
-    action: str,
-    subscription_id: int,
-    before: int,
-    after: int,
-    detail: dict[str, object],
-    now: datetime,
-) -> None:
-    if actor is not None:
-        entry = audit.AuditEntry(
-            actor,
-            action,
-            audit.SUBSCRIPTION,
-            subscription_id,
-            version_before=before,
-            version_after=after,
-            detail={**detail, "changed": before != after},
-        )
-        await audit.record(session, entry, now=now)

@@ -86,9 +86,7 @@ async def change_plan(
     other; negative (downgrade) becomes credit for later invoices. The same plan is a no-op.
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
-    sub = await subscriptions_repo.get(session, subscription_id)
-    if expected_version is not None and expected_version != sub.version:
-        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
     new_plan = await plans_repo.get_by_code(session, plan_code)
     sub = await _renewed_if_due(session, sub, now)
     state = subscriptions_repo.domain_state(sub)
@@ -189,21 +187,20 @@ async def _audit(
     plan_code: str,
     now: datetime,
 ) -> None:
-    if actor is not None:
-        entry = audit.AuditEntry(
-            actor,
-            audit.SUBSCRIPTION_CHANGE_PLAN,
-            audit.SUBSCRIPTION,
-            sub.id,
-            version_before=sub.version,
-            version_after=version_after,
-            detail={
-                "fromPlan": sub.plan_code,
-                "toPlan": plan_code,
-                "changed": change.changed,
-                "due": change.due,
-                "invoiceId": change.invoice_id,
-                "creditGranted": change.credit_granted,
-            },
-        )
-        await audit.record(session, entry, now=now)
+    await audit.record_subscription_change(
+        session,
+        actor,
+        audit.SUBSCRIPTION_CHANGE_PLAN,
+        sub.id,
+        before=sub.version,
+        after=version_after,
+        detail={
+            "fromPlan": sub.plan_code,
+            "toPlan": plan_code,
+            "changed": change.changed,
+            "due": change.due,
+            "invoiceId": change.invoice_id,
+            "creditGranted": change.credit_granted,
+        },
+        now=now,
+    )

@@ -32,9 +32,7 @@ async def end_trial_now(
     the trial is dropped: asking to pay now is asking to stay. Anything but TRIALING is 409
     (``IllegalTransition``).
     """
-    sub = await subscriptions_repo.get(session, subscription_id)
-    if expected_version is not None and expected_version != sub.version:
-        raise subscriptions_repo.VersionConflict(subscription_id, expected_version, sub.version)
+    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
     state = subscriptions_repo.domain_state(sub)
     _new_state, events = sub_domain.end_trial(state, now, early=True)
     period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
@@ -78,15 +76,14 @@ async def end_trial_now(
             now=now,
         )
     await outbox.append_events(session, events + opened_invoice_events(invoice), now)
-    if actor is not None:
-        entry = audit.AuditEntry(
-            actor,
-            audit.SUBSCRIPTION_END_TRIAL,
-            audit.SUBSCRIPTION,
-            subscription_id,
-            version_before=sub.version,
-            version_after=version,
-            detail={"invoiceId": invoice.id},
-        )
-        await audit.record(session, entry, now=now)
+    await audit.record_subscription_change(
+        session,
+        actor,
+        audit.SUBSCRIPTION_END_TRIAL,
+        subscription_id,
+        before=sub.version,
+        after=version,
+        detail={"invoiceId": invoice.id},
+        now=now,
+    )
     return invoice.id
