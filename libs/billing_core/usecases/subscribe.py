@@ -87,27 +87,15 @@ def new_subscription(
     period = period_bounds(start, Interval(plan.billing_interval), 0, time_zone)
     if period.end <= now:
         raise InvalidStart("startAt is so far in the past that its first period is already over")
-    sub = subscriptions_repo.Subscription(
-        id=subscription_id,
-        customer_id=customer_id,
-        status=str(SubscriptionStatus.ACTIVE),
-        time_zone=time_zone,
-        billing_anchor=start,
-        period_index=0,
-        current_period_start=period.start,
-        current_period_end=period.end,
-        cancel_at_period_end=False,
-        canceled_at=None,
-        credit_balance=0,
-        version=0,
-        created_at=now,
-        updated_at=now,
-        plan_id=plan.id,
-        plan_code=plan.code,
-        plan_name=plan.name,
-        plan_price_amount=plan.price_amount,
-        plan_currency=plan.currency,
-        plan_interval=plan.billing_interval,
+    sub = _new_row(
+        plan,
+        subscription_id,
+        customer_id,
+        time_zone,
+        SubscriptionStatus.ACTIVE,
+        anchor=start,
+        period=(period.start, period.end),
+        now=now,
     )
     opening = invoice_rules.opening(plan.price_amount, now)
     invoice = invoices_repo.Invoice(
@@ -150,24 +138,28 @@ def _trial_end(
     return (local + timedelta(days=plan.trial_days)).astimezone(UTC)
 
 
-def _trialing_subscription(
+def _new_row(
     plan: Plan,
     subscription_id: int,
     customer_id: int,
     time_zone: str,
-    start: datetime,
-    trial_end: datetime,
+    status: SubscriptionStatus,
+    *,
+    anchor: datetime,
+    period: tuple[datetime, datetime],
     now: datetime,
-) -> NewSubscription:
-    sub = subscriptions_repo.Subscription(
+    trial_end: datetime | None = None,
+) -> subscriptions_repo.Subscription:
+    """A new subscription's row at version 0, in its period 0 (or its trial)."""
+    return subscriptions_repo.Subscription(
         id=subscription_id,
         customer_id=customer_id,
-        status=str(SubscriptionStatus.TRIALING),
+        status=str(status),
         time_zone=time_zone,
-        billing_anchor=trial_end,
+        billing_anchor=anchor,
         period_index=0,
-        current_period_start=start,
-        current_period_end=trial_end,
+        current_period_start=period[0],
+        current_period_end=period[1],
         cancel_at_period_end=False,
         canceled_at=None,
         credit_balance=0,
@@ -180,6 +172,28 @@ def _trialing_subscription(
         plan_price_amount=plan.price_amount,
         plan_currency=plan.currency,
         plan_interval=plan.billing_interval,
+        trial_end=trial_end,
+    )
+
+
+def _trialing_subscription(
+    plan: Plan,
+    subscription_id: int,
+    customer_id: int,
+    time_zone: str,
+    start: datetime,
+    trial_end: datetime,
+    now: datetime,
+) -> NewSubscription:
+    sub = _new_row(
+        plan,
+        subscription_id,
+        customer_id,
+        time_zone,
+        SubscriptionStatus.TRIALING,
+        anchor=trial_end,
+        period=(start, trial_end),
+        now=now,
         trial_end=trial_end,
     )
     events = [
