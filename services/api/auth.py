@@ -141,7 +141,7 @@ SubscriptionsReader = Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)]
 InvoicesReader = Annotated[ApiClient, requires(Scope.INVOICES_READ)]
 
 
-def actor_of(request: Request, client: ApiClient) -> audit.Actor:
+def actor_of(request: Request, client_id: int) -> audit.Actor:
     """Who makes this write, for its ``audit_event`` row: the client and the request's id."""
     request_id = request.scope.get(REQUEST_ID_SCOPE_KEY)
-    return audit.Actor.api(client.id, request_id if isinstance(request_id, str) else None)
+    return audit.Actor.api(client_id, request_id if isinstance(request_id, str) else None)

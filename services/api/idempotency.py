@@ -117,7 +117,7 @@ class IdempotentWrite:
     @property
     def actor(self) -> audit_repo.Actor:
         """Who makes this write, for its ``audit_event`` row."""
-        return actor_of(self._request, self.client)
+        return actor_of(self._request, self.client.id)
 
     def require_key(self) -> None:
         if self.key is None:

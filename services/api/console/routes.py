@@ -19,13 +19,13 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from billing_core.domain.money import format_minor
 from billing_core.domain.scopes import Scope
 from billing_core.repo import api_clients as api_clients_repo
-from billing_core.repo import audit, subscription_story
 from billing_core.repo import reconciliation as reconciliation_repo
+from billing_core.repo import subscription_story
 from billing_core.usecases import reconciliation as reconciliation_uc
+from services.api.auth import actor_of
 from services.api.console import overview as overview_data
 from services.api.console.session import COOKIE, Operator
 from services.api.context import AppContext, get_context
-from services.api.problems import REQUEST_ID_SCOPE_KEY
 from services.ops.reconcile import WHAT
 
 HERE = Path(__file__).parent
@@ -249,8 +249,7 @@ async def resolve(request: Request, item_id: int) -> Response:
             "/console/reconciliation?notice=" + quote("Say what was done before resolving."),
             status_code=303,
         )
-    request_id = request.scope.get(REQUEST_ID_SCOPE_KEY)
-    actor = audit.Actor.api(operator.client_id, request_id if isinstance(request_id, str) else None)
+    actor = actor_of(request, operator.client_id)
     async with ctx.database.begin() as conn:
         done = await reconciliation_uc.resolve_item(
             conn,

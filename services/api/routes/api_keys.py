@@ -76,7 +76,7 @@ async def create_key(request: Request, body: CreateApiKeyRequest, client: Admin)
             name=body.name,
             scopes=body.scopes,
             now=now,
-            actor=actor_of(request, client),
+            actor=actor_of(request, client.id),
             expires_in=None
             if body.expires_in_seconds is None
             else api_keys_uc.seconds(body.expires_in_seconds),
@@ -95,7 +95,9 @@ async def revoke_key(request: Request, prefix: KeyPrefix, client: Admin) -> Resp
     ctx = get_context(request)
     async with ctx.sessions.begin() as session:
         now = ctx.clock.now()
-        info = await api_keys_uc.revoke(session, prefix, now=now, actor=actor_of(request, client))
+        info = await api_keys_uc.revoke(
+            session, prefix, now=now, actor=actor_of(request, client.id)
+        )
     ctx.key_cache.clear()
     return json_response(ApiKeyOut.of(info, now))
 
@@ -118,7 +120,7 @@ async def rotate_key(
             prefix,
             now=now,
             grace=api_keys_uc.seconds(body.grace_seconds),
-            actor=actor_of(request, client),
+            actor=actor_of(request, client.id),
             expires_in=None
             if body.expires_in_seconds is None
             else api_keys_uc.seconds(body.expires_in_seconds),

@@ -42,7 +42,7 @@ async def put_payment_method(
 ) -> Response:
     ctx = get_context(request)
     now = ctx.clock.now()
-    actor = actor_of(request, client)
+    actor = actor_of(request, client.id)
     async with ctx.sessions.begin() as session:
         saved, created = await gateway_customers.put(
             session,
