@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
 
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+from billing_core.domain.invoice_lines import REDUCING_KINDS, LineKind
 from billing_core.domain.period import Interval
 from billing_core.domain.refund import RefundStatus
 from billing_core.domain.subscription import SubscriptionStatus
@@ -47,6 +48,8 @@ NOW = text("now()")
 SUBSCRIPTION_STATUSES = tuple(str(s) for s in SubscriptionStatus)
 INVOICE_STATUSES = tuple(str(s) for s in InvoiceStatus)
 INVOICE_KINDS = tuple(str(k) for k in InvoiceKind)
+LINE_KINDS = tuple(str(k) for k in LineKind)
+REDUCING_LINE_KINDS = tuple(sorted(str(k) for k in REDUCING_KINDS))
 INTERVALS = tuple(str(i) for i in Interval)
 ATTEMPT_OUTCOMES = tuple(str(o) for o in ChargeOutcome)
 # IMPORT: a payment made before (outside) this system, imported with the history.
@@ -161,6 +164,34 @@ invoice = Table(
         postgresql_where=text("status = 'OPEN' AND void_requested_at IS NOT NULL"),
     ),
     Index("ix_invoice_subscription_id_id", "subscription_id", "id"),
+)
+
+# What an invoice is made of (billing_core.domain.invoice_lines): the invoice's amount is the
+# sum of its lines, its credit_applied minus the sum of its CREDIT_APPLIED lines.
+invoice_line = Table(
+    "invoice_line",
+    metadata,
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id"), nullable=False),
+    Column("line_no", Integer, nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("quantity", Integer, nullable=False),
+    Column("unit_amount", BigInteger, nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("period_start", TZ),
+    Column("period_end", TZ),
+    PrimaryKeyConstraint("invoice_id", "line_no"),
+    CheckConstraint(_in("kind", LINE_KINDS), name="kind"),
+    CheckConstraint("line_no >= 1", name="line_no_positive"),
+    CheckConstraint("quantity >= 1", name="quantity_positive"),
+    CheckConstraint("amount = quantity * unit_amount", name="amount"),
+    CheckConstraint(
+        f"({_in('kind', REDUCING_LINE_KINDS)}) = (amount < 0) OR amount = 0", name="sign"
+    ),
+    CheckConstraint(
+        "period_start IS NULL AND period_end IS NULL OR period_end > period_start",
+        name="period_order",
+    ),
 )
 
 payment_attempt = Table(

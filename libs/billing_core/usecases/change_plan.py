@@ -7,12 +7,14 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import invoice_lines
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
 from billing_core.domain.proration import prorate
 from billing_core.domain.subscription import SubscriptionStatus
+from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import outbox
 from billing_core.repo import plans as plans_repo
@@ -110,6 +112,16 @@ async def change_plan(
             currency=new_plan.currency,
             now=now,
         )
+        lines = invoice_lines.proration_lines(
+            sub.plan_code, new_plan.code, proration, now, sub.current_period_end, credit_used
+        )
+        invoice_lines.check_total(
+            lines,
+            subtotal=invoice.subtotal,
+            credit_applied=invoice.credit_applied,
+            amount=invoice.amount,
+        )
+        await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
         if credit_used:
             await subscriptions_repo.add_credit_entry(
                 session,

@@ -10,7 +10,8 @@
    existing period is advanced over without a second invoice and without consuming credit. So a
    period is never advanced without its invoice, and no invoice is inserted twice.
 4. Advance every subscription (version bump, and the event sequence numbers its events take),
-   record the credit used and insert the outbox events — each one statement for the whole batch.
+   record the credit used, write the invoices' line items (their totals verified in the same
+   statement) and insert the outbox events — each one statement for the whole batch.
 
 Because all of this is one transaction, a process killed at any point leaves nothing half done:
 PostgreSQL rolls the batch back, the row locks are released and another renewer takes the rows.
@@ -30,6 +31,7 @@ from billing_core.logging import get_logger
 from billing_core.repo import outbox as outbox_repo
 from billing_core.repo import renewal as renewal_repo
 from billing_core.repo.limits import require_positive_limit
+from billing_core.usecases.renewal_lines import write_batch_lines
 
 log = get_logger(__name__)
 
@@ -175,6 +177,7 @@ async def renew_due_batch(
         missing = sorted({w.id for w in writes} - reserved.keys())
         raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
     await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
+    await write_batch_lines(db, plans, ids)
     await outbox_repo.insert_numbered_events(db, events, reserved, now)
     result.events = len(events)
     return result

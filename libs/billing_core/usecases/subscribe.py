@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
+from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain.errors import DomainError
+from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import idempotency as idempotency_repo
@@ -35,6 +37,7 @@ class NewSubscription:
 
     subscription: subscriptions_repo.Subscription
     invoice: invoices_repo.Invoice
+    lines: list[InvoiceLine]
     events: list[ev.DomainEvent]
 
 
@@ -103,13 +106,20 @@ def new_subscription(
         closed_at=opening.paid_at,
         created_at=now,
     )
+    lines = line_rules.period_lines(plan.code, plan.price_amount, period.start, period.end, 0)
+    line_rules.check_total(
+        lines,
+        subtotal=invoice.subtotal,
+        credit_applied=invoice.credit_applied,
+        amount=invoice.amount,
+    )
     events = [
         ev.subscription_created(
             subscription_id, customer_id, plan.code, period.start, period.end, time_zone
         ),
         *opened_invoice_events(invoice),
     ]
-    return NewSubscription(sub, invoice, events)
+    return NewSubscription(sub, invoice, lines, events)
 
 
 async def subscribe(
@@ -123,7 +133,7 @@ async def subscribe(
     one statement on a driver connection, in the caller's transaction, with ``record`` (the
     API's stored response) if given."""
     await subscriptions_repo.insert_new(
-        conn, new.subscription, new.invoice, new.events, now=now, record=record
+        conn, new.subscription, new.invoice, new.lines, new.events, now=now, record=record
     )
 
 
@@ -133,7 +143,7 @@ async def subscribe_unless_claimed(
     """:func:`subscribe` as a whole keyed request in one statement, outside any transaction:
     only if the request's key is free (see ``subscriptions_repo.insert_new_unless_claimed``)."""
     return await subscriptions_repo.insert_new_unless_claimed(
-        conn, new.subscription, new.invoice, new.events, now=now, record=record
+        conn, new.subscription, new.invoice, new.lines, new.events, now=now, record=record
     )
 
 
