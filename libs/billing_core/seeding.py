@@ -259,7 +259,8 @@ async def seed_filler_sql(
 
 
 # The current period's invoice of each seeded subscription that has none, PAID at its start, and
-# its imported payment (only for the invoices written here: RETURNING, not a search).
+# its one line (the period) and its imported payment (only for the invoices written here:
+# RETURNING, not a search).
 _CURRENT_PERIOD = """
 WITH inv AS (
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
@@ -270,7 +271,7 @@ WITH inv AS (
     FROM subscription s JOIN plan p ON p.id = s.plan_id
     WHERE s.customer_id >= $1
       AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id)
-    RETURNING id, amount, currency, paid_at
+    RETURNING id, amount, currency, paid_at, period_start, period_end
 )
 """
 
@@ -294,11 +295,18 @@ WITH inv AS (
     FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::timestamptz[], $5::timestamptz[],
                 $6::bigint[], $7::text[])
          AS t(sub, customer, n, start_at, end_at, price, currency)
-    RETURNING id, amount, currency, paid_at
+    RETURNING id, amount, currency, paid_at, period_start, period_end
 )
 """
 
 _IMPORTED_PAYMENT = """
+, lines AS (
+    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+                              amount, period_start, period_end)
+    SELECT id, 1, 'PLAN_PERIOD', 'Subscription period', 1, amount, amount, period_start,
+           period_end
+    FROM inv
+)
 INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, outcome,
                              amount, currency, recorded_at)
 SELECT id, 0, 'import-inv-' || id, 'IMPORT', 'SUCCESS', amount, currency, paid_at FROM inv

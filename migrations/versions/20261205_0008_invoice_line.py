@@ -61,7 +61,10 @@ def upgrade() -> None:
             name=op.f("ck_invoice_line_period_order"),
         ),
         sa.ForeignKeyConstraint(
-            ["invoice_id"], ["invoice.id"], name=op.f("fk_invoice_line_invoice_id_invoice")
+            ["invoice_id"],
+            ["invoice.id"],
+            name=op.f("fk_invoice_line_invoice_id_invoice"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("invoice_id", "line_no", name=op.f("pk_invoice_line")),
     )

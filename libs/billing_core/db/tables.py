@@ -171,7 +171,7 @@ invoice = Table(
 invoice_line = Table(
     "invoice_line",
     metadata,
-    Column("invoice_id", BigInteger, ForeignKey("invoice.id"), nullable=False),
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id", ondelete="CASCADE"), nullable=False),
     Column("line_no", Integer, nullable=False),
     Column("kind", String(20), nullable=False),
     Column("description", Text, nullable=False),
