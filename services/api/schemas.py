@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import zoneinfo
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -11,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, St
 from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
+from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
@@ -223,6 +225,33 @@ class PlanChangeOut(_Camel):
     subscription: SubscriptionOut
 
 
+class InvoiceLineOut(_Camel):
+    kind: Literal[
+        "PLAN_PERIOD", "PRORATION_CHARGE", "PRORATION_CREDIT", "DISCOUNT", "TAX", "CREDIT_APPLIED"
+    ] = Field(
+        description="Charges are positive; PRORATION_CREDIT, DISCOUNT and CREDIT_APPLIED "
+        "are negative."
+    )
+    description: str
+    quantity: int
+    unit_amount: int = Field(description="Minor units of the invoice's currency.")
+    amount: int = Field(description="quantity x unitAmount, minor units.")
+    period_start: datetime | None
+    period_end: datetime | None
+
+    @classmethod
+    def of(cls, line: InvoiceLine) -> InvoiceLineOut:
+        return cls(
+            kind=line.kind.value,
+            description=line.description,
+            quantity=line.quantity,
+            unit_amount=line.unit_amount,
+            amount=line.amount,
+            period_start=line.period_start,
+            period_end=line.period_end,
+        )
+
+
 class InvoiceOut(_Camel):
     id: int
     subscription_id: int
@@ -244,9 +273,14 @@ class InvoiceOut(_Camel):
         description="Canceled while a gateway call for it was in flight: it stays OPEN until "
         "that call's result decides (VOID, or VOID with the money refunded).",
     )
+    lines: list[InvoiceLineOut] = Field(
+        default_factory=list,
+        description="The invoice's line items: amount is their sum, creditApplied minus the sum "
+        "of its CREDIT_APPLIED lines.",
+    )
 
     @classmethod
-    def of(cls, inv: Invoice) -> InvoiceOut:
+    def of(cls, inv: Invoice, lines: Sequence[InvoiceLine] = ()) -> InvoiceOut:
         return cls(
             id=inv.id,
             subscription_id=inv.subscription_id,
@@ -264,6 +298,7 @@ class InvoiceOut(_Camel):
             paid_at=inv.paid_at,
             created_at=inv.created_at,
             void_requested_at=inv.void_requested_at,
+            lines=[InvoiceLineOut.of(line) for line in lines],
         )
 
 

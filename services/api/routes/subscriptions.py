@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
+from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases import cancel as cancel_uc
@@ -232,8 +233,11 @@ async def list_invoices(
         rows = await invoices_repo.list_for_subscription(
             session, subscription_id, limit=limit + 1, before_id=before_id, offset=offset
         )
-    page = rows[:limit]
+        page = rows[:limit]
+        lines = await invoice_lines_repo.lines_of(session, [i.id for i in page])
     next_cursor = _encode_cursor(page[-1].id) if len(rows) > limit else None
     return json_response(
-        InvoicePage(items=[InvoiceOut.of(i) for i in page], next_cursor=next_cursor)
+        InvoicePage(
+            items=[InvoiceOut.of(i, lines.get(i.id, ())) for i in page], next_cursor=next_cursor
+        )
     )

@@ -300,7 +300,8 @@ async def test_credit_applied_that_is_not_its_credit_line(scene: Scene) -> None:
     inv = scene.world.invoices[("c", 1)]
     await sql(
         scene,
-        "UPDATE invoice_line SET kind = 'DISCOUNT' WHERE invoice_id = :i AND kind = 'CREDIT_APPLIED'",
+        "UPDATE invoice_line SET kind = 'DISCOUNT' "
+        "WHERE invoice_id = :i AND kind = 'CREDIT_APPLIED'",
         i=inv,
     )
     lines = (await scene.check()).check("lines")
