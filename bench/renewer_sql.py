@@ -1,12 +1,12 @@
 """The two comparison points of the renewer benchmark, written straight on asyncpg.
 
 * ``floor_batch``: the database's floor for the renewer's work — lock a batch of due
-  subscriptions, insert their renewal invoices, advance their periods and write one outbox event
-  each, all in ONE hand-written SQL statement (periods computed by PostgreSQL in the
-  subscription's time zone).
+  subscriptions, insert their renewal invoices and their line items, advance their periods and
+  write one outbox event each, all in ONE hand-written SQL statement (periods computed by
+  PostgreSQL in the subscription's time zone).
 * ``row_by_row_batch``: the article's approach — lock a batch of 500, then one statement per row
-  for each write (insert the invoice, advance the subscription, insert the outbox event), periods
-  computed in Python by the domain functions.
+  for each write (insert the invoice, its line, advance the subscription, insert the outbox
+  event), periods computed in Python by the domain functions.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def iso_utc_sql(column: str) -> str:
 FLOOR_SQL = f"""
 WITH due AS (
     SELECT s.id, s.customer_id, s.period_index, s.billing_anchor, s.time_zone,
-           s.current_period_end, p.price_amount, p.currency,
+           s.current_period_end, p.price_amount, p.currency, p.code AS plan_code,
            CASE p.billing_interval WHEN 'YEAR' THEN 12 ELSE 1 END AS months
     FROM subscription s JOIN plan p ON p.id = s.plan_id
     WHERE s.status = 'ACTIVE' AND s.current_period_end <= $1
@@ -60,6 +60,13 @@ inv AS (
     ON CONFLICT (subscription_id, period_start) WHERE kind = 'RENEWAL' DO NOTHING
     RETURNING id, subscription_id, kind, period_index, period_start, period_end, subtotal,
               credit_applied, amount, currency
+),
+lines AS (
+    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+                              amount, period_start, period_end)
+    SELECT i.id, 1, 'PLAN_PERIOD', 'Plan ' || n.plan_code, 1, i.subtotal, i.subtotal,
+           i.period_start, i.period_end
+    FROM inv i JOIN nxt n ON n.id = i.subscription_id
 ),
 adv AS (
     UPDATE subscription s
@@ -91,7 +98,8 @@ async def floor_batch(conn: asyncpg.Connection, *, now: datetime, batch_size: in
 
 _LOCK = """
     SELECT s.id, s.customer_id, s.period_index, s.billing_anchor, s.time_zone,
-           s.current_period_end, s.event_seq, p.price_amount, p.currency, p.billing_interval
+           s.current_period_end, s.event_seq, p.price_amount, p.currency, p.billing_interval,
+           p.code AS plan_code
     FROM subscription s JOIN plan p ON p.id = s.plan_id
     WHERE s.status = 'ACTIVE' AND s.current_period_end <= $1
     ORDER BY s.current_period_end
@@ -104,6 +112,11 @@ _INSERT_INVOICE = """
                          next_attempt_at, created_at, updated_at)
     VALUES ($1, $2, 'RENEWAL', $3, $4, $5, $6, 0, $6, $7, 'OPEN', $8, $8, $8)
     RETURNING id
+"""
+_LINE = """
+    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+                              amount, period_start, period_end)
+    VALUES ($1, 1, 'PLAN_PERIOD', $2, 1, $3, $3, $4, $5)
 """
 _ADVANCE = """
     UPDATE subscription SET period_index = $2, current_period_start = $3,
@@ -141,6 +154,9 @@ async def row_by_row_batch(conn: asyncpg.Connection, *, now: datetime, batch_siz
                 r["price_amount"],
                 r["currency"],
                 now,
+            )
+            await conn.execute(
+                _LINE, invoice_id, f"Plan {r['plan_code']}", r["price_amount"], start, end
             )
             seq = await conn.fetchval(_ADVANCE, r["id"], index, start, end, now)
             payload = InvoiceCreatedV1(

@@ -1,5 +1,6 @@
 """Payloads built in SQL (the renewer benchmark's one-statement floor) have the published shape:
-the same JSON the InvoiceCreated model writes, and valid against its checked-in schema."""
+the same JSON the InvoiceCreated model writes, and valid against its checked-in schema; and the
+comparison points write the same line items as the renewer (each invoice the sum of its lines)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bench.renewer_sql import floor_batch, row_by_row_batch
 from billing_core.domain import events as ev
 from billing_core.domain.renewal import RenewalInvoice
+from billing_core.invariants.lines import check_lines
 from tests.integration.renewer.support import create_subscription
 from tests.unit.test_event_contracts import ROOT
 
@@ -68,6 +70,9 @@ async def _check(engine: AsyncEngine, expected: int) -> None:
     for stored, built in found:
         jsonschema.Draft202012Validator(schema).validate(json.loads(stored))
         assert json.loads(stored) == built.payload
+    async with engine.connect() as conn:
+        lines = await check_lines(conn)
+    assert lines.checked == expected and lines.ok, lines.violations
 
 
 async def test_the_set_based_floor_writes_invoice_created_in_the_published_shape(
