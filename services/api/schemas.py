@@ -254,6 +254,11 @@ class InvoiceLineOut(_Camel):
 
 class InvoiceOut(_Camel):
     id: int
+    number: str | None = Field(
+        default=None,
+        description="The document number (e.g. 2026-000123), gap-free per year; null until the "
+        "renewer's numbering pass has given it (within a poll interval).",
+    )
     subscription_id: int
     kind: Literal["RENEWAL", "PRORATION"]
     period_index: int
@@ -283,6 +288,7 @@ class InvoiceOut(_Camel):
     def of(cls, inv: Invoice, lines: Sequence[InvoiceLine] = ()) -> InvoiceOut:
         return cls(
             id=inv.id,
+            number=inv.number,
             subscription_id=inv.subscription_id,
             kind=inv.kind,
             period_index=inv.period_index,

@@ -141,6 +141,8 @@ invoice = Table(
     Column("void_requested_at", TZ),
     Column("created_at", TZ, nullable=False, server_default=NOW),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
+    # Its document number (billing_core.domain.numbering), given once by the numbering pass.
+    Column("number", String(32), unique=True),
     CheckConstraint(_in("status", INVOICE_STATUSES), name="status"),
     CheckConstraint(_in("kind", INVOICE_KINDS), name="kind"),
     CheckConstraint("subtotal >= 0", name="subtotal_non_negative"),
@@ -164,6 +166,7 @@ invoice = Table(
         postgresql_where=text("status = 'OPEN' AND void_requested_at IS NOT NULL"),
     ),
     Index("ix_invoice_subscription_id_id", "subscription_id", "id"),
+    Index("idx_inv_unnumbered", "id", postgresql_where=text("number IS NULL")),
 )
 
 # What an invoice is made of (billing_core.domain.invoice_lines): the invoice's amount is the
@@ -344,11 +347,27 @@ refund = Table(
     Column("requested_at", TZ, nullable=False),
     Column("completed_at", TZ),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
+    # The credit note's number once the refund SUCCEEDED (billing_core.domain.numbering).
+    Column("credit_note_number", String(32), unique=True),
     CheckConstraint("amount > 0", name="amount_positive"),
     CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
     CheckConstraint(_in("status", REFUND_STATUSES), name="status"),
     Index("idx_refund_due", "next_attempt_at", postgresql_where=text("status = 'REQUESTED'")),
     Index("ix_refund_invoice_id", "invoice_id"),
+    Index(
+        "idx_refund_unnumbered",
+        "id",
+        postgresql_where=text("status = 'SUCCEEDED' AND credit_note_number IS NULL"),
+    ),
+)
+
+# The counter of each document series (billing_core.domain.numbering): the last number given.
+document_series = Table(
+    "document_series",
+    metadata,
+    Column("series", String(20), primary_key=True),
+    Column("last_number", BigInteger, nullable=False),
+    CheckConstraint("last_number >= 0", name="last_number_non_negative"),
 )
 
 # What needs a person: a success that could not be applied, an attempt held after uncertain or
