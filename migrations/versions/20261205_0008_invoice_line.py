@@ -49,7 +49,12 @@ def upgrade() -> None:
         sa.Column("amount", sa.BigInteger(), nullable=False),
         sa.Column("period_start", sa.TIMESTAMP(timezone=True), nullable=True),
         sa.Column("period_end", sa.TIMESTAMP(timezone=True), nullable=True),
+        sa.Column("tax_inclusive", sa.Boolean(), nullable=True),
         sa.CheckConstraint(_in(_KINDS), name=op.f("ck_invoice_line_kind")),
+        sa.CheckConstraint(
+            "(kind = 'TAX') = (tax_inclusive IS NOT NULL)",
+            name=op.f("ck_invoice_line_tax_inclusive"),
+        ),
         sa.CheckConstraint("line_no >= 1", name=op.f("ck_invoice_line_line_no_positive")),
         sa.CheckConstraint("quantity >= 1", name=op.f("ck_invoice_line_quantity_positive")),
         sa.CheckConstraint("amount = quantity * unit_amount", name=op.f("ck_invoice_line_amount")),

@@ -47,8 +47,17 @@ def test_figures_that_are_not_the_lines_sums_are_refused() -> None:
     ],
 )
 def test_a_line_of_the_wrong_sign_for_its_kind_is_refused(kind: LineKind, amount: int) -> None:
+    tax_inclusive = False if kind == LineKind.TAX else None
     with pytest.raises(InvoiceTotalMismatch, match="cannot be"):
-        lines.single(kind, "x", amount)
+        lines.single(kind, "x", amount, tax_inclusive=tax_inclusive)
+
+
+def test_only_a_tax_line_says_whether_its_tax_is_inclusive() -> None:
+    assert lines.single(LineKind.TAX, "VAT", 20, tax_inclusive=True).tax_inclusive
+    with pytest.raises(InvoiceTotalMismatch, match="TAX line"):
+        lines.single(LineKind.TAX, "VAT", 20)
+    with pytest.raises(InvoiceTotalMismatch, match="TAX line"):
+        lines.single(LineKind.PLAN_PERIOD, "Plan", 20, tax_inclusive=False)
 
 
 def test_a_line_is_quantity_times_unit_amount() -> None:

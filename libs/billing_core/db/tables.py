@@ -183,7 +183,9 @@ invoice_line = Table(
     Column("amount", BigInteger, nullable=False),
     Column("period_start", TZ),
     Column("period_end", TZ),
+    Column("tax_inclusive", Boolean),  # TAX lines only: inside the prices, or on top
     PrimaryKeyConstraint("invoice_id", "line_no"),
+    CheckConstraint("(kind = 'TAX') = (tax_inclusive IS NOT NULL)", name="tax_inclusive"),
     CheckConstraint(_in("kind", LINE_KINDS), name="kind"),
     CheckConstraint("line_no >= 1", name="line_no_positive"),
     CheckConstraint("quantity >= 1", name="quantity_positive"),
@@ -405,6 +407,33 @@ gateway_customer = Table(
     Column("created_at", TZ, nullable=False),
     Column("updated_at", TZ, nullable=False),
     CheckConstraint(_in("gateway", GATEWAYS), name="gateway"),
+)
+
+# The built-in tax calculator's rates (billing_core.domain.tax): per country, or per country and
+# region (region '' = the whole country), in parts per million; inclusive: prices there
+# include the tax.
+tax_rate = Table(
+    "tax_rate",
+    metadata,
+    Column("country", String(2), nullable=False),
+    Column("region", String(10), nullable=False, server_default=text("''")),
+    Column("rate_ppm", Integer, nullable=False),
+    Column("inclusive", Boolean, nullable=False),
+    Column("name", Text, nullable=False),
+    PrimaryKeyConstraint("country", "region"),
+    CheckConstraint("rate_ppm >= 0 AND rate_ppm < 1000000", name="rate_ppm"),
+    CheckConstraint("country ~ '^[A-Z]{2}$'", name="country_iso3166"),
+)
+
+# Where a subscription's invoices are taxed (its customer's tax location); none: no tax.
+subscription_tax_location = Table(
+    "subscription_tax_location",
+    metadata,
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), primary_key=True),
+    Column("country", String(2), nullable=False),
+    Column("region", String(10), nullable=False, server_default=text("''")),
+    Column("updated_at", TZ, nullable=False),
+    CheckConstraint("country ~ '^[A-Z]{2}$'", name="country_iso3166"),
 )
 
 ALL_TABLES = [t.name for t in metadata.sorted_tables]

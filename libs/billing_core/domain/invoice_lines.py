@@ -53,6 +53,9 @@ class InvoiceLine:
     amount: int
     period_start: datetime | None = None
     period_end: datetime | None = None
+    # TAX lines only: whether the tax is inside the taxed lines' prices (they are net of it)
+    # or was added on top of them.
+    tax_inclusive: bool | None = None
 
     def __post_init__(self) -> None:
         if self.quantity < 1:
@@ -61,6 +64,8 @@ class InvoiceLine:
             raise InvoiceTotalMismatch(
                 f"line amount {self.amount} != {self.quantity} x {self.unit_amount}"
             )
+        if (self.kind == LineKind.TAX) != (self.tax_inclusive is not None):
+            raise InvoiceTotalMismatch("a TAX line, and only one, says whether it is inclusive")
         reducing = self.kind in REDUCING_KINDS
         if (reducing and self.amount > 0) or (not reducing and self.amount < 0):
             raise InvoiceTotalMismatch(f"a {self.kind} line cannot be {self.amount}")
@@ -72,9 +77,13 @@ def single(
     amount: int,
     period_start: datetime | None = None,
     period_end: datetime | None = None,
+    *,
+    tax_inclusive: bool | None = None,
 ) -> InvoiceLine:
     """A line of quantity 1."""
-    return InvoiceLine(kind, description, 1, amount, amount, period_start, period_end)
+    return InvoiceLine(
+        kind, description, 1, amount, amount, period_start, period_end, tax_inclusive
+    )
 
 
 def plan_period_description(plan_code: str) -> str:

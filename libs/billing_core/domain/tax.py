@@ -136,7 +136,11 @@ def tax_lines(rate: TaxRate, lines: Sequence[InvoiceLine]) -> TaxedLines:
         billed = list(lines)  # nothing carved out: the lines as they were
     taxable = [x for x in billed if x.kind in TAXABLE_KINDS]
     others = [x for x in billed if x.kind not in TAXABLE_KINDS]
-    tax_line = [single(LineKind.TAX, rate.label, tax)] if rate.rate_ppm else []
+    tax_line = (
+        [single(LineKind.TAX, rate.label, tax, tax_inclusive=rate.inclusive)]
+        if rate.rate_ppm
+        else []
+    )
     return TaxedLines([*taxable, *tax_line, *others], tax)
 
 

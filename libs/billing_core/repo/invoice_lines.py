@@ -23,12 +23,13 @@ _INSERT = text(
     """
     WITH ins AS (
         INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
-                                  amount, period_start, period_end)
+                                  amount, period_start, period_end, tax_inclusive)
         SELECT * FROM unnest(
             CAST(:invoice_ids AS bigint[]), CAST(:line_nos AS int[]), CAST(:kinds AS text[]),
             CAST(:descriptions AS text[]), CAST(:quantities AS int[]),
             CAST(:unit_amounts AS bigint[]), CAST(:amounts AS bigint[]),
-            CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]))
+            CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+            CAST(:tax_inclusives AS boolean[]))
         RETURNING invoice_id, kind, amount
     ), sums AS (
         SELECT invoice_id, sum(amount) AS total,
@@ -44,7 +45,7 @@ _INSERT = text(
 _SELECT = text(
     """
     SELECT invoice_id, line_no, kind, description, quantity, unit_amount, amount, period_start,
-           period_end
+           period_end, tax_inclusive
     FROM invoice_line WHERE invoice_id = ANY(CAST(:ids AS bigint[]))
     ORDER BY invoice_id, line_no
     """
@@ -71,6 +72,7 @@ async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]
             "amounts": [r[2].amount for r in rows],
             "period_starts": [r[2].period_start for r in rows],
             "period_ends": [r[2].period_end for r in rows],
+            "tax_inclusives": [r[2].tax_inclusive for r in rows],
         },
     )
     wrong = sorted(int(r[0]) for r in result)
@@ -93,6 +95,7 @@ async def lines_of(db: Db, invoice_ids: Sequence[int]) -> dict[int, list[Invoice
                 amount=int(r["amount"]),
                 period_start=r["period_start"],
                 period_end=r["period_end"],
+                tax_inclusive=r["tax_inclusive"],
             )
         )
     return out
