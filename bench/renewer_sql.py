@@ -83,7 +83,7 @@ SELECT gen_random_uuid(), i.subscription_id, a.event_seq, 'InvoiceCreated',
                           'kind', i.kind, 'periodIndex', i.period_index,
                           'periodStart', {iso_utc_sql("i.period_start")},
                           'periodEnd', {iso_utc_sql("i.period_end")},
-                          'subtotal', i.subtotal, 'creditApplied', i.credit_applied,
+                          'subtotal', i.subtotal, 'creditApplied', i.credit_applied, 'tax', 0,
                           'amount', i.amount, 'currency', i.currency),
        $1
 FROM inv i JOIN adv a ON a.id = i.subscription_id

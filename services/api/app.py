@@ -26,7 +26,15 @@ from services.api.console.session import Sessions
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
-from services.api.routes import customers, health, plans, stripe_webhooks, subscriptions, webhooks
+from services.api.routes import (
+    customers,
+    health,
+    plans,
+    stripe_webhooks,
+    subscriptions,
+    taxes,
+    webhooks,
+)
 from services.api.settings import ApiSettings
 
 log = get_logger(__name__)
@@ -117,7 +125,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.state.context = context
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
-    for module in (subscriptions, customers, plans, webhooks, stripe_webhooks, health):
+    for module in (subscriptions, taxes, customers, plans, webhooks, stripe_webhooks, health):
         app.include_router(module.router)
     if settings.console_enabled:
         app.include_router(console_routes.router)

@@ -445,3 +445,34 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     result: dict[str, Any] = resolve(schema)
     return result
+
+
+class TaxLocationRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"country": "US", "region": "NY"}]})
+
+    country: Annotated[
+        str, Field(pattern=r"^[A-Z]{2}$", description="ISO 3166-1 alpha-2, e.g. `FR`.")
+    ]
+    region: (
+        Annotated[
+            str,
+            Field(
+                pattern=r"^[A-Z0-9]{1,10}$",
+                description="A region of the country with its own rate (e.g. the US state `NY`).",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class TaxLocationOut(_Camel):
+    subscription_id: int
+    country: str
+    region: str | None
+    tax_rate: str | None = Field(
+        description="The rate its next invoices are taxed at (e.g. `VAT 20% (FR)`, inclusive or "
+        "exclusive), or null: no rate for this location, no tax."
+    )
+    tax_inclusive: bool | None = Field(
+        description="True: the prices include the tax; false: it is added on top; null: no tax."
+    )

@@ -27,6 +27,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/webhooks/payments": schemas.WebhookEvent,
     "/customers/{customerId}/payment-method": schemas.PaymentMethodRequest,
     "/webhooks/stripe": schemas.StripeEventBody,
+    "/subscriptions/{id}/tax-location": schemas.TaxLocationRequest,
 }
 
 

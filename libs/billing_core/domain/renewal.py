@@ -67,6 +67,7 @@ class RenewalInvoice:
     status: InvoiceStatus  # OPEN, or PAID when nothing is left to charge
     next_attempt_at: datetime | None
     paid_at: datetime | None
+    tax: int = 0  # the tax in subtotal (billing_core.domain.tax), set when a rate applies
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,5 +202,5 @@ def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[Domain
     subscription's own (SubscriptionCanceled)."""
     events: list[DomainEvent] = []
     for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
-        events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL)
+        events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL, invoice.tax)
     return events + plan.trailing_events

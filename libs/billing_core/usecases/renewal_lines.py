@@ -54,7 +54,8 @@ def apply_taxes(plan: RenewalPlan, rate: TaxRate | None, now: datetime) -> Renew
     balance = plan.due.credit_balance
     invoices: list[RenewalInvoice] = []
     for invoice in plan.invoices:
-        subtotal = line_rules.total(_priced_lines(plan, invoice, rate))
+        priced = _priced_lines(plan, invoice, rate)
+        subtotal = line_rules.total(priced)
         split = apply_credit(subtotal, balance)
         balance = split.credit_remaining
         opening = invoice_rules.opening(split.amount_due, now)
@@ -67,6 +68,7 @@ def apply_taxes(plan: RenewalPlan, rate: TaxRate | None, now: datetime) -> Renew
                 status=opening.status,
                 next_attempt_at=opening.next_attempt_at,
                 paid_at=opening.paid_at,
+                tax=sum(line.amount for line in priced if line.kind == LineKind.TAX),
             )
         )
     return replace(plan, invoices=invoices, write=replace(plan.write, credit_balance=balance))

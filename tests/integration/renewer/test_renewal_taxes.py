@@ -70,7 +70,11 @@ async def test_exclusive_and_inclusive_taxes_on_renewals(
     assert lines[found[paris]["id"]][1].tax_inclusive is True
     assert shape(oregon) == shape(nowhere) == [(LineKind.PLAN_PERIOD, 2990)]
     [created] = await events(engine, ny)
-    assert created["payload"]["amount"] == 3255
+    assert (created["payload"]["amount"], created["payload"]["tax"]) == (3255, 265)
+    [created] = await events(engine, paris)
+    assert (created["payload"]["amount"], created["payload"]["tax"]) == (2990, 498)
+    [created] = await events(engine, nowhere)
+    assert created["payload"]["tax"] == 0
 
 
 async def test_credit_is_applied_after_tax(engine: AsyncEngine, clock: ManualClock) -> None:
