@@ -213,6 +213,46 @@ async def seed_subscriptions(
     return SeedReport(inserted=spec.count, first_due=first_due, last_due=last_due)
 
 
+# A small rate table for seeded worlds (benchmarks, demos): VAT inside the price, a US state's
+# sales tax on top of it, and a country without tax.
+SEED_TAX_RATES = (
+    ("FR", "", 200_000, True, "VAT"),
+    ("DE", "", 190_000, True, "VAT"),
+    ("US", "NY", 88_750, False, "Sales tax"),
+    ("US", "", 0, False, "Sales tax"),
+)
+_SEED_LOCATIONS = ("FR", "", "DE", "", "US", "NY", "US", "OR")
+
+
+async def seed_tax_mix(
+    conn: asyncpg.Connection, *, share: float, first_customer_id: int = 1, random_seed: float = 0.5
+) -> int:
+    """Give ``share`` of the subscriptions of customers from ``first_customer_id`` on a tax
+    location (France, Germany, New York, Oregon in turn), and insert :data:`SEED_TAX_RATES`
+    where absent. Returns how many locations were written."""
+    if not 0 <= share <= 1:
+        raise ValueError("share must be in [0, 1]")
+    await conn.executemany(
+        "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        SEED_TAX_RATES,
+    )
+    await conn.execute("SELECT setseed($1::float8)", random_seed)
+    status: str = await conn.execute(
+        """
+        INSERT INTO subscription_tax_location (subscription_id, country, region, updated_at)
+        SELECT s.id, ($3::text[])[1 + 2 * (s.id % 4)], ($3::text[])[2 + 2 * (s.id % 4)], now()
+        FROM subscription s
+        WHERE s.customer_id >= $1 AND random() < $2
+        ON CONFLICT (subscription_id) DO NOTHING
+        """,
+        first_customer_id,
+        share,
+        list(_SEED_LOCATIONS),
+    )
+    return int(status.rsplit(maxsplit=1)[-1])
+
+
 async def seed_filler_sql(
     conn: asyncpg.Connection,
     *,
