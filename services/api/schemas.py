@@ -238,6 +238,11 @@ class InvoiceLineOut(_Camel):
     amount: int = Field(description="quantity x unitAmount, minor units.")
     period_start: datetime | None
     period_end: datetime | None
+    tax_inclusive: bool | None = Field(
+        default=None,
+        description="TAX lines only: true when the tax is inside the prices of the lines above "
+        "(they are net of it), false when it was added on top; null on other lines.",
+    )
 
     @classmethod
     def of(cls, line: InvoiceLine) -> InvoiceLineOut:
@@ -249,6 +254,7 @@ class InvoiceLineOut(_Camel):
             amount=line.amount,
             period_start=line.period_start,
             period_end=line.period_end,
+            tax_inclusive=line.tax_inclusive,
         )
 
 

@@ -51,6 +51,7 @@ async def test_first_invoice_is_one_plan_period_line(client: httpx.AsyncClient) 
             "amount": 990,
             "periodStart": sub["currentPeriodStart"],
             "periodEnd": sub["currentPeriodEnd"],
+            "taxInclusive": None,
         }
     ]
     assert_sum_of_lines(invoice)
