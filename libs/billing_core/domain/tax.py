@@ -144,6 +144,11 @@ def tax_lines(rate: TaxRate, lines: Sequence[InvoiceLine]) -> TaxedLines:
     return TaxedLines([*taxable, *tax_line, *others], tax)
 
 
+def taxed_at(rate: TaxRate | None, lines: Sequence[InvoiceLine]) -> TaxedLines:
+    """``lines`` taxed at ``rate`` by the rate-table rules; unchanged without a rate."""
+    return TaxedLines(list(lines), 0) if rate is None else tax_lines(rate, lines)
+
+
 class RateTableCalculator:
     """The built-in calculator over a table of rates (see the module's rules)."""
 

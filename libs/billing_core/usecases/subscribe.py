@@ -147,5 +147,5 @@ async def subscribe_unless_claimed(
     )
 
 
-def opened_invoice_events(invoice: invoices_repo.Invoice) -> list[ev.DomainEvent]:
-    return ev.invoice_opened(invoice, invoice.id, invoice.kind)
+def opened_invoice_events(invoice: invoices_repo.Invoice, tax: int = 0) -> list[ev.DomainEvent]:
+    return ev.invoice_opened(invoice, invoice.id, invoice.kind, tax)
