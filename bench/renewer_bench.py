@@ -1,14 +1,16 @@
 """Renewer benchmark (``make bench-renewer``): throughput against the database's own floor.
 
 1. Seeds N due subscriptions (default 1 000 000, due times spread over 24 h, realistic plans and
-   time zones) into a template database, with a progress bar.
+   time zones; half of them with a tax location: VAT inside the price, sales tax on top, or
+   0 %) into a template database, with a progress bar.
 2. Throughput, on a copy of that database, in interleaved repetitions (the machine is shared
    and noisy; medians are reported), each variant taking the next slice of the same backlog:
    * the renewer's batch function with 1, 2 (one renewer process's default concurrency) and 4
      (two renewers) batches in flight, each on its own connection;
-   * the floor: the same writes (lock + invoice + advance + outbox) as ONE hand-written SQL
-     statement per batch of the same size, from asyncpg;
-   * the article's row-by-row approach (batches of 500, one statement per row and write).
+   * the floor: the same writes (lock + taxed invoice and its lines + advance + outbox) as ONE
+     hand-written SQL statement per batch of the same size, from asyncpg;
+   * the article's row-by-row approach (batches of 500, one statement per row and write;
+     untaxed).
 3. The whole backlog of a fresh copy drained by renewer processes (``python -m
    services.renewer``): total time for N.
 4. The cost of one batch claim (lock 1 000 due rows, roll back) with 50 k, 500 k and 5 M
@@ -50,7 +52,13 @@ from bench.renewer_sql import floor_batch, row_by_row_batch
 from billing_core.db import migrate
 from billing_core.db.engine import create_engine
 from billing_core.repo import renewal as renewal_repo
-from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_filler_sql, seed_subscriptions
+from billing_core.seeding import (
+    SeedSpec,
+    asyncpg_dsn,
+    seed_filler_sql,
+    seed_subscriptions,
+    seed_tax_mix,
+)
 from billing_core.settings import CoreSettings
 from billing_core.usecases.renew import renew_due_batch
 
@@ -145,6 +153,8 @@ async def seed_template(urls: Urls, count: int) -> tuple[float, datetime]:
                 ),
                 progress=report,
             )
+            # Half the backlog is taxed: VAT inside the price, sales tax on top, or 0 %.
+            await seed_tax_mix(conn, share=0.5)
         seconds = time.perf_counter() - started
         await conn.execute("VACUUM ANALYZE subscription")
     finally:

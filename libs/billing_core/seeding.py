@@ -213,6 +213,46 @@ async def seed_subscriptions(
     return SeedReport(inserted=spec.count, first_due=first_due, last_due=last_due)
 
 
+# A small rate table for seeded worlds (benchmarks, demos): VAT inside the price, a US state's
+# sales tax on top of it, and a country without tax.
+SEED_TAX_RATES = (
+    ("FR", "", 200_000, True, "VAT"),
+    ("DE", "", 190_000, True, "VAT"),
+    ("US", "NY", 88_750, False, "Sales tax"),
+    ("US", "", 0, False, "Sales tax"),
+)
+_SEED_LOCATIONS = ("FR", "", "DE", "", "US", "NY", "US", "OR")
+
+
+async def seed_tax_mix(
+    conn: asyncpg.Connection, *, share: float, first_customer_id: int = 1, random_seed: float = 0.5
+) -> int:
+    """Give ``share`` of the subscriptions of customers from ``first_customer_id`` on a tax
+    location (France, Germany, New York, Oregon in turn), and insert :data:`SEED_TAX_RATES`
+    where absent. Returns how many locations were written."""
+    if not 0 <= share <= 1:
+        raise ValueError("share must be in [0, 1]")
+    await conn.executemany(
+        "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) "
+        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+        SEED_TAX_RATES,
+    )
+    await conn.execute("SELECT setseed($1::float8)", random_seed)
+    status: str = await conn.execute(
+        """
+        INSERT INTO subscription_tax_location (subscription_id, country, region, updated_at)
+        SELECT s.id, ($3::text[])[1 + 2 * (s.id % 4)], ($3::text[])[2 + 2 * (s.id % 4)], now()
+        FROM subscription s
+        WHERE s.customer_id >= $1 AND random() < $2
+        ON CONFLICT (subscription_id) DO NOTHING
+        """,
+        first_customer_id,
+        share,
+        list(_SEED_LOCATIONS),
+    )
+    return int(status.rsplit(maxsplit=1)[-1])
+
+
 async def seed_filler_sql(
     conn: asyncpg.Connection,
     *,
@@ -259,7 +299,8 @@ async def seed_filler_sql(
 
 
 # The current period's invoice of each seeded subscription that has none, PAID at its start, and
-# its imported payment (only for the invoices written here: RETURNING, not a search).
+# its one line (the period) and its imported payment (only for the invoices written here:
+# RETURNING, not a search).
 _CURRENT_PERIOD = """
 WITH inv AS (
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
@@ -270,7 +311,7 @@ WITH inv AS (
     FROM subscription s JOIN plan p ON p.id = s.plan_id
     WHERE s.customer_id >= $1
       AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id)
-    RETURNING id, amount, currency, paid_at
+    RETURNING id, amount, currency, paid_at, period_start, period_end
 )
 """
 
@@ -294,11 +335,18 @@ WITH inv AS (
     FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::timestamptz[], $5::timestamptz[],
                 $6::bigint[], $7::text[])
          AS t(sub, customer, n, start_at, end_at, price, currency)
-    RETURNING id, amount, currency, paid_at
+    RETURNING id, amount, currency, paid_at, period_start, period_end
 )
 """
 
 _IMPORTED_PAYMENT = """
+, lines AS (
+    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+                              amount, period_start, period_end)
+    SELECT id, 1, 'PLAN_PERIOD', 'Subscription period', 1, amount, amount, period_start,
+           period_end
+    FROM inv
+)
 INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, outcome,
                              amount, currency, recorded_at)
 SELECT id, 0, 'import-inv-' || id, 'IMPORT', 'SUCCESS', amount, currency, paid_at FROM inv

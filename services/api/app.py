@@ -43,6 +43,7 @@ from services.api.routes import (
     stripe_webhooks,
     subscription_search,
     subscriptions,
+    taxes,
     trials,
     webhooks,
 )
@@ -188,6 +189,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         trials,
         scheduled_cancel,
         previews,
+        taxes,
         customers,
         customer_profiles,
         invoices,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import zoneinfo
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -11,8 +12,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, St
 from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
+from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.money import BIGINT_MAX
-from billing_core.domain.renewal import RenewalInvoice
 from billing_core.domain.scopes import Scope
 from billing_core.repo.api_clients import ApiKeyInfo
 from billing_core.repo.customers import Customer
@@ -20,6 +21,7 @@ from billing_core.repo.gateway_customers import GatewayCustomer
 from billing_core.repo.invoices import Invoice
 from billing_core.repo.plans import Plan
 from billing_core.repo.subscriptions import Subscription
+from billing_core.usecases.upcoming import UpcomingInvoice
 
 Id = Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)]
 Version = Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)]
@@ -266,8 +268,46 @@ class PlanChangeOut(_Camel):
     )
 
 
+class InvoiceLineOut(_Camel):
+    kind: Literal[
+        "PLAN_PERIOD", "PRORATION_CHARGE", "PRORATION_CREDIT", "DISCOUNT", "TAX", "CREDIT_APPLIED"
+    ] = Field(
+        description="Charges are positive; PRORATION_CREDIT, DISCOUNT and CREDIT_APPLIED "
+        "are negative."
+    )
+    description: str
+    quantity: int
+    unit_amount: int = Field(description="Minor units of the invoice's currency.")
+    amount: int = Field(description="quantity x unitAmount, minor units.")
+    period_start: datetime | None
+    period_end: datetime | None
+    tax_inclusive: bool | None = Field(
+        default=None,
+        description="TAX lines only: true when the tax is inside the prices of the lines above "
+        "(they are net of it), false when it was added on top; null on other lines.",
+    )
+
+    @classmethod
+    def of(cls, line: InvoiceLine) -> InvoiceLineOut:
+        return cls(
+            kind=line.kind.value,
+            description=line.description,
+            quantity=line.quantity,
+            unit_amount=line.unit_amount,
+            amount=line.amount,
+            period_start=line.period_start,
+            period_end=line.period_end,
+            tax_inclusive=line.tax_inclusive,
+        )
+
+
 class InvoiceOut(_Camel):
     id: int
+    number: str | None = Field(
+        default=None,
+        description="The document number (e.g. 2026-000123), gap-free per year; null until the "
+        "renewer's numbering pass has given it (within a poll interval).",
+    )
     subscription_id: int
     kind: Literal["RENEWAL", "PRORATION"]
     period_index: int
@@ -287,11 +327,17 @@ class InvoiceOut(_Camel):
         description="Canceled while a gateway call for it was in flight: it stays OPEN until "
         "that call's result decides (VOID, or VOID with the money refunded).",
     )
+    lines: list[InvoiceLineOut] = Field(
+        default_factory=list,
+        description="The invoice's line items: amount is their sum, creditApplied minus the sum "
+        "of its CREDIT_APPLIED lines.",
+    )
 
     @classmethod
-    def of(cls, inv: Invoice) -> InvoiceOut:
+    def of(cls, inv: Invoice, lines: Sequence[InvoiceLine] = ()) -> InvoiceOut:
         return cls(
             id=inv.id,
+            number=inv.number,
             subscription_id=inv.subscription_id,
             kind=inv.kind,
             period_index=inv.period_index,
@@ -307,6 +353,7 @@ class InvoiceOut(_Camel):
             paid_at=inv.paid_at,
             created_at=inv.created_at,
             void_requested_at=inv.void_requested_at,
+            lines=[InvoiceLineOut.of(line) for line in lines],
         )
 
 
@@ -671,9 +718,16 @@ class UpcomingInvoiceOut(_Camel):
     status: Literal["OPEN", "PAID"] = Field(
         description="OPEN (to be charged), or PAID when credit covers all of it."
     )
+    tax: int = Field(
+        default=0, description="The tax in subtotal (its TAX line), 0 without a tax location."
+    )
+    lines: list[InvoiceLineOut] = Field(
+        default_factory=list, description="Its line items, as the renewer will write them."
+    )
 
     @classmethod
-    def of(cls, invoice: RenewalInvoice) -> UpcomingInvoiceOut:
+    def of(cls, upcoming: UpcomingInvoice) -> UpcomingInvoiceOut:
+        invoice = upcoming.invoice
         return cls(
             subscription_id=invoice.subscription_id,
             kind="RENEWAL",
@@ -685,4 +739,37 @@ class UpcomingInvoiceOut(_Camel):
             amount=invoice.amount,
             currency=invoice.currency,
             status="PAID" if invoice.status == "PAID" else "OPEN",
+            tax=invoice.tax,
+            lines=[InvoiceLineOut.of(line) for line in upcoming.lines],
         )
+
+
+class TaxLocationRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"country": "US", "region": "NY"}]})
+
+    country: Annotated[
+        str, Field(pattern=r"^[A-Z]{2}$", description="ISO 3166-1 alpha-2, e.g. `FR`.")
+    ]
+    region: (
+        Annotated[
+            str,
+            Field(
+                pattern=r"^[A-Z0-9]{1,10}$",
+                description="A region of the country with its own rate (e.g. the US state `NY`).",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class TaxLocationOut(_Camel):
+    subscription_id: int
+    country: str
+    region: str | None
+    tax_rate: str | None = Field(
+        description="The rate its next invoices are taxed at (e.g. `VAT 20% (FR)`, inclusive or "
+        "exclusive), or null: no rate for this location, no tax."
+    )
+    tax_inclusive: bool | None = Field(
+        description="True: the prices include the tax; false: it is added on top; null: no tax."
+    )

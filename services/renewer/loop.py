@@ -2,12 +2,14 @@
 
 The tick claims a batch, renews it and commits; with ``concurrency`` > 1 it runs that many
 batches at once on separate connections (SKIP LOCKED keeps them disjoint), so the Python side of
-one batch overlaps the database side of the other. It asks for another tick right away while the
-batches come back full (or a subscription is still catching up), otherwise the worker sleeps for
-the poll interval. Each tick first writes the due SubscriptionTrialWillEnd notices; TRIALING
-subscriptions are claimed like ACTIVE ones once their trial is over (the renewal invoices period
-0). PAST_DUE subscriptions are never claimed (the due index holds ACTIVE and TRIALING rows only):
-they are renewed once a payment returns them to ACTIVE, catching up every period they missed.
+one batch overlaps the database side of the other. Then it gives the invoices and credit notes
+still without a document number theirs (:mod:`billing_core.usecases.numbering`, in its own short
+transaction). It asks for another tick right away while the batches come back full (or a
+subscription is still catching up), otherwise the worker sleeps for the poll interval. Each tick
+first writes the due SubscriptionTrialWillEnd notices; TRIALING subscriptions are claimed like
+ACTIVE ones once their trial is over (the renewal invoices period 0). PAST_DUE subscriptions are
+never claimed (the due index holds ACTIVE and TRIALING rows only): they are renewed once a
+payment returns them to ACTIVE, catching up every period they missed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.clock import Clock
 from billing_core.logging import get_logger
 from billing_core.repo import renewal as renewal_repo
+from billing_core.usecases.numbering import NumberingResult, number_documents
 from billing_core.usecases.renew import BatchResult, renew_due_batch
 from billing_core.usecases.trial_notices import DEFAULT_LEAD, send_trial_notices
 from services.renewer import metrics
@@ -47,11 +50,14 @@ class Renewer:
         self._engine = engine
         self._clock = clock
         self._batch_size = batch_size
+        # A numbering pass per tick keeps up with the tick's batches.
+        self._numbering_limit = batch_size * concurrency
         self._max_periods = max_periods_per_row
         self._backlog_refresh = backlog_refresh_seconds
         self._backlog_counted_at: float | None = None
         self.parked: set[int] = set()
         self.last_result: BatchResult | None = None
+        self.numbered = NumberingResult(0, 0)  # documents this renewer numbered so far
 
     async def tick(self) -> bool:
         """Renew ``concurrency`` batches at once (each its own transaction and connection);
@@ -71,6 +77,9 @@ class Renewer:
         full = notices >= self._batch_size or any(
             r.claimed >= self._batch_size or r.still_due > 0 for r in results
         )
+        numbered = await self._number()
+        limit = self._numbering_limit
+        full = full or numbered.invoices >= limit or numbered.credit_notes >= limit
         await self._refresh_backlog(force=not full)
         return full
 
@@ -83,6 +92,23 @@ class Renewer:
             metrics.TRIAL_NOTICES.inc(sent)
             log.info("trial_will_end_notices", count=sent)
         return sent
+
+    async def _number(self) -> NumberingResult:
+        """One numbering pass in its own short transaction (after the batches: the series'
+        counters stay locked only for this one)."""
+        async with self._engine.begin() as conn:
+            result = await number_documents(conn, limit=self._numbering_limit)
+        self.numbered = NumberingResult(
+            self.numbered.invoices + result.invoices,
+            self.numbered.credit_notes + result.credit_notes,
+        )
+        metrics.DOCUMENTS_NUMBERED.labels("invoice").inc(result.invoices)
+        metrics.DOCUMENTS_NUMBERED.labels("credit_note").inc(result.credit_notes)
+        if result.invoices or result.credit_notes:
+            log.info(
+                "documents_numbered", invoices=result.invoices, credit_notes=result.credit_notes
+            )
+        return result
 
     async def _batch(self) -> BatchResult:
         now = self._clock.now()

@@ -41,3 +41,8 @@ BATCH_SIZE = Histogram(
     "Subscriptions claimed per batch.",
     buckets=(0, 1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000),
 )
+DOCUMENTS_NUMBERED = Counter(
+    "billing_renewer_documents_numbered_total",
+    "Invoices and credit notes given their document number (gap-free per series).",
+    ["kind"],
+)

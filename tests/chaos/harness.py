@@ -194,12 +194,22 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
                          AS t(c, z, a, e)
                     RETURNING id, customer_id, current_period_start, current_period_end
                 )
-                INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
-                    period_start, period_end, subtotal, amount, currency, status, paid_at,
-                    closed_at)
-                SELECT id, customer_id, 'RENEWAL', 0, current_period_start, current_period_end,
-                       :price, :price, 'EUR', 'PAID', current_period_start, current_period_start
-                FROM s RETURNING customer_id
+                , inv AS (
+                    INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
+                        period_start, period_end, subtotal, amount, currency, status, paid_at,
+                        closed_at)
+                    SELECT id, customer_id, 'RENEWAL', 0, current_period_start,
+                           current_period_end, :price, :price, 'EUR', 'PAID',
+                           current_period_start, current_period_start
+                    FROM s RETURNING id, customer_id, amount, period_start, period_end
+                ), line AS (
+                    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity,
+                        unit_amount, amount, period_start, period_end)
+                    SELECT id, 1, 'PLAN_PERIOD', 'Plan PRO_MONTHLY', 1, amount, amount,
+                           period_start, period_end
+                    FROM inv
+                )
+                SELECT customer_id FROM inv
                 """
             ),
             {

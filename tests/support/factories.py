@@ -71,12 +71,21 @@ async def create_invoice(
             await conn.execute(
                 text(
                     """
-                    INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
-                        period_start, period_end, subtotal, credit_applied, amount, currency,
-                        status, attempt_count, next_attempt_at)
-                    VALUES (:sub, :customer, :kind, :pidx, :ps, :pe, :amount, 0, :amount, :cur,
-                        :status, :attempts, :next)
-                    RETURNING id
+                    WITH inv AS (
+                        INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
+                            period_start, period_end, subtotal, credit_applied, amount,
+                            currency, status, attempt_count, next_attempt_at)
+                        VALUES (:sub, :customer, :kind, :pidx, :ps, :pe, :amount, 0, :amount,
+                            :cur, :status, :attempts, :next)
+                        RETURNING id, amount, period_start, period_end
+                    ), line AS (
+                        INSERT INTO invoice_line (invoice_id, line_no, kind, description,
+                            quantity, unit_amount, amount, period_start, period_end)
+                        SELECT id, 1, 'PLAN_PERIOD', 'Subscription period', 1, amount, amount,
+                            period_start, period_end
+                        FROM inv
+                    )
+                    SELECT id FROM inv
                     """
                 ),
                 {
@@ -112,13 +121,24 @@ async def due_subscriptions_with_invoices(
                 SELECT :first + g, p.id, 'ACTIVE', p.now, p.now, p.now + interval '30 days'
                 FROM generate_series(0, :n - 1) g, p
                 RETURNING id, customer_id, current_period_start AS now
+            ),
+            inv AS (
+                INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
+                    period_start, period_end, subtotal, amount, currency, status,
+                    next_attempt_at)
+                SELECT id, customer_id, 'RENEWAL', 0, now, now + interval '30 days', :amount,
+                       :amount, 'EUR', 'OPEN', now
+                FROM subs
+                RETURNING id, amount, period_start, period_end
+            ),
+            line AS (
+                INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity,
+                    unit_amount, amount, period_start, period_end)
+                SELECT id, 1, 'PLAN_PERIOD', 'Subscription period', 1, amount, amount,
+                       period_start, period_end
+                FROM inv
             )
-            INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
-                period_end, subtotal, amount, currency, status, next_attempt_at)
-            SELECT id, customer_id, 'RENEWAL', 0, now, now + interval '30 days', :amount,
-                   :amount, 'EUR', 'OPEN', now
-            FROM subs
-            RETURNING id
+            SELECT id FROM inv ORDER BY id
             """
         ),
         {"n": n, "now": now, "amount": amount, "first": first_customer},

@@ -127,5 +127,6 @@ def test_every_invoice_has_one_created_shape_and_paid_at_opening_adds_invoice_pa
             "creditApplied",
             "amount",
             "currency",
+            "tax",
         }
     )

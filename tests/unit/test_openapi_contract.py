@@ -32,6 +32,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/webhooks/stripe": schemas.StripeEventBody,
     "/api-keys": schemas.CreateApiKeyRequest,
     "/api-keys/{prefix}/rotate": schemas.RotateApiKeyRequest,
+    "/subscriptions/{id}/tax-location": schemas.TaxLocationRequest,
 }
 
 

@@ -26,6 +26,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+from billing_core.domain.invoice_lines import REDUCING_KINDS, LineKind
 from billing_core.domain.period import Interval
 from billing_core.domain.refund import RefundStatus
 from billing_core.domain.scopes import ALL_SCOPES
@@ -48,6 +49,8 @@ NOW = text("now()")
 SUBSCRIPTION_STATUSES = tuple(str(s) for s in SubscriptionStatus)
 INVOICE_STATUSES = tuple(str(s) for s in InvoiceStatus)
 INVOICE_KINDS = tuple(str(k) for k in InvoiceKind)
+LINE_KINDS = tuple(str(k) for k in LineKind)
+REDUCING_LINE_KINDS = tuple(sorted(str(k) for k in REDUCING_KINDS))
 INTERVALS = tuple(str(i) for i in Interval)
 ATTEMPT_OUTCOMES = tuple(str(o) for o in ChargeOutcome)
 # IMPORT: a payment made before (outside) this system, imported with the history.
@@ -176,6 +179,8 @@ invoice = Table(
     Column("void_requested_at", TZ),
     Column("created_at", TZ, nullable=False, server_default=NOW),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
+    # Its document number (billing_core.domain.numbering), given once by the numbering pass.
+    Column("number", String(32), unique=True),
     CheckConstraint(_in("status", INVOICE_STATUSES), name="status"),
     CheckConstraint(_in("kind", INVOICE_KINDS), name="kind"),
     CheckConstraint("subtotal >= 0", name="subtotal_non_negative"),
@@ -199,6 +204,37 @@ invoice = Table(
         postgresql_where=text("status = 'OPEN' AND void_requested_at IS NOT NULL"),
     ),
     Index("ix_invoice_subscription_id_id", "subscription_id", "id"),
+    Index("idx_inv_unnumbered", "id", postgresql_where=text("number IS NULL")),
+)
+
+# What an invoice is made of (billing_core.domain.invoice_lines): the invoice's amount is the
+# sum of its lines, its credit_applied minus the sum of its CREDIT_APPLIED lines.
+invoice_line = Table(
+    "invoice_line",
+    metadata,
+    Column("invoice_id", BigInteger, ForeignKey("invoice.id", ondelete="CASCADE"), nullable=False),
+    Column("line_no", Integer, nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("quantity", Integer, nullable=False),
+    Column("unit_amount", BigInteger, nullable=False),
+    Column("amount", BigInteger, nullable=False),
+    Column("period_start", TZ),
+    Column("period_end", TZ),
+    Column("tax_inclusive", Boolean),  # TAX lines only: inside the prices, or on top
+    PrimaryKeyConstraint("invoice_id", "line_no"),
+    CheckConstraint("(kind = 'TAX') = (tax_inclusive IS NOT NULL)", name="tax_inclusive"),
+    CheckConstraint(_in("kind", LINE_KINDS), name="kind"),
+    CheckConstraint("line_no >= 1", name="line_no_positive"),
+    CheckConstraint("quantity >= 1", name="quantity_positive"),
+    CheckConstraint("amount = quantity * unit_amount", name="amount"),
+    CheckConstraint(
+        f"({_in('kind', REDUCING_LINE_KINDS)}) = (amount < 0) OR amount = 0", name="sign"
+    ),
+    CheckConstraint(
+        "period_start IS NULL AND period_end IS NULL OR period_end > period_start",
+        name="period_order",
+    ),
 )
 
 payment_attempt = Table(
@@ -385,11 +421,27 @@ refund = Table(
     Column("requested_at", TZ, nullable=False),
     Column("completed_at", TZ),
     Column("updated_at", TZ, nullable=False, server_default=NOW),
+    # The credit note's number once the refund SUCCEEDED (billing_core.domain.numbering).
+    Column("credit_note_number", String(32), unique=True),
     CheckConstraint("amount > 0", name="amount_positive"),
     CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
     CheckConstraint(_in("status", REFUND_STATUSES), name="status"),
     Index("idx_refund_due", "next_attempt_at", postgresql_where=text("status = 'REQUESTED'")),
     Index("ix_refund_invoice_id", "invoice_id"),
+    Index(
+        "idx_refund_unnumbered",
+        "id",
+        postgresql_where=text("status = 'SUCCEEDED' AND credit_note_number IS NULL"),
+    ),
+)
+
+# The counter of each document series (billing_core.domain.numbering): the last number given.
+document_series = Table(
+    "document_series",
+    metadata,
+    Column("series", String(20), primary_key=True),
+    Column("last_number", BigInteger, nullable=False),
+    CheckConstraint("last_number >= 0", name="last_number_non_negative"),
 )
 
 # What needs a person: a success that could not be applied, an attempt held after uncertain or
@@ -427,6 +479,33 @@ gateway_customer = Table(
     Column("created_at", TZ, nullable=False),
     Column("updated_at", TZ, nullable=False),
     CheckConstraint(_in("gateway", GATEWAYS), name="gateway"),
+)
+
+# The built-in tax calculator's rates (billing_core.domain.tax): per country, or per country and
+# region (region '' = the whole country), in parts per million; inclusive: prices there
+# include the tax.
+tax_rate = Table(
+    "tax_rate",
+    metadata,
+    Column("country", String(2), nullable=False),
+    Column("region", String(10), nullable=False, server_default=text("''")),
+    Column("rate_ppm", Integer, nullable=False),
+    Column("inclusive", Boolean, nullable=False),
+    Column("name", Text, nullable=False),
+    PrimaryKeyConstraint("country", "region"),
+    CheckConstraint("rate_ppm >= 0 AND rate_ppm < 1000000", name="rate_ppm"),
+    CheckConstraint("country ~ '^[A-Z]{2}$'", name="country_iso3166"),
+)
+
+# Where a subscription's invoices are taxed (its customer's tax location); none: no tax.
+subscription_tax_location = Table(
+    "subscription_tax_location",
+    metadata,
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), primary_key=True),
+    Column("country", String(2), nullable=False),
+    Column("region", String(10), nullable=False, server_default=text("''")),
+    Column("updated_at", TZ, nullable=False),
+    CheckConstraint("country ~ '^[A-Z]{2}$'", name="country_iso3166"),
 )
 
 ALL_TABLES = [t.name for t in metadata.sorted_tables]

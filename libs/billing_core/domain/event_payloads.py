@@ -190,6 +190,12 @@ class InvoiceCreatedV1(EventPayload):
     creditApplied: Amount = Field(ge=0, description="Credit used from the balance, minor units.")
     amount: Amount = Field(ge=0, description="What is owed: `subtotal` - `creditApplied`.")
     currency: Currency
+    tax: Amount = Field(
+        default=0,
+        ge=0,
+        description="The tax in `subtotal` (the invoice's TAX lines: inside the plan's price "
+        "where prices include tax, on top of it where they do not); 0 when untaxed.",
+    )
 
 
 class InvoicePaidV1(EventPayload):

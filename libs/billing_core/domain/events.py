@@ -167,7 +167,9 @@ class IssuedInvoice(Protocol):
     def paid_at(self) -> datetime | None: ...
 
 
-def invoice_created(invoice: IssuedInvoice, invoice_id: int, kind: str) -> DomainEvent:
+def invoice_created(
+    invoice: IssuedInvoice, invoice_id: int, kind: str, tax: int = 0
+) -> DomainEvent:
     """One shape for every invoice, whoever issues it (subscribe, plan change, renewal)."""
     return DomainEvent(
         p.InvoiceCreatedV1(
@@ -181,14 +183,17 @@ def invoice_created(invoice: IssuedInvoice, invoice_id: int, kind: str) -> Domai
             creditApplied=invoice.credit_applied,
             amount=invoice.amount,
             currency=invoice.currency,
+            tax=tax,
         )
     )
 
 
-def invoice_opened(invoice: IssuedInvoice, invoice_id: int, kind: str) -> list[DomainEvent]:
+def invoice_opened(
+    invoice: IssuedInvoice, invoice_id: int, kind: str, tax: int = 0
+) -> list[DomainEvent]:
     """A new invoice's events: InvoiceCreated, and InvoicePaid when credit covered all of it
     (``paid_at`` set when it was issued)."""
-    events = [invoice_created(invoice, invoice_id, kind)]
+    events = [invoice_created(invoice, invoice_id, kind, tax)]
     if invoice.paid_at is not None:
         events.append(
             invoice_paid(

@@ -72,6 +72,7 @@ class RenewalInvoice:
     status: InvoiceStatus  # OPEN, or PAID when nothing is left to charge
     next_attempt_at: datetime | None
     paid_at: datetime | None
+    tax: int = 0  # the tax in subtotal (billing_core.domain.tax), set when a rate applies
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,5 +230,5 @@ def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[Domain
     invoice's (``events.invoice_opened``), then the subscription's own (SubscriptionCanceled)."""
     events: list[DomainEvent] = list(plan.leading_events)
     for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
-        events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL)
+        events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL, invoice.tax)
     return events + plan.trailing_events

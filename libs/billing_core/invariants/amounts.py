@@ -1,15 +1,17 @@
 """Invoice amounts and credit, from PostgreSQL plus the plan history the events tell.
 
 * ``wrong_subtotal``: a RENEWAL invoice's subtotal (and currency) is not the price of the plan
-  the subscription had for that period. Plans change immediately (``change_plan`` updates the
-  subscription's plan and prorates the rest of the current period), and only while the current
-  period runs, so the renewal of a period that starts at ``t`` was priced with the plan in force
-  just before ``t``: the new plan of the last ``SubscriptionPlanChanged`` whose ``changedAt`` is
-  before ``t``, else the old plan of the first change, else the subscription's current plan.
-  Plan changes come from the outbox and, when a topic is read, from the topic (the outbox is
-  pruned after its retention; the topic keeps them as long as its own retention does). Limit:
-  prices are read from the plan catalogue as it is now — a plan whose price was edited in place
-  since would show its old invoices as wrong (the catalogue adds plans rather than repricing).
+  the subscription had for that period (the subtotal less a tax added on top of the price: an
+  exclusive ``TAX`` line; an inclusive one is inside the price). Plans change immediately
+  (``change_plan`` updates the subscription's plan and prorates the rest of the current period),
+  and only while the current period runs, so the renewal of a period that starts at ``t`` was
+  priced with the plan in force just before ``t``: the new plan of the last
+  ``SubscriptionPlanChanged`` whose ``changedAt`` is before ``t``, else the old plan of the
+  first change, else the subscription's current plan. Plan changes come from the outbox and,
+  when a topic is read, from the topic (the outbox is pruned after its retention; the topic
+  keeps them as long as its own retention does). Limit: prices are read from the plan catalogue
+  as it is now — a plan whose price was edited in place since would show its old invoices as
+  wrong (the catalogue adds plans rather than repricing).
 * ``wrong_amount``: ``amount <> subtotal - credit_applied``, or a negative amount or credit.
 * ``credit_mismatch``: a negative credit balance, or one that is not the sum of the
   subscription's credit entries; ``credit_use_mismatch``: an invoice's ``credit_applied`` that is
@@ -57,7 +59,11 @@ _WRONG_SUBTOTAL = text(
         ) first_change
     ),
     expected AS (
-        SELECT i.id, i.subscription_id, i.period_index, i.subtotal, i.currency,
+        SELECT i.id, i.subscription_id, i.period_index, i.currency,
+               i.subtotal - coalesce((
+                   SELECT sum(l.amount) FROM invoice_line l
+                   WHERE l.invoice_id = i.id AND l.kind = 'TAX' AND NOT l.tax_inclusive
+               ), 0) AS subtotal,
                coalesce(sp.code, current_plan.code) AS code
         FROM invoice i
         JOIN subscription s ON s.id = i.subscription_id

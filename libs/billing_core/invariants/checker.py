@@ -16,6 +16,8 @@ from billing_core.invariants.amounts import check_amounts
 from billing_core.invariants.charges import check_charges
 from billing_core.invariants.events import check_events, check_sequences
 from billing_core.invariants.ledger import LedgerEvidence, fetch_ledger
+from billing_core.invariants.lines import check_lines
+from billing_core.invariants.numbers import check_numbers
 from billing_core.invariants.periods import check_periods
 from billing_core.invariants.report import Check, Report
 from billing_core.invariants.stuck import DEFAULT_RETRY_BOUND, check_stuck
@@ -74,6 +76,8 @@ async def check_all(
                 ]
             checks += [
                 await check_amounts(conn, plan_changes=topic.plan_changes if topic else ()),
+                await check_lines(conn),
+                await check_numbers(conn),
                 await check_stuck(
                     conn,
                     now=now,

@@ -42,6 +42,7 @@ class Invoice:
     closed_at: datetime | None
     created_at: datetime
     void_requested_at: datetime | None = None
+    number: str | None = None
 
 
 _i = t.invoice
@@ -64,6 +65,7 @@ _COLUMNS = (
     _i.c.closed_at,
     _i.c.created_at,
     _i.c.void_requested_at,
+    _i.c.number,
 )
 
 

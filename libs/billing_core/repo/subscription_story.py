@@ -1,5 +1,6 @@
-"""A subscription's story, as support reads it: the subscription, its invoices with their payment
-attempts and refunds, and the events it published. Read-only; nothing here commits."""
+"""A subscription's story, as support reads it: the subscription, its invoices with their line
+items, payment attempts and refunds, and the events it published. Read-only; nothing here
+commits."""
 
 from __future__ import annotations
 
@@ -22,10 +23,17 @@ _SUBSCRIPTION = text(
 )
 _INVOICES = text(
     """
-    SELECT id, kind, period_index, period_start, period_end, subtotal, credit_applied, amount,
-           currency, status, attempt_count, next_attempt_at, paid_at, closed_at,
+    SELECT id, number, kind, period_index, period_start, period_end, subtotal, credit_applied,
+           amount, currency, status, attempt_count, next_attempt_at, paid_at, closed_at,
            void_requested_at, created_at
     FROM invoice WHERE subscription_id = :id ORDER BY id DESC LIMIT :limit
+    """
+)
+_LINES = text(
+    """
+    SELECT invoice_id, line_no, kind, description, quantity, unit_amount, amount, period_start,
+           period_end, tax_inclusive
+    FROM invoice_line WHERE invoice_id = ANY(:ids) ORDER BY invoice_id, line_no
     """
 )
 _ATTEMPTS = text(
@@ -37,7 +45,8 @@ _ATTEMPTS = text(
 )
 _REFUNDS = text(
     """
-    SELECT id, invoice_id, amount, currency, reason, status, error, requested_at, completed_at
+    SELECT id, invoice_id, amount, currency, reason, status, error, requested_at, completed_at,
+           credit_note_number
     FROM refund WHERE invoice_id = ANY(:ids) ORDER BY id
     """
 )
@@ -62,6 +71,7 @@ _FIND = text(
 @dataclass
 class InvoiceStory:
     invoice: dict[str, Any]
+    lines: list[dict[str, Any]] = field(default_factory=list)
     attempts: list[dict[str, Any]] = field(default_factory=list)
     refunds: list[dict[str, Any]] = field(default_factory=list)
 
@@ -94,7 +104,8 @@ async def story(
     conn: AsyncConnection, subscription_id: int, *, invoices: int = 50, events: int = 200
 ) -> SubscriptionStory | None:
     """The subscription with its latest ``invoices`` invoices (newest first, each with its
-    attempts and refunds in order) and its latest ``events`` events; None when it does not exist."""
+    lines, attempts and refunds in order) and its latest ``events`` events; None when it does
+    not exist."""
     row = (await conn.execute(_SUBSCRIPTION, {"id": subscription_id})).mappings().first()
     if row is None:
         return None
@@ -102,6 +113,8 @@ async def story(
     stories = {int(r["id"]): InvoiceStory(dict(r)) for r in found}
     ids = list(stories)
     if ids:
+        for line in (await conn.execute(_LINES, {"ids": ids})).mappings():
+            stories[int(line["invoice_id"])].lines.append(dict(line))
         for attempt in (await conn.execute(_ATTEMPTS, {"ids": ids})).mappings():
             stories[int(attempt["invoice_id"])].attempts.append(dict(attempt))
         for refund in (await conn.execute(_REFUNDS, {"ids": ids})).mappings():

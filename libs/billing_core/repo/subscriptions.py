@@ -21,6 +21,7 @@ from billing_core.db import tables as t
 from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.events import DomainEvent
+from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
 from billing_core.repo import audit, idempotency
 from billing_core.repo.invoices import Invoice
@@ -141,9 +142,9 @@ async def fetch(conn: Connection, subscription_id: int) -> Subscription:
     return Subscription(*row)
 
 
-# A new subscription, its first invoice, its events (numbered from 1: event_seq starts at their
-# count), its audit row and, optionally, the stored API response, in one statement; the ids
-# were drawn before.
+# A new subscription, its first invoice (none in a trial) with its lines, its events (numbered
+# from 1: event_seq starts at their count), its audit row and, optionally, the stored API
+# response, in one statement; the ids were drawn before.
 _SUB_COLUMNS = (
     "id, customer_id, plan_id, status, time_zone, billing_anchor, period_index, "
     "current_period_start, current_period_end, cancel_at_period_end, canceled_at, "
@@ -164,42 +165,55 @@ _REST = (
     FROM sub
     WHERE $17::bigint IS NOT NULL
     RETURNING id
+), lines AS (
+    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+        amount, period_start, period_end)
+    SELECT inv.id, l.line_no, l.kind, l.description, l.quantity, l.unit_amount, l.amount,
+        l.period_start, l.period_end
+    FROM inv, unnest($33::text[], $34::text[], $35::int[], $36::bigint[], $37::bigint[],
+        $38::timestamptz[], $39::timestamptz[])
+        WITH ORDINALITY AS l(kind, description, quantity, unit_amount, amount, period_start,
+                             period_end, line_no)
+    RETURNING amount
 ), ev AS (
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
-    SELECT e.event_id, sub.id, e.ord, e.event_type, e.payload, $36
-    FROM sub, unnest($33::uuid[], $34::text[], $35::jsonb[])
+    SELECT e.event_id, sub.id, e.ord, e.event_type, e.payload, $43
+    FROM sub, unnest($40::uuid[], $41::text[], $42::jsonb[])
         WITH ORDINALITY AS e(event_id, event_type, payload, ord)
     RETURNING id
 ), aud AS (
     """
-    + audit.insert_sql(37, subject="sub", version_after="$14")
+    + audit.insert_sql(44, subject="sub", version_after="$14")
     + """
     RETURNING id
 )"""
 )
-_COUNTS = "(SELECT count(*) FROM inv), (SELECT count(*) FROM ev), (SELECT count(*) FROM aud)"
+_COUNTS = (
+    "(SELECT count(*) FROM inv), (SELECT count(*) FROM ev), (SELECT count(*) FROM aud), "
+    "(SELECT coalesce(sum(amount), 0) FROM lines)"
+)
 _INSERT_NEW = (
     f"WITH sub AS (INSERT INTO subscription ({_SUB_COLUMNS}) VALUES ({_SUB_VALUES}) "
     f"RETURNING id), {_REST}"
 )
 _INSERT_NEW_PLAIN = f"{_INSERT_NEW} SELECT {_COUNTS}"
 _INSERT_NEW_WITH_RECORD = (
-    f"{_INSERT_NEW}, rec AS ({idempotency.insert_record_sql(44)} RETURNING key) SELECT {_COUNTS}"
+    f"{_INSERT_NEW}, rec AS ({idempotency.insert_record_sql(51)} RETURNING key) SELECT {_COUNTS}"
 )
-# The same, as the whole of a keyed request (autocommit): take the key's lock ($54) and look
+# The same, as the whole of a keyed request (autocommit): take the key's lock ($61) and look
 # the key up; insert only if the lock was free and no response is stored. The look-up's
 # snapshot predates the lock: a first request that committed in between is not seen, and its
 # stored response makes this statement's record insert fail (unique violation, nothing
 # written): the caller then takes the general path, which finds and replays it.
 _INSERT_NEW_UNLESS_CLAIMED = f"""
-WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($54) AS ok),
+WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($61) AS ok),
 stored AS MATERIALIZED (
-    SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key WHERE client_id = $44 AND key = $45
+    SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key WHERE client_id = $51 AND key = $52
 ),
 go AS MATERIALIZED (SELECT 1 FROM lock WHERE lock.ok AND NOT EXISTS (SELECT 1 FROM stored)),
 sub AS (
     INSERT INTO subscription ({_SUB_COLUMNS}) SELECT {_SUB_VALUES} FROM go RETURNING id
-), {_REST}, rec AS ({idempotency.insert_record_sql(44, source="sub")} RETURNING key)
+), {_REST}, rec AS ({idempotency.insert_record_sql(51, source="sub")} RETURNING key)
 SELECT lock.ok, (SELECT count(*) FROM sub), {_COUNTS}, (SELECT count(*) FROM rec), stored.*
 FROM lock LEFT JOIN stored ON true
 """
@@ -241,8 +255,20 @@ def _invoice_parameters(invoice: Invoice | None) -> tuple[object, ...]:
     )
 
 
+def _written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[int, ...]:
+    """What the statement must have written: invoices, events, audit rows, the lines' total
+    (the first invoice's amount, as its lines say)."""
+    if invoice is None:
+        return (0, len(events), 1, 0)
+    return (1, len(events), 1, invoice.amount)
+
+
 def _new_parameters(
-    sub: Subscription, invoice: Invoice | None, events: Sequence[DomainEvent], now: datetime
+    sub: Subscription,
+    invoice: Invoice | None,
+    lines: Sequence[InvoiceLine],
+    events: Sequence[DomainEvent],
+    now: datetime,
 ) -> tuple[object, ...]:
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
@@ -268,6 +294,13 @@ def _new_parameters(
         sub.created_at,
         sub.updated_at,
         *_invoice_parameters(invoice),
+        [str(line.kind) for line in lines],
+        [line.description for line in lines],
+        [line.quantity for line in lines],
+        [line.unit_amount for line in lines],
+        [line.amount for line in lines],
+        [line.period_start for line in lines],
+        [line.period_end for line in lines],
         [uuid.uuid4() for _ in events],
         [str(e.type) for e in events],
         [e.payload_json() for e in events],
@@ -279,30 +312,35 @@ async def insert_new(
     conn: Connection,
     sub: Subscription,
     invoice: Invoice | None,
+    lines: Sequence[InvoiceLine],
     events: Sequence[DomainEvent],
     *,
     now: datetime,
     audit_entry: audit.AuditEntry,
     record: idempotency.NewRecord | None = None,
 ) -> None:
-    """Insert ``sub`` (ids already drawn) with its first ``invoice``, ``events`` and
-    ``audit_entry`` in one round trip on a driver connection, and ``record`` (the API's stored
-    response) with them."""
-    params = (*_new_parameters(sub, invoice, events, now), *audit.parameters(audit_entry, now))
+    """Insert ``sub`` (ids already drawn) with its first ``invoice`` (none for a trial), that
+    invoice's ``lines``, ``events`` and ``audit_entry`` in one round trip on a driver
+    connection, and ``record`` (the API's stored response) with them."""
+    params = (
+        *_new_parameters(sub, invoice, lines, events, now),
+        *audit.parameters(audit_entry, now),
+    )
     if record is None:
         row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
     else:
         row = await conn.fetchrow(
             _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
         )
-    if tuple(row) != (0 if invoice is None else 1, len(events), 1):
-        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows")
+    if tuple(row) != _written(invoice, events):
+        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows/line total")
 
 
 async def insert_new_unless_claimed(
     conn: Connection,
     sub: Subscription,
     invoice: Invoice | None,
+    lines: Sequence[InvoiceLine],
     events: Sequence[DomainEvent],
     *,
     now: datetime,
@@ -317,18 +355,18 @@ async def insert_new_unless_claimed(
         raise RuntimeError("insert_new_unless_claimed is a whole transaction by itself")
     row = await conn.fetchrow(
         _INSERT_NEW_UNLESS_CLAIMED,
-        *_new_parameters(sub, invoice, events, now),
+        *_new_parameters(sub, invoice, lines, events, now),
         *audit.parameters(audit_entry, now),
         *idempotency.record_parameters(record),
         idempotency.lock_id(record.client_id, record.key),
     )
-    locked, subs, invoices, written_events, audits, records = row[:6]
+    locked, subs, invoices, written_events, audits, line_total, records = row[:7]
     created = subs == 1
-    if (subs, invoices, written_events, audits, records) != (
-        (1, 0 if invoice is None else 1, len(events), 1, 1) if created else (0, 0, 0, 0, 0)
+    if (subs, invoices, written_events, audits, line_total, records) != (
+        (1, *_written(invoice, events), 1) if created else (0, 0, 0, 0, 0, 0)
     ):
-        raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:6])}")
-    stored = None if row[6] is None else idempotency.stored_response(row[6:])
+        raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:7])}")
+    stored = None if row[7] is None else idempotency.stored_response(row[7:])
     return Claimed(bool(locked), created, stored)
 
 

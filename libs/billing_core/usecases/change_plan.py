@@ -7,16 +7,20 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import invoice_lines
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
 from billing_core.domain.proration import Proration, prorate
 from billing_core.domain.subscription import SubscriptionStatus
+from billing_core.domain.tax import TaxedLines, taxed_at
 from billing_core.repo import audit, outbox
+from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.repo import tax as tax_repo
 from billing_core.usecases.renew import renew_due_batch
 from billing_core.usecases.subscribe import opened_invoice_events
 
@@ -82,8 +86,9 @@ async def change_plan(
     """Switch to ``plan_code`` at ``now``.
 
     ``prorate`` over the current period gives ``due``: positive (upgrade) becomes a PRORATION
-    invoice for [now, period end), paid first from the credit balance and collected like any
-    other; negative (downgrade) becomes credit for later invoices. The same plan is a no-op.
+    invoice for [now, period end) — its lines taxed at the subscription's rate if it has a tax
+    location —, paid first from the credit balance and collected like any other; negative
+    (downgrade) becomes credit for later invoices. The same plan is a no-op.
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
     sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
@@ -113,8 +118,18 @@ async def change_plan(
     invoice: invoices_repo.Invoice | None = None
     credit_granted = 0
     credit_used = 0
+    priced: TaxedLines | None = None
     if proration.due > 0:
-        split = apply_credit(proration.due, balance)
+        # The change's lines, taxed at the subscription's rate (if it has a tax location);
+        # the credit balance pays the taxed amount.
+        rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
+        priced = taxed_at(
+            rate,
+            invoice_lines.proration_lines(
+                sub.plan_code, new_plan.code, proration, now, sub.current_period_end, 0
+            ),
+        )
+        split = apply_credit(priced.total, balance)
         credit_used = split.credit_used
         balance = split.credit_remaining
     elif proration.due < 0:
@@ -132,7 +147,7 @@ async def change_plan(
         values={"plan_id": new_plan.id, "credit_balance": balance},
     )
 
-    if proration.due > 0:
+    if priced is not None:
         invoice = await invoices_repo.insert_invoice(
             session,
             subscription_id=subscription_id,
@@ -141,11 +156,19 @@ async def change_plan(
             period_index=sub.period_index,
             period_start=now,
             period_end=sub.current_period_end,
-            subtotal=proration.due,
+            subtotal=priced.total,
             credit_applied=credit_used,
             currency=new_plan.currency,
             now=now,
         )
+        lines = [*priced.lines, *invoice_lines.credit_line(credit_used)]
+        invoice_lines.check_total(
+            lines,
+            subtotal=invoice.subtotal,
+            credit_applied=invoice.credit_applied,
+            amount=invoice.amount,
+        )
+        await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
         if credit_used:
             await subscriptions_repo.add_credit_entry(
                 session,
@@ -164,8 +187,8 @@ async def change_plan(
             now=now,
         )
 
-    if invoice is not None:
-        events += opened_invoice_events(invoice)
+    if invoice is not None and priced is not None:
+        events += opened_invoice_events(invoice, priced.tax)
     await outbox.append_events(session, events, now)
     change = PlanChange(
         changed=True,

@@ -1,7 +1,8 @@
 """One renewal batch, inside the caller's transaction (the caller commits; nothing here does).
 
 1. Claim up to ``batch_size`` due ACTIVE subscriptions, oldest first, ``FOR UPDATE SKIP LOCKED``.
-2. Plan each row with the pure domain rules (:mod:`billing_core.domain.renewal`); a row that
+2. Plan each row with the pure domain rules (:mod:`billing_core.domain.renewal`), taxed at the
+   subscription's rate if it has one (the batch's rates read in one statement); a row that
    cannot be planned is logged and parked (left untouched, reported to the caller), the rest go
    on.
 3. Insert every renewal invoice in one statement, ``ON CONFLICT DO NOTHING`` on the renewal
@@ -10,7 +11,8 @@
    existing period is advanced over without a second invoice and without consuming credit. So a
    period is never advanced without its invoice, and no invoice is inserted twice.
 4. Advance every subscription (version bump, and the event sequence numbers its events take),
-   record the credit used and insert the outbox events — each one statement for the whole batch.
+   record the credit used, write the invoices' line items (their totals verified in the same
+   statement) and insert the outbox events — each one statement for the whole batch.
 
 Because all of this is one transaction, a process killed at any point leaves nothing half done:
 PostgreSQL rolls the batch back, the row locks are released and another renewer takes the rows.
@@ -18,7 +20,7 @@ PostgreSQL rolls the batch back, the row locks are released and another renewer 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -26,10 +28,13 @@ from billing_core.domain import renewal as renewal_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalPlan
+from billing_core.domain.tax import TaxRate
 from billing_core.logging import get_logger
 from billing_core.repo import outbox as outbox_repo
 from billing_core.repo import renewal as renewal_repo
+from billing_core.repo import tax as tax_repo
 from billing_core.repo.limits import require_positive_limit
+from billing_core.usecases.renewal_lines import apply_taxes, write_batch_lines
 
 log = get_logger(__name__)
 
@@ -60,13 +65,15 @@ def _plan_all(
     max_periods: int,
     existing: Collection[tuple[int, datetime]],
     parked: list[int],
+    rates: Mapping[int, TaxRate],
 ) -> list[RenewalPlan]:
     plans: list[RenewalPlan] = []
     for due in rows:
         try:
-            plans.append(
-                renewal_rules.plan_renewal(due, now=now, max_periods=max_periods, existing=existing)
+            plan = renewal_rules.plan_renewal(
+                due, now=now, max_periods=max_periods, existing=existing
             )
+            plans.append(apply_taxes(plan, rates.get(due.id), now))
         except Exception as exc:  # bad data: park the row visibly, keep the batch going
             parked.append(due.id)
             log.error("renewal_row_parked", subscription_id=due.id, error=repr(exc))
@@ -95,8 +102,11 @@ async def _plan_and_insert(
     now: datetime,
     max_periods: int,
     parked: list[int],
+    rates: Mapping[int, TaxRate],
 ) -> tuple[list[RenewalPlan], list[renewal_repo.InsertedInvoice]]:
-    plans = _plan_all(rows, now=now, max_periods=max_periods, existing=(), parked=parked)
+    plans = _plan_all(
+        rows, now=now, max_periods=max_periods, existing=(), parked=parked, rates=rates
+    )
     inserted = await _insert_invoices(db, plans, now=now)
     if inserted is not None:
         return plans, inserted
@@ -105,7 +115,9 @@ async def _plan_and_insert(
     existing = await renewal_repo.existing_renewals(db, keys)
     log.warning("renewal_invoices_already_exist", count=len(existing))
     # Planning is deterministic: the rows parked above fail the same way again.
-    plans = _plan_all(rows, now=now, max_periods=max_periods, existing=existing, parked=[])
+    plans = _plan_all(
+        rows, now=now, max_periods=max_periods, existing=existing, parked=[], rates=rates
+    )
     inserted = await _insert_invoices(db, plans, now=now)
     if inserted is None:
         raise RenewalConflict("renewal invoices appeared while the rows were locked")
@@ -149,7 +161,8 @@ async def renew_due_batch(
     if not rows:
         return result
 
-    plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked)
+    rates = await tax_repo.rates_for(db, [row.id for row in rows])
+    plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked, rates)
     ids = {(i.subscription_id, i.period_index): i.id for i in inserted}
     credit_uses: list[renewal_repo.CreditUse] = []
     events: list[DomainEvent] = []
@@ -179,6 +192,7 @@ async def renew_due_batch(
         missing = sorted({w.id for w in writes} - reserved.keys())
         raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
     await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
+    await write_batch_lines(db, plans, ids, rates)
     await outbox_repo.insert_numbered_events(db, events, reserved, now)
     result.events = len(events)
     return result

@@ -9,7 +9,9 @@ from typing import Final, Literal
 from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
+from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain.errors import DomainError
+from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.period import Interval, period_bounds, zone
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit as audit_repo
@@ -46,6 +48,7 @@ class NewSubscription:
 
     subscription: subscriptions_repo.Subscription
     invoice: invoices_repo.Invoice | None  # None in a trial
+    lines: list[InvoiceLine]  # the invoice's lines (none in a trial)
     events: list[ev.DomainEvent]
 
 
@@ -117,13 +120,20 @@ def new_subscription(
         closed_at=opening.paid_at,
         created_at=now,
     )
+    lines = line_rules.period_lines(plan.code, plan.price_amount, period.start, period.end, 0)
+    line_rules.check_total(
+        lines,
+        subtotal=invoice.subtotal,
+        credit_applied=invoice.credit_applied,
+        amount=invoice.amount,
+    )
     events = [
         ev.subscription_created(
             subscription_id, customer_id, plan.code, period.start, period.end, time_zone
         ),
         *opened_invoice_events(invoice),
     ]
-    return NewSubscription(sub, invoice, events)
+    return NewSubscription(sub, invoice, lines, events)
 
 
 def _trial_end(
@@ -207,7 +217,7 @@ def _trialing_subscription(
             trial_end=trial_end,
         )
     ]
-    return NewSubscription(sub, None, events)
+    return NewSubscription(sub, None, [], events)
 
 
 async def subscribe(
@@ -225,6 +235,7 @@ async def subscribe(
         conn,
         new.subscription,
         new.invoice,
+        new.lines,
         new.events,
         now=now,
         audit_entry=audit_entry(new, actor),
@@ -246,6 +257,7 @@ async def subscribe_unless_claimed(
         conn,
         new.subscription,
         new.invoice,
+        new.lines,
         new.events,
         now=now,
         audit_entry=audit_entry(new, actor),
@@ -265,5 +277,5 @@ def audit_entry(new: NewSubscription, actor: audit_repo.Actor) -> audit_repo.Aud
     )
 
 
-def opened_invoice_events(invoice: invoices_repo.Invoice) -> list[ev.DomainEvent]:
-    return ev.invoice_opened(invoice, invoice.id, invoice.kind)
+def opened_invoice_events(invoice: invoices_repo.Invoice, tax: int = 0) -> list[ev.DomainEvent]:
+    return ev.invoice_opened(invoice, invoice.id, invoice.kind, tax)

@@ -6,12 +6,17 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit
+from billing_core.domain.invoice_lines import LineKind
 from billing_core.domain.period import Interval, period_bounds
+from billing_core.domain.tax import taxed_at
 from billing_core.repo import audit, outbox
+from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.repo import tax as tax_repo
 from billing_core.usecases.subscribe import opened_invoice_events
 
 
@@ -28,7 +33,8 @@ async def end_trial_now(
 
     The trial end, and so the billing anchor, becomes ``now`` (as if the trial had been
     planned to end now): period 0 is [now, one interval later) in the subscription's zone,
-    invoiced like a renewal (credit first, then OPEN and due now). A cancel scheduled during
+    invoiced like a renewal (its lines taxed at the subscription's rate if it has a tax
+    location, credit first, then OPEN and due now). A cancel scheduled during
     the trial is dropped: asking to pay now is asking to stay. Anything but TRIALING is 409
     (``IllegalTransition``).
     """
@@ -36,7 +42,20 @@ async def end_trial_now(
     state = subscriptions_repo.domain_state(sub)
     _new_state, events = sub_domain.end_trial(state, now, early=True)
     period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
-    split = apply_credit(sub.plan_price_amount, sub.credit_balance)
+    rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
+    priced = taxed_at(
+        rate,
+        [
+            line_rules.single(
+                LineKind.PLAN_PERIOD,
+                line_rules.plan_period_description(sub.plan_code),
+                sub.plan_price_amount,
+                period.start,
+                period.end,
+            )
+        ],
+    )
+    split = apply_credit(priced.total, sub.credit_balance)
     version = await subscriptions_repo.update_versioned(
         session,
         subscription_id,
@@ -61,11 +80,19 @@ async def end_trial_now(
         period_index=0,
         period_start=period.start,
         period_end=period.end,
-        subtotal=sub.plan_price_amount,
+        subtotal=priced.total,
         credit_applied=split.credit_used,
         currency=sub.plan_currency,
         now=now,
     )
+    lines = [*priced.lines, *line_rules.credit_line(split.credit_used)]
+    line_rules.check_total(
+        lines,
+        subtotal=invoice.subtotal,
+        credit_applied=invoice.credit_applied,
+        amount=invoice.amount,
+    )
+    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
     if split.credit_used:
         await subscriptions_repo.add_credit_entry(
             session,
@@ -75,7 +102,7 @@ async def end_trial_now(
             invoice_id=invoice.id,
             now=now,
         )
-    await outbox.append_events(session, events + opened_invoice_events(invoice), now)
+    await outbox.append_events(session, events + opened_invoice_events(invoice, priced.tax), now)
     await audit.record_subscription_change(
         session,
         actor,

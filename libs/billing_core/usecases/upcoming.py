@@ -4,23 +4,33 @@ the same code, so they cannot disagree."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from billing_core.domain import renewal as renewal_rules
 from billing_core.domain.errors import DomainError
+from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice
 from billing_core.domain.subscription import SubscriptionStatus
+from billing_core.domain.tax import TaxRate
 from billing_core.repo.subscriptions import Subscription, domain_state
+from billing_core.usecases.renewal_lines import apply_taxes, invoice_lines
 
 
 class NoUpcomingInvoice(DomainError):
     """The subscription will not be invoiced again: canceled, or its cancel is scheduled."""
 
 
-def upcoming_invoice(sub: Subscription) -> RenewalInvoice:
+@dataclass(frozen=True)
+class UpcomingInvoice:
+    invoice: RenewalInvoice
+    lines: list[InvoiceLine]
+
+
+def upcoming_invoice(sub: Subscription, rate: TaxRate | None = None) -> UpcomingInvoice:
     """The renewal invoice the renewer will create when ``sub``'s current period (or trial)
-    ends, from the subscription as it is now (plan, credit balance). A PAST_DUE subscription is
-    previewed as it will renew once paid (ACTIVE again)."""
+    ends, with its lines, from the subscription as it is now (plan, credit balance, tax
+    ``rate``). A PAST_DUE subscription is previewed as it will renew once paid (ACTIVE
+    again)."""
     state = domain_state(sub)
     if state.status == SubscriptionStatus.CANCELED:
         raise NoUpcomingInvoice(f"subscription {sub.id} is canceled")
@@ -43,6 +53,7 @@ def upcoming_invoice(sub: Subscription) -> RenewalInvoice:
         currency=sub.plan_currency,
         billing_interval=sub.plan_interval,
     )
-    plan = renewal_rules.plan_renewal(due, now=sub.current_period_end, max_periods=1)
+    at = sub.current_period_end
+    plan = apply_taxes(renewal_rules.plan_renewal(due, now=at, max_periods=1), rate, at)
     (invoice,) = plan.invoices
-    return invoice
+    return UpcomingInvoice(invoice, invoice_lines(plan, invoice, rate))

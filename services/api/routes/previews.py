@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.repo import tax as tax_repo
 from billing_core.usecases import upcoming as upcoming_uc
 from services.api.auth import InvoicesReader
 from services.api.context import get_context
@@ -21,9 +22,10 @@ router = APIRouter(tags=["subscriptions"])
     response_model=UpcomingInvoiceOut,
     summary="The invoice the next renewal will create",
     description="Computed by the renewer's own planner from the subscription as it is now "
-    "(plan, credit balance): at the current period's end (or the trial's end) the renewer "
-    "creates exactly this invoice unless something changes first. Writes nothing. A canceled "
-    "subscription, or one whose cancel is scheduled, has none (404 no-upcoming-invoice).",
+    "(plan, credit balance, tax location), with its lines: at the current period's end (or "
+    "the trial's end) the renewer creates exactly this invoice unless something changes first. "
+    "Writes nothing. A canceled subscription, or one whose cancel is scheduled, has none (404 "
+    "no-upcoming-invoice).",
     responses=problems(401, 403, 404, 422, 429),
 )
 async def upcoming_invoice(
@@ -31,4 +33,5 @@ async def upcoming_invoice(
 ) -> Response:
     async with get_context(request).reads() as session:
         sub = await subscriptions_repo.get(session, subscription_id)
-    return json_response(UpcomingInvoiceOut.of(upcoming_uc.upcoming_invoice(sub)))
+        rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
+    return json_response(UpcomingInvoiceOut.of(upcoming_uc.upcoming_invoice(sub, rate)))

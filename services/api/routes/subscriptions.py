@@ -16,6 +16,7 @@ from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
 from billing_core.repo import history as history_repo
+from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
@@ -257,10 +258,13 @@ async def list_invoices(
         rows = await invoices_repo.list_for_subscription(
             session, subscription_id, limit=limit + 1, before_id=before_id, offset=offset
         )
-    page = rows[:limit]
+        page = rows[:limit]
+        lines = await invoice_lines_repo.lines_of(session, [i.id for i in page])
     next_cursor = _encode_cursor(page[-1].id) if len(rows) > limit else None
     return json_response(
-        InvoicePage(items=[InvoiceOut.of(i) for i in page], next_cursor=next_cursor)
+        InvoicePage(
+            items=[InvoiceOut.of(i, lines.get(i.id, ())) for i in page], next_cursor=next_cursor
+        )
     )
 
 

@@ -10,8 +10,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.domain.scopes import ALL_SCOPES, Scope
 from billing_core.repo.api_clients import display_prefix
 from billing_core.settings import CoreSettings
+from billing_core.usecases.numbering import number_documents
 from services.api.admin import create_api_key_async
 from tests.integration.api.conftest import asgi_client
+from tests.integration.api.helpers import scalar, subscribe
 
 
 async def _logged_in(app: FastAPI, api_key: str) -> httpx.AsyncClient:
@@ -122,3 +124,21 @@ async def test_revoking_the_key_ends_its_console_session(
     assert gone.status_code == 303
     assert gone.headers["location"].startswith("/console/login")
     await client.aclose()
+
+
+async def test_a_subscriptions_story_shows_its_invoices_lines(
+    app: FastAPI, api_key: str, client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    sub = await subscribe(client)
+    async with engine.begin() as conn:
+        await number_documents(conn, limit=10)
+    number = await scalar(
+        engine, "SELECT number FROM invoice WHERE subscription_id = :s", s=sub["id"]
+    )
+    console = await _logged_in(app, api_key)
+    page = await console.get(f"/console/subscriptions/{sub['id']}")
+    await console.aclose()
+    assert page.status_code == 200
+    assert f"· {number}" in page.text
+    assert "PLAN_PERIOD" in page.text and "Plan BASIC_MONTHLY" in page.text
+    assert "No line items." not in page.text

@@ -16,6 +16,8 @@ async def test_a_consistent_world_has_no_violation(scene: Scene) -> None:
         "events",
         "sequence",
         "amounts",
+        "lines",
+        "numbers",
         "stuck",
     ]
     assert report.check("periods").checked == 5  # subscriptions

@@ -279,6 +279,44 @@ async def test_credit_applied_without_its_entry(scene: Scene) -> None:
     assert amounts.ids("credit_use_mismatch") == [inv]
 
 
+# -- line items --------------------------------------------------------------------------------
+
+
+async def test_an_invoice_whose_lines_do_not_add_up(scene: Scene) -> None:
+    inv = scene.world.invoices[("a", 1)]
+    await sql(
+        scene,
+        "UPDATE invoice_line SET unit_amount = 900, amount = 900 WHERE invoice_id = :i",
+        i=inv,
+    )
+    lines = (await scene.check()).check("lines")
+    assert lines.kinds() == {"lines_mismatch": 1}
+    assert lines.ids("lines_mismatch") == [inv]
+    assert "lines sum to 900" in str(lines.violations[0])
+
+
+async def test_credit_applied_that_is_not_its_credit_line(scene: Scene) -> None:
+    # Invoice c/1 consumed credit: turn its credit line into a discount of the same amount.
+    inv = scene.world.invoices[("c", 1)]
+    await sql(
+        scene,
+        "UPDATE invoice_line SET kind = 'DISCOUNT' "
+        "WHERE invoice_id = :i AND kind = 'CREDIT_APPLIED'",
+        i=inv,
+    )
+    lines = (await scene.check()).check("lines")
+    assert lines.kinds() == {"lines_mismatch": 1}
+    assert lines.ids("lines_mismatch") == [inv]
+
+
+async def test_an_invoice_without_lines(scene: Scene) -> None:
+    inv = scene.world.invoices[("e", 0)]
+    await sql(scene, "DELETE FROM invoice_line WHERE invoice_id = :i", i=inv)
+    lines = (await scene.check()).check("lines")
+    assert lines.kinds() == {"no_lines": 1}
+    assert lines.ids("no_lines") == [inv]
+
+
 # -- stuck invoices ----------------------------------------------------------------------------
 
 

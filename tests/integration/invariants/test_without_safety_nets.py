@@ -65,15 +65,18 @@ async def test_faults_behind_the_schema_safety_nets(bare_engine: AsyncEngine) ->
     sub_c = world.subs["c"]
     async with bare_engine.begin() as conn:
         # A second renewal for the same (subscription, period start): what the index prevents.
-        await conn.execute(
-            text(
-                "INSERT INTO invoice (subscription_id, customer_id, kind, period_index, "
-                "period_start, period_end, subtotal, amount, currency, status) "
-                "SELECT subscription_id, customer_id, kind, period_index, period_start, "
-                "period_end, subtotal, amount, currency, 'OPEN' FROM invoice WHERE id = :i"
-            ),
-            {"i": twice},
-        )
+        copy = (
+            await conn.execute(
+                text(
+                    "INSERT INTO invoice (subscription_id, customer_id, kind, period_index, "
+                    "period_start, period_end, subtotal, amount, currency, status) "
+                    "SELECT subscription_id, customer_id, kind, period_index, period_start, "
+                    "period_end, subtotal, amount, currency, 'OPEN' FROM invoice WHERE id = :i "
+                    "RETURNING id"
+                ),
+                {"i": twice},
+            )
+        ).scalar_one()
         await conn.execute(text("UPDATE invoice SET amount = 100 WHERE id = :i"), {"i": wrong})
         await conn.execute(
             text("UPDATE subscription SET credit_balance = -50 WHERE id = :s"), {"s": sub_c}
@@ -96,6 +99,11 @@ async def test_faults_behind_the_schema_safety_nets(bare_engine: AsyncEngine) ->
     assert amounts.ids("wrong_amount") == [wrong]
     assert amounts.ids("credit_mismatch") == [sub_c]
     assert "credit balance -50" in str(amounts.violations[-1])
-    # The duplicate is OPEN and never scheduled: the stuck check sees it too, nothing else does.
+    # The duplicate is OPEN and never scheduled: the stuck check sees it too.
     assert report.check("stuck").kinds() == {"unscheduled_invoice": 1}
-    assert report.violation_count == 4
+    # The copied duplicate has no line; the edited amount is no longer its lines' sum.
+    lines = report.check("lines")
+    assert lines.kinds() == {"no_lines": 1, "lines_mismatch": 1}
+    assert lines.ids("lines_mismatch") == [wrong]
+    assert lines.ids("no_lines") == [copy]
+    assert report.violation_count == 6

@@ -20,9 +20,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core.cloudevents import encode_headers, encode_key
 from billing_core.domain.charge_result import idempotency_key
+from billing_core.domain.invoice_lines import LineKind, credit_line, period_lines, single
 from billing_core.domain.period import Interval, period_bounds, period_index_at
 from billing_core.domain.proration import prorate
 from billing_core.invariants.ledger import LedgerEvidence
+from billing_core.repo.invoice_lines import insert_lines
 
 PRICES = {"BASIC_MONTHLY": 990, "PRO_MONTHLY": 2990}
 
@@ -233,6 +235,12 @@ class World:
                 )
             ).scalar_one()
         )
+        lines = (
+            period_lines("PLAN", subtotal, start, end, credit)
+            if kind == "RENEWAL"
+            else [single(LineKind.PRORATION_CHARGE, "Plan change", subtotal), *credit_line(credit)]
+        )
+        await insert_lines(conn, [(inv, lines)])
         self._event(sub, "InvoiceCreated", {"invoiceId": inv, "kind": kind, "amount": amount})
         if paid:
             self._event(sub, "InvoicePaid", {"invoiceId": inv, "amount": amount})

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
@@ -26,13 +27,20 @@ async def renew_until(engine: AsyncEngine, clock: ManualClock, at: datetime) -> 
 
 
 async def created_invoice(engine: AsyncEngine, subscription_id: int, index: int) -> dict[str, Any]:
+    """The renewal invoice as the upcoming-invoice answer shows one, read from the tables."""
     (row,) = await rows(
         engine,
-        "SELECT subscription_id, kind, period_index, period_start, period_end, subtotal, "
+        "SELECT id, subscription_id, kind, period_index, period_start, period_end, subtotal, "
         "credit_applied, amount, currency, status FROM invoice "
         "WHERE subscription_id = :s AND period_index = :n AND kind = 'RENEWAL'",
         s=subscription_id,
         n=index,
+    )
+    lines = await rows(
+        engine,
+        "SELECT kind, description, quantity, unit_amount, amount, period_start, period_end, "
+        "tax_inclusive FROM invoice_line WHERE invoice_id = :i ORDER BY line_no",
+        i=row["id"],
     )
     return {
         "subscriptionId": row["subscription_id"],
@@ -45,6 +53,20 @@ async def created_invoice(engine: AsyncEngine, subscription_id: int, index: int)
         "amount": row["amount"],
         "currency": row["currency"],
         "status": row["status"],
+        "tax": sum(line["amount"] for line in lines if line["kind"] == "TAX"),
+        "lines": [
+            {
+                "kind": line["kind"],
+                "description": line["description"],
+                "quantity": line["quantity"],
+                "unitAmount": line["unit_amount"],
+                "amount": line["amount"],
+                "periodStart": line["period_start"] and iso(line["period_start"]),
+                "periodEnd": line["period_end"] and iso(line["period_end"]),
+                "taxInclusive": line["tax_inclusive"],
+            }
+            for line in lines
+        ],
     }
 
 
@@ -88,6 +110,31 @@ async def test_a_trials_preview_is_its_first_paid_period(
         iso(trial_end),
         990,
     )
+    await renew_until(engine, clock, trial_end + timedelta(hours=1))
+    assert await created_invoice(engine, sub["id"], 0) == preview
+
+
+async def test_a_taxed_trials_preview_has_the_tax_and_lines_the_renewer_writes(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """A location set during the trial: the first paid period is taxed on top of the price
+    (exclusive sales tax), and the credit balance pays part of the taxed amount."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) "
+                "VALUES ('US', 'NY', 88750, false, 'Sales tax')"
+            )
+        )
+    trial_end = clock.now() + timedelta(days=5)
+    sub = await subscribe(client, trialEnd=iso(trial_end))
+    put = await client.put(
+        f"/subscriptions/{sub['id']}/tax-location", json={"country": "US", "region": "NY"}
+    )
+    assert put.status_code == 200, put.text
+    preview = (await client.get(f"/subscriptions/{sub['id']}/upcoming-invoice")).json()
+    assert (preview["subtotal"], preview["tax"], preview["amount"]) == (1078, 88, 1078)
+    assert [line["kind"] for line in preview["lines"]] == ["PLAN_PERIOD", "TAX"]
     await renew_until(engine, clock, trial_end + timedelta(hours=1))
     assert await created_invoice(engine, sub["id"], 0) == preview
 

@@ -10,8 +10,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.domain import period as period_rules
+from billing_core.invariants.amounts import check_amounts
+from billing_core.invariants.lines import check_lines
 from billing_core.repo import renewal as renewal_repo
-from billing_core.seeding import SeedSpec, seed_filler_sql, seed_subscriptions
+from billing_core.seeding import SeedSpec, seed_filler_sql, seed_subscriptions, seed_tax_mix
+from billing_core.usecases.renew import renew_due_batch
 
 NOW = datetime(2025, 6, 1, 0, 0, tzinfo=UTC)
 
@@ -135,3 +138,33 @@ async def test_claim_uses_the_partial_due_index(
     assert "idx_sub_due" in plan, plan
     assert "Seq Scan on subscription" not in plan, plan
     assert "LockRows" in plan
+
+
+async def test_the_seeded_tax_mix_renews_with_tax_lines_that_add_up(
+    engine: AsyncEngine, pg: asyncpg.Connection
+) -> None:
+    now = datetime(2026, 3, 10, tzinfo=UTC)
+    await seed_subscriptions(
+        pg, SeedSpec(count=400, due_from=now - timedelta(hours=2), due_window=timedelta(hours=1))
+    )
+    located = await seed_tax_mix(pg, share=0.5)
+    assert 120 < located < 280
+    assert await seed_tax_mix(pg, share=0.5) == 0  # a second run adds nothing
+
+    async with engine.begin() as conn:
+        result = await renew_due_batch(conn, now=now, batch_size=1000)
+    async with engine.connect() as conn:
+        kinds = dict(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT coalesce(tax_inclusive::text, 'none'), count(*) "
+                        "FROM invoice_line WHERE kind = 'TAX' GROUP BY 1"
+                    )
+                )
+            ).all()
+        )
+        assert (await check_lines(conn)).ok
+        assert (await check_amounts(conn)).ok
+    assert result.claimed == 400
+    assert kinds.get("true", 0) > 0 and kinds.get("false", 0) > 0  # VAT inside, sales tax on top

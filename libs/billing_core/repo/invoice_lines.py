@@ -1,0 +1,101 @@
+"""SQL of ``invoice_line``: write an invoice's lines (and verify its total in the same
+statement), read them back.
+
+:func:`insert_lines` writes the lines of any number of invoices in one ``unnest`` statement and,
+in the same statement, compares every invoice it wrote lines for with the sums of those lines:
+the ids of the invoices whose ``amount`` or ``credit_applied`` disagree come back, and the
+caller raises so that its transaction rolls back. Nothing here commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from billing_core.domain.invoice_lines import InvoiceLine, InvoiceTotalMismatch, LineKind
+
+Db = AsyncSession | AsyncConnection
+
+
+_INSERT = text(
+    """
+    WITH ins AS (
+        INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+                                  amount, period_start, period_end, tax_inclusive)
+        SELECT * FROM unnest(
+            CAST(:invoice_ids AS bigint[]), CAST(:line_nos AS int[]), CAST(:kinds AS text[]),
+            CAST(:descriptions AS text[]), CAST(:quantities AS int[]),
+            CAST(:unit_amounts AS bigint[]), CAST(:amounts AS bigint[]),
+            CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+            CAST(:tax_inclusives AS boolean[]))
+        RETURNING invoice_id, kind, amount
+    ), sums AS (
+        SELECT invoice_id, sum(amount) AS total,
+               -sum(amount) FILTER (WHERE kind = 'CREDIT_APPLIED') AS credit
+        FROM ins GROUP BY invoice_id
+    )
+    SELECT i.id
+    FROM sums s JOIN invoice i ON i.id = s.invoice_id
+    WHERE i.amount <> s.total OR i.credit_applied <> coalesce(s.credit, 0)
+    """
+)
+
+_SELECT = text(
+    """
+    SELECT invoice_id, line_no, kind, description, quantity, unit_amount, amount, period_start,
+           period_end, tax_inclusive
+    FROM invoice_line WHERE invoice_id = ANY(CAST(:ids AS bigint[]))
+    ORDER BY invoice_id, line_no
+    """
+)
+
+
+async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]]) -> None:
+    """Write each ``(invoice_id, lines)`` pair's lines, numbered from 1, in one statement.
+
+    Raises :class:`InvoiceTotalMismatch` if a written invoice's amount or credit is not the sum
+    of its lines (the caller's transaction must then roll back)."""
+    rows = [(invoice_id, n, line) for invoice_id, ls in lines for n, line in enumerate(ls, 1)]
+    if not rows:
+        return
+    result = await db.execute(
+        _INSERT,
+        {
+            "invoice_ids": [r[0] for r in rows],
+            "line_nos": [r[1] for r in rows],
+            "kinds": [str(r[2].kind) for r in rows],
+            "descriptions": [r[2].description for r in rows],
+            "quantities": [r[2].quantity for r in rows],
+            "unit_amounts": [r[2].unit_amount for r in rows],
+            "amounts": [r[2].amount for r in rows],
+            "period_starts": [r[2].period_start for r in rows],
+            "period_ends": [r[2].period_end for r in rows],
+            "tax_inclusives": [r[2].tax_inclusive for r in rows],
+        },
+    )
+    wrong = sorted(int(r[0]) for r in result)
+    if wrong:
+        raise InvoiceTotalMismatch(f"invoices whose lines do not add up: {wrong[:10]}")
+
+
+async def lines_of(db: Db, invoice_ids: Sequence[int]) -> dict[int, list[InvoiceLine]]:
+    """The lines of each invoice, in order (an id without lines is absent)."""
+    if not invoice_ids:
+        return {}
+    out: dict[int, list[InvoiceLine]] = {}
+    for r in (await db.execute(_SELECT, {"ids": list(invoice_ids)})).mappings():
+        out.setdefault(int(r["invoice_id"]), []).append(
+            InvoiceLine(
+                kind=LineKind(r["kind"]),
+                description=r["description"],
+                quantity=int(r["quantity"]),
+                unit_amount=int(r["unit_amount"]),
+                amount=int(r["amount"]),
+                period_start=r["period_start"],
+                period_end=r["period_end"],
+                tax_inclusive=r["tax_inclusive"],
+            )
+        )
+    return out

@@ -1,0 +1,116 @@
+"""PUT /subscriptions/{id}/tax-location: where the subscription's invoices are taxed."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import httpx
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import ManualClock
+from billing_core.domain.tax import round_div
+from tests.integration.api.helpers import assert_problem, rows, subscribe
+
+
+async def test_the_location_is_stored_and_answers_its_rate(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) VALUES "
+                "('FR', '', 200000, true, 'VAT'), ('US', 'NY', 88750, false, 'Sales tax')"
+            )
+        )
+    sub = await subscribe(client)
+    path = f"/subscriptions/{sub['id']}/tax-location"
+
+    ny = await client.put(path, json={"country": "US", "region": "NY"})
+    assert ny.status_code == 200, ny.text
+    assert ny.json() == {
+        "subscriptionId": sub["id"],
+        "country": "US",
+        "region": "NY",
+        "taxRate": "Sales tax 8.875% (US-NY)",
+        "taxInclusive": False,
+    }
+    france = (await client.put(path, json={"country": "FR"})).json()  # replaces it
+    assert (france["taxRate"], france["taxInclusive"]) == ("VAT 20% (FR)", True)
+    nowhere = (await client.put(path, json={"country": "DE"})).json()
+    assert (nowhere["taxRate"], nowhere["taxInclusive"]) == (None, None)
+    stored = await rows(
+        engine, "SELECT subscription_id, country, region FROM subscription_tax_location"
+    )
+    assert [(r["subscription_id"], r["country"], r["region"]) for r in stored] == [
+        (sub["id"], "DE", "")
+    ]
+
+
+async def test_bad_input_is_refused_and_changes_nothing(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    sub = await subscribe(client)
+    path = f"/subscriptions/{sub['id']}/tax-location"
+    for body in ({"country": "fr"}, {"country": "FRA"}, {"country": "US", "region": "n y"}, {}):
+        assert_problem(await client.put(path, json=body), 422, "validation-error")
+    assert_problem(
+        await client.put("/subscriptions/999999/tax-location", json={"country": "FR"}),
+        404,
+        "subscription-not-found",
+    )
+    assert await rows(engine, "SELECT * FROM subscription_tax_location") == []
+
+
+async def test_a_plan_change_invoice_is_taxed_at_the_subscriptions_rate(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) VALUES "
+                "('FR', '', 200000, true, 'VAT'), ('US', 'NY', 88750, false, 'Sales tax')"
+            )
+        )
+    on_top = await subscribe(client, plan="BASIC_MONTHLY", customer=1)
+    inside = await subscribe(client, plan="BASIC_MONTHLY", customer=2)
+    for sub, body in ((on_top, {"country": "US", "region": "NY"}), (inside, {"country": "FR"})):
+        r = await client.put(f"/subscriptions/{sub['id']}/tax-location", json=body)
+        assert r.status_code == 200, r.text
+    clock.advance(timedelta(days=10))
+    invoices = {}
+    for sub in (on_top, inside):
+        r = await client.post(
+            f"/subscriptions/{sub['id']}/change-plan",
+            json={"planCode": "PRO_MONTHLY"},
+            headers={"Idempotency-Key": str(uuid.uuid4())},
+        )
+        assert r.status_code == 200, r.text
+        due = r.json()["due"]
+        items = (await client.get(f"/subscriptions/{sub['id']}/invoices")).json()["items"]
+        invoices[sub["id"]] = (due, items[0])
+
+    due, invoice = invoices[on_top["id"]]
+    kinds = [line["kind"] for line in invoice["lines"]]
+    assert kinds == ["PRORATION_CHARGE", "PRORATION_CREDIT", "TAX"]
+    charge, unused, tax = (line["amount"] for line in invoice["lines"])
+    assert tax == round_div(charge * 88750, 1_000_000) + round_div(unused * 88750, 1_000_000)
+    assert (invoice["subtotal"], invoice["amount"]) == (due + tax, due + tax)
+    assert invoice["lines"][2]["taxInclusive"] is False
+
+    due, invoice = invoices[inside["id"]]
+    assert [line["kind"] for line in invoice["lines"]] == [
+        "PRORATION_CHARGE",
+        "PRORATION_CREDIT",
+        "TAX",
+    ]
+    assert (invoice["subtotal"], invoice["amount"]) == (due, due)  # the tax is inside
+    assert invoice["lines"][2]["taxInclusive"] is True
+    created = await rows(
+        engine,
+        "SELECT payload FROM outbox_event WHERE aggregate_id = :s "
+        "AND event_type = 'InvoiceCreated' ORDER BY sequence DESC LIMIT 1",
+        s=inside["id"],
+    )
+    assert created[0]["payload"]["tax"] == invoice["lines"][2]["amount"] > 0
