@@ -302,3 +302,75 @@ def test_existing_customer_ids_become_customers(scratch_url: str) -> None:
     ]
     assert new_id == 1201
     migrate.downgrade(scratch_url, "base")
+
+
+def test_existing_invoices_get_their_lines(scratch_url: str) -> None:
+    """0011 gives every invoice that exists when it runs the lines its figures say: the period
+    (RENEWAL) or the plan change (PRORATION) worth the subtotal, and the credit it consumed as
+    a CREDIT_APPLIED line; the lines then add up to the invoice's amount."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0010")
+
+    async def before() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            sub = await conn.fetchval(
+                "INSERT INTO subscription (customer_id, plan_id, status, time_zone, "
+                "billing_anchor, current_period_start, current_period_end, credit_balance) "
+                "SELECT 7, id, 'ACTIVE', 'UTC', now(), now(), now() + interval '30 days', 0 "
+                "FROM plan ORDER BY id LIMIT 1 RETURNING id"
+            )
+            for kind, index, subtotal, credit in (
+                ("RENEWAL", 0, 990, 0),
+                ("PRORATION", 0, 1333, 300),
+                ("RENEWAL", 1, 990, 990),
+            ):
+                await conn.execute(
+                    "INSERT INTO invoice (subscription_id, customer_id, kind, period_index, "
+                    "period_start, period_end, subtotal, credit_applied, amount, currency, "
+                    "status) VALUES ($1, 7, $2, $3::int, now() + make_interval(days => 30 * $3), "
+                    "now() + make_interval(days => 30 * $3 + 30), $4::bigint, $5::bigint, "
+                    "$4::bigint - $5::bigint, 'EUR', 'OPEN')",
+                    sub,
+                    kind,
+                    index,
+                    subtotal,
+                    credit,
+                )
+        finally:
+            await conn.close()
+
+    asyncio.run(before())
+    migrate.upgrade(scratch_url)
+
+    async def after() -> tuple[list[tuple[object, ...]], list[asyncpg.Record]]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            lines = [
+                tuple(r)
+                for r in await conn.fetch(
+                    "SELECT i.kind, l.line_no, l.kind, l.amount FROM invoice_line l "
+                    "JOIN invoice i ON i.id = l.invoice_id ORDER BY i.id, l.line_no"
+                )
+            ]
+            wrong = list(
+                await conn.fetch(
+                    "SELECT i.id FROM invoice i JOIN invoice_line l ON l.invoice_id = i.id "
+                    "GROUP BY i.id HAVING i.amount <> sum(l.amount)"
+                )
+            )
+            await conn.execute("TRUNCATE subscription CASCADE")
+            return lines, wrong
+        finally:
+            await conn.close()
+
+    lines, wrong = asyncio.run(after())
+    assert lines == [
+        ("RENEWAL", 1, "PLAN_PERIOD", 990),
+        ("PRORATION", 1, "PRORATION_CHARGE", 1333),
+        ("PRORATION", 2, "CREDIT_APPLIED", -300),
+        ("RENEWAL", 1, "PLAN_PERIOD", 990),
+        ("RENEWAL", 2, "CREDIT_APPLIED", -990),
+    ]
+    assert wrong == []
+    migrate.downgrade(scratch_url, "base")

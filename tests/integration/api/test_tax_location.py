@@ -46,6 +46,21 @@ async def test_the_location_is_stored_and_answers_its_rate(
     assert [(r["subscription_id"], r["country"], r["region"]) for r in stored] == [
         (sub["id"], "DE", "")
     ]
+    # Each of the three writes is in the audit trail, with the rate it found.
+    audited = await rows(
+        engine,
+        "SELECT action, subject_type, subject_id, detail, client_id FROM audit_event "
+        "WHERE action = 'subscription.set_tax_location' ORDER BY id",
+    )
+    assert [(a["subject_type"], a["subject_id"]) for a in audited] == [
+        ("subscription", sub["id"])
+    ] * 3
+    assert [a["detail"] for a in audited] == [
+        {"country": "US", "region": "NY", "taxRate": "Sales tax 8.875% (US-NY)"},
+        {"country": "FR", "region": None, "taxRate": "VAT 20% (FR)"},
+        {"country": "DE", "region": None, "taxRate": None},
+    ]
+    assert all(a["client_id"] is not None for a in audited)
 
 
 async def test_bad_input_is_refused_and_changes_nothing(
@@ -61,6 +76,7 @@ async def test_bad_input_is_refused_and_changes_nothing(
         "subscription-not-found",
     )
     assert await rows(engine, "SELECT * FROM subscription_tax_location") == []
+    assert await rows(engine, "SELECT * FROM audit_event WHERE action LIKE '%tax%'") == []
 
 
 async def test_a_plan_change_invoice_is_taxed_at_the_subscriptions_rate(
