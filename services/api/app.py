@@ -33,6 +33,7 @@ from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
 from services.api.routes import (
     api_keys,
+    coupons,
     customer_profiles,
     customers,
     health,
@@ -190,6 +191,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         scheduled_cancel,
         previews,
         taxes,
+        coupons,
         customers,
         customer_profiles,
         invoices,

@@ -19,10 +19,12 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from billing_core.domain import coupons as coupon_rules
 from billing_core.domain import errors as domain_errors
 from billing_core.domain import scopes
 from billing_core.logging import get_logger
 from billing_core.repo import api_clients as api_clients_repo
+from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import customers as customers_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
@@ -80,6 +82,10 @@ CUSTOMER_NOT_FOUND = ProblemKind(404, "customer-not-found", "Customer not found"
 INVOICE_NOT_FOUND = ProblemKind(404, "invoice-not-found", "Invoice not found")
 NO_UPCOMING_INVOICE = ProblemKind(404, "no-upcoming-invoice", "No upcoming invoice")
 CUSTOMER_EXISTS = ProblemKind(409, "customer-exists", "A customer has this externalId")
+COUPON_NOT_FOUND = ProblemKind(404, "coupon-not-found", "Coupon not found")
+COUPON_EXISTS = ProblemKind(409, "coupon-exists", "A coupon has this code")
+COUPON_NOT_REDEEMABLE = ProblemKind(409, "coupon-not-redeemable", "Coupon not redeemable")
+DISCOUNT_EXISTS = ProblemKind(409, "discount-exists", "The subscription has a coupon already")
 INTERNAL = ProblemKind(500, "internal-error", "Internal error")
 UNAVAILABLE = ProblemKind(503, "service-unavailable", "Service unavailable")
 
@@ -105,6 +111,12 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (scopes.UnknownScope, BUSINESS_RULE),
     (customers_repo.CustomerNotFound, CUSTOMER_NOT_FOUND),
     (customers_repo.CustomerExists, CUSTOMER_EXISTS),
+    (coupons_repo.CouponNotFound, COUPON_NOT_FOUND),
+    (coupons_repo.CouponExists, COUPON_EXISTS),
+    (coupons_repo.DiscountExists, DISCOUNT_EXISTS),
+    (coupons_repo.SubscriptionCanceledForCoupon, STATE_CONFLICT),
+    (coupon_rules.CouponNotRedeemable, COUPON_NOT_REDEEMABLE),
+    (coupon_rules.InvalidCoupon, VALIDATION),
     (invoices_repo.InvoiceNotFound, INVOICE_NOT_FOUND),
     (upcoming_uc.NoUpcomingInvoice, NO_UPCOMING_INVOICE),
     (subscriptions_repo.VersionConflict, VERSION_CONFLICT),

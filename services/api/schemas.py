@@ -6,12 +6,22 @@ import functools
 import zoneinfo
 from collections.abc import Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 from pydantic.functional_validators import AfterValidator
 
+from billing_core.domain.coupons import Coupon
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
@@ -26,6 +36,12 @@ from billing_core.usecases.upcoming import UpcomingInvoice
 Id = Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)]
 Version = Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)]
 PlanCode = Annotated[str, Field(min_length=1, max_length=50, pattern=r"^[A-Za-z0-9_\-]+$")]
+CouponCode = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_\-]+$", description="A coupon's code."
+    ),
+]
 
 
 @functools.cache
@@ -76,6 +92,12 @@ class CreateSubscriptionRequest(_Request):
         description="End of a free trial (after now): the subscription is TRIALING until then, "
         "nothing is charged, and the billing anchor is this instant. Omitted: the plan's "
         "trialDays (if any); null: no trial.",
+    )
+
+    coupon_code: CouponCode | None = Field(
+        default=None,
+        description="A coupon to redeem from the first invoice (or the first paid period after "
+        "a trial); 404 coupon-not-found, 409 coupon-not-redeemable.",
     )
 
     def trial_choice(self) -> datetime | Literal["plan"] | None:
@@ -772,4 +794,98 @@ class TaxLocationOut(_Camel):
     )
     tax_inclusive: bool | None = Field(
         description="True: the prices include the tax; false: it is added on top; null: no tax."
+    )
+
+
+class CreateCouponRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "code": "WELCOME25",
+                    "percentOff": 25,
+                    "duration": "REPEATING",
+                    "durationInPeriods": 3,
+                },
+                {
+                    "code": "TENOFF",
+                    "amountOff": 1000,
+                    "currency": "EUR",
+                    "duration": "ONCE",
+                    "maxRedemptions": 100,
+                    "redeemBy": "2027-01-31T23:59:59Z",
+                },
+            ]
+        }
+    )
+
+    code: CouponCode
+    percent_off: Annotated[Decimal, Field(gt=0, le=100, decimal_places=2)] | None = Field(
+        default=None, description="Percent off each discounted invoice (up to 2 decimals)."
+    )
+    amount_off: Annotated[StrictInt, Field(ge=1, le=BIGINT_MAX)] | None = Field(
+        default=None, description="Minor units off each discounted invoice (at most its price)."
+    )
+    currency: Currency | None = Field(default=None, description="With amountOff only.")
+    duration: Literal["ONCE", "REPEATING", "FOREVER"]
+    duration_in_periods: Annotated[StrictInt, Field(ge=1, le=1200)] | None = Field(
+        default=None, description="REPEATING only: how many periods it discounts."
+    )
+    max_redemptions: Annotated[StrictInt, Field(ge=1, le=2_000_000_000)] | None = None
+    redeem_by: AwareDatetime | None = Field(
+        default=None, description="Not redeemable from this instant on."
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> CreateCouponRequest:
+        if (self.percent_off is None) == (self.amount_off is None):
+            raise ValueError("give percentOff or amountOff (with currency), not both")
+        if (self.amount_off is None) != (self.currency is None):
+            raise ValueError("currency goes with amountOff, and only with it")
+        if (self.duration == "REPEATING") != (self.duration_in_periods is not None):
+            raise ValueError("durationInPeriods goes with a REPEATING duration, and only with it")
+        return self
+
+    def percent_off_bp(self) -> int | None:
+        return None if self.percent_off is None else int(self.percent_off * 100)
+
+
+class CouponOut(_Camel):
+    code: str
+    percent_off: float | None = Field(description="Percent off, or null (an amount off).")
+    amount_off: int | None
+    currency: str | None
+    duration: Literal["ONCE", "REPEATING", "FOREVER"]
+    duration_in_periods: int | None
+    max_redemptions: int | None
+    redeem_by: datetime | None
+    times_redeemed: int
+
+    @classmethod
+    def of(cls, coupon: Coupon) -> CouponOut:
+        return cls(
+            code=coupon.code,
+            percent_off=None if coupon.percent_off_bp is None else coupon.percent_off_bp / 100,
+            amount_off=coupon.amount_off,
+            currency=coupon.currency,
+            duration=coupon.duration.value,
+            duration_in_periods=coupon.duration_periods,
+            max_redemptions=coupon.max_redemptions,
+            redeem_by=coupon.redeem_by,
+            times_redeemed=coupon.times_redeemed,
+        )
+
+
+class ApplyCouponRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"couponCode": "WELCOME25"}]})
+
+    coupon_code: CouponCode
+
+
+class DiscountOut(_Camel):
+    subscription_id: int
+    coupon: CouponOut
+    from_period: int = Field(description="The first period index it discounts.")
+    until_period: int | None = Field(
+        description="The first period index it no longer discounts (null: for ever)."
     )

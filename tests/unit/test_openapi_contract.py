@@ -33,6 +33,8 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/api-keys": schemas.CreateApiKeyRequest,
     "/api-keys/{prefix}/rotate": schemas.RotateApiKeyRequest,
     "/subscriptions/{id}/tax-location": schemas.TaxLocationRequest,
+    "/coupons": schemas.CreateCouponRequest,
+    "/subscriptions/{id}/coupon": schemas.ApplyCouponRequest,
 }
 
 

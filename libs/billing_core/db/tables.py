@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 
 from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.coupons import Duration
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
 from billing_core.domain.invoice_lines import REDUCING_KINDS, LineKind
 from billing_core.domain.period import Interval
@@ -61,6 +62,7 @@ REFUND_STATUSES = tuple(str(s) for s in RefundStatus)
 GATEWAYS = ("stripe",)
 SCOPES = tuple(str(s) for s in ALL_SCOPES)
 AUDIT_SOURCES = ("API", "CLI")
+COUPON_DURATIONS = tuple(str(d) for d in Duration)
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -506,6 +508,54 @@ subscription_tax_location = Table(
     Column("region", String(10), nullable=False, server_default=text("''")),
     Column("updated_at", TZ, nullable=False),
     CheckConstraint("country ~ '^[A-Z]{2}$'", name="country_iso3166"),
+)
+
+# Coupons (billing_core.domain.coupons): a percentage (basis points) or an amount off in one
+# currency, for ONCE / REPEATING (duration_periods) / FOREVER; times_redeemed counts the
+# redemptions against max_redemptions.
+coupon = Table(
+    "coupon",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("code", String(64), nullable=False, unique=True),
+    Column("percent_off_bp", Integer),
+    Column("amount_off", BigInteger),
+    Column("currency", String(3)),
+    Column("duration", String(10), nullable=False),
+    Column("duration_periods", Integer),
+    Column("max_redemptions", Integer),
+    Column("redeem_by", TZ),
+    Column("times_redeemed", Integer, nullable=False, server_default=text("0")),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("(percent_off_bp IS NULL) <> (amount_off IS NULL)", name="one_discount"),
+    CheckConstraint("percent_off_bp > 0 AND percent_off_bp <= 10000", name="percent_off_bp"),
+    CheckConstraint("amount_off > 0", name="amount_off_positive"),
+    CheckConstraint("(amount_off IS NULL) = (currency IS NULL)", name="currency"),
+    CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
+    CheckConstraint(_in("duration", COUPON_DURATIONS), name="duration"),
+    CheckConstraint(
+        "(duration = 'REPEATING') = (duration_periods IS NOT NULL) AND duration_periods >= 1",
+        name="duration_periods",
+    ),
+    CheckConstraint("max_redemptions >= 1", name="max_redemptions_positive"),
+    CheckConstraint(
+        "times_redeemed >= 0 AND (max_redemptions IS NULL OR times_redeemed <= max_redemptions)",
+        name="times_redeemed",
+    ),
+)
+
+# A subscription's redeemed coupon: it discounts the invoices of the periods from_period <=
+# index < until_period (NULL: no end). One per subscription.
+subscription_discount = Table(
+    "subscription_discount",
+    metadata,
+    Column("subscription_id", BigInteger, ForeignKey("subscription.id"), primary_key=True),
+    Column("coupon_code", String(64), ForeignKey("coupon.code"), nullable=False),
+    Column("from_period", Integer, nullable=False),
+    Column("until_period", Integer),
+    Column("applied_at", TZ, nullable=False),
+    CheckConstraint("from_period >= 0", name="from_period_non_negative"),
+    CheckConstraint("until_period > from_period", name="until_after_from"),
 )
 
 ALL_TABLES = [t.name for t in metadata.sorted_tables]

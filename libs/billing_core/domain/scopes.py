@@ -23,11 +23,11 @@ class Scope(StrEnum):
 ALL_SCOPES: tuple[Scope, ...] = tuple(Scope)
 
 DESCRIPTIONS: dict[Scope, str] = {
-    Scope.PLANS_READ: "Read the plan catalogue.",
+    Scope.PLANS_READ: "Read the plan catalogue and coupons.",
     Scope.SUBSCRIPTIONS_READ: "Read subscriptions and their history.",
-    Scope.SUBSCRIPTIONS_WRITE: "Subscribe customers, cancel, change plans.",
+    Scope.SUBSCRIPTIONS_WRITE: "Subscribe customers, cancel, change plans, redeem coupons.",
     Scope.INVOICES_READ: "Read a subscription's invoices.",
-    Scope.ADMIN: "Manage API keys; reconciliation.",
+    Scope.ADMIN: "Manage API keys and coupons; reconciliation.",
 }
 
 

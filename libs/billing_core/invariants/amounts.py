@@ -2,16 +2,18 @@
 
 * ``wrong_subtotal``: a RENEWAL invoice's subtotal (and currency) is not the price of the plan
   the subscription had for that period (the subtotal less a tax added on top of the price: an
-  exclusive ``TAX`` line; an inclusive one is inside the price). Plans change immediately
-  (``change_plan`` updates the subscription's plan and prorates the rest of the current period),
-  and only while the current period runs, so the renewal of a period that starts at ``t`` was
-  priced with the plan in force just before ``t``: the new plan of the last
-  ``SubscriptionPlanChanged`` whose ``changedAt`` is before ``t``, else the old plan of the
-  first change, else the subscription's current plan. Plan changes come from the outbox and,
-  when a topic is read, from the topic (the outbox is pruned after its retention; the topic
-  keeps them as long as its own retention does). Limit: prices are read from the plan catalogue
-  as it is now — a plan whose price was edited in place since would show its old invoices as
-  wrong (the catalogue adds plans rather than repricing).
+  exclusive ``TAX`` line; an inclusive one is inside the price), less the discount of the
+  subscription's coupon when its redemption covers that period (percent rounded half away from
+  zero, or the amount off, at most the price; ``billing_core.domain.coupons``). Plans change
+  immediately (``change_plan`` updates the subscription's plan and prorates the rest of the
+  current period), and only while the current period runs, so the renewal of a period that starts
+  at ``t`` was priced with the plan in force just before ``t``: the new plan of the last
+  ``SubscriptionPlanChanged`` whose ``changedAt`` is before ``t``, else the old plan of the first
+  change, else the subscription's current plan. Plan changes come from the outbox and, when a
+  topic is read, from the topic (the outbox is pruned after its retention; the topic keeps them as
+  long as its own retention does). Limit: prices are read from the plan catalogue as it is now — a
+  plan whose price was edited in place since would show its old invoices as wrong (the catalogue
+  adds plans rather than repricing).
 * ``wrong_amount``: ``amount <> subtotal - credit_applied``, or a negative amount or credit.
 * ``credit_mismatch``: a negative credit balance, or one that is not the sum of the
   subscription's credit entries; ``credit_use_mismatch``: an invoice's ``credit_applied`` that is
@@ -33,29 +35,33 @@ _COUNT = text("SELECT count(*) FROM invoice")
 _WRONG_SUBTOTAL = text(
     """
     WITH changes AS (
-        SELECT DISTINCT ON (event_id) event_id, subscription_id, changed_at, old_code, new_code
+        SELECT DISTINCT ON (event_id) event_id, subscription_id, changed_at, old_code, new_code,
+               sequence
         FROM (
             SELECT CAST(event_id AS text) AS event_id, aggregate_id AS subscription_id,
                    CAST(payload ->> 'changedAt' AS timestamptz) AS changed_at,
-                   payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code
+                   payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code,
+                   sequence
             FROM outbox_event WHERE event_type = 'SubscriptionPlanChanged'
             UNION ALL
             SELECT * FROM unnest(
                 CAST(:event_ids AS text[]), CAST(:subscription_ids AS bigint[]),
                 CAST(:changed_ats AS timestamptz[]), CAST(:old_codes AS text[]),
-                CAST(:new_codes AS text[]))
+                CAST(:new_codes AS text[]), CAST(:sequences AS bigint[]))
         ) c
         ORDER BY event_id
     ),
+    -- Changes at one instant (A -> B -> A) are ordered by their events' sequence numbers.
     spans AS (
         SELECT subscription_id, new_code AS code, changed_at AS since,
-               lead(changed_at) OVER (PARTITION BY subscription_id ORDER BY changed_at) AS until
+               lead(changed_at) OVER (PARTITION BY subscription_id ORDER BY changed_at, sequence)
+                   AS until
         FROM changes
         UNION ALL
         SELECT * FROM (
             SELECT DISTINCT ON (subscription_id) subscription_id, old_code, NULL::timestamptz,
                    changed_at
-            FROM changes ORDER BY subscription_id, changed_at
+            FROM changes ORDER BY subscription_id, changed_at, sequence
         ) first_change
     ),
     expected AS (
@@ -64,19 +70,31 @@ _WRONG_SUBTOTAL = text(
                    SELECT sum(l.amount) FROM invoice_line l
                    WHERE l.invoice_id = i.id AND l.kind = 'TAX' AND NOT l.tax_inclusive
                ), 0) AS subtotal,
-               coalesce(sp.code, current_plan.code) AS code
+               coalesce(sp.code, current_plan.code) AS code,
+               c.percent_off_bp, c.amount_off
         FROM invoice i
         JOIN subscription s ON s.id = i.subscription_id
         JOIN plan current_plan ON current_plan.id = s.plan_id
+        LEFT JOIN subscription_discount d ON d.subscription_id = i.subscription_id
+             AND i.period_index >= d.from_period
+             AND (d.until_period IS NULL OR i.period_index < d.until_period)
+        LEFT JOIN coupon c ON c.code = d.coupon_code
         LEFT JOIN spans sp ON sp.subscription_id = i.subscription_id
              AND (sp.since IS NULL OR sp.since < i.period_start)
              AND (sp.until IS NULL OR i.period_start <= sp.until)
         WHERE i.kind = 'RENEWAL'
     )
     SELECT e.id, e.subscription_id, e.period_index, e.subtotal, e.currency, e.code,
-           p.price_amount, p.currency AS plan_currency
+           p.price_amount - x.off AS price_amount, p.currency AS plan_currency
     FROM expected e LEFT JOIN plan p ON p.code = e.code
-    WHERE p.id IS NULL OR p.price_amount <> e.subtotal OR p.currency <> e.currency
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            WHEN e.percent_off_bp IS NOT NULL
+                THEN least(p.price_amount, round(p.price_amount * e.percent_off_bp / 10000.0))
+            WHEN e.amount_off IS NOT NULL THEN least(p.price_amount, e.amount_off)
+            ELSE 0 END AS off
+    ) x
+    WHERE p.id IS NULL OR p.price_amount - x.off <> e.subtotal OR p.currency <> e.currency
     ORDER BY e.id
     """
 )
@@ -124,6 +142,7 @@ async def check_amounts(
         "changed_ats": [c.changed_at for c in plan_changes],
         "old_codes": [c.old_plan_code for c in plan_changes],
         "new_codes": [c.new_plan_code for c in plan_changes],
+        "sequences": [c.sequence for c in plan_changes],
     }
     seen: set[int] = set()
     for r in await conn.execute(_WRONG_SUBTOTAL, params):

@@ -28,6 +28,7 @@ class PlanChangeSeen:
     changed_at: datetime
     old_plan_code: str
     new_plan_code: str
+    sequence: int = 0  # the event's place among its subscription's (orders changes at one instant)
 
 
 @dataclass
@@ -72,6 +73,7 @@ class TopicEvidence:
                     parse_time(str(payload["changedAt"])),
                     str(payload["oldPlanCode"]),
                     str(payload["newPlanCode"]),
+                    event.sequence,
                 )
             )
 

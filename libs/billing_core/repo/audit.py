@@ -24,6 +24,8 @@ SUBSCRIPTION_CHANGE_PLAN = "subscription.change_plan"
 SUBSCRIPTION_RESUME_RENEWAL = "subscription.resume_renewal"
 SUBSCRIPTION_END_TRIAL = "subscription.end_trial"
 SUBSCRIPTION_SET_TAX_LOCATION = "subscription.set_tax_location"
+SUBSCRIPTION_APPLY_COUPON = "subscription.apply_coupon"
+COUPON_CREATE = "coupon.create"
 CUSTOMER_CREATE = "customer.create"
 API_KEY_CREATE = "api_key.create"
 API_KEY_REVOKE = "api_key.revoke"
@@ -35,6 +37,7 @@ SUBSCRIPTION = "subscription"
 API_CLIENT = "api_client"
 RECONCILIATION_ITEM = "reconciliation_item"
 CUSTOMER = "customer"
+COUPON = "coupon"
 
 
 @dataclass(frozen=True)

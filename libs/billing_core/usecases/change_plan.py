@@ -9,13 +9,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.domain import invoice_lines
 from billing_core.domain import subscription as sub_domain
+from billing_core.domain.coupons import Discount, discounted_proration
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Period
-from billing_core.domain.proration import Proration, prorate
+from billing_core.domain.proration import Proration
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.domain.tax import TaxedLines, taxed_at
 from billing_core.repo import audit, outbox
+from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
@@ -59,17 +61,25 @@ async def _renewed_if_due(
 
 
 def _proration(
-    sub: subscriptions_repo.Subscription, new_price: int, now: datetime, behavior: str
+    sub: subscriptions_repo.Subscription,
+    new_price: int,
+    now: datetime,
+    behavior: str,
+    discount: Discount | None,
 ) -> Proration:
     if behavior == PRORATION_NONE or sub.status == SubscriptionStatus.TRIALING:
         # No proration asked for, or nothing charged yet (a trial): the new plan is simply the
         # one the next renewal invoices.
         return Proration(credit=0, charge=0, due=0)
-    return prorate(
+    # Between the discounted prices when the subscription's coupon covers this period: the
+    # unused time is credited at what it cost (billing_core.domain.coupons).
+    return discounted_proration(
         sub.plan_price_amount,
         new_price,
         Period(sub.current_period_start, sub.current_period_end),
         now,
+        discount=discount,
+        period_index=sub.period_index,
     )
 
 
@@ -85,7 +95,8 @@ async def change_plan(
 ) -> PlanChange:
     """Switch to ``plan_code`` at ``now``.
 
-    ``prorate`` over the current period gives ``due``: positive (upgrade) becomes a PRORATION
+    ``prorate`` over the current period (between the discounted prices while the
+    subscription's coupon covers it) gives ``due``: positive (upgrade) becomes a PRORATION
     invoice for [now, period end) — its lines taxed at the subscription's rate if it has a tax
     location —, paid first from the credit balance and collected like any other; negative
     (downgrade) becomes credit for later invoices. The same plan is a no-op.
@@ -113,7 +124,8 @@ async def change_plan(
             f"the subscription every {sub.plan_interval}"
         )
 
-    proration = _proration(sub, new_plan.price_amount, now, proration_behavior)
+    discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+    proration = _proration(sub, new_plan.price_amount, now, proration_behavior, discount)
     balance = sub.credit_balance
     invoice: invoices_repo.Invoice | None = None
     credit_granted = 0

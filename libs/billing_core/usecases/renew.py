@@ -2,7 +2,8 @@
 
 1. Claim up to ``batch_size`` due ACTIVE subscriptions, oldest first, ``FOR UPDATE SKIP LOCKED``.
 2. Plan each row with the pure domain rules (:mod:`billing_core.domain.renewal`), taxed at the
-   subscription's rate if it has one (the batch's rates read in one statement); a row that
+   subscription's rate if it has one and discounted by its coupon where it has one (the
+   batch's rates and discounts each read in one statement); a row that
    cannot be planned is logged and parked (left untouched, reported to the caller), the rest go
    on.
 3. Insert every renewal invoice in one statement, ``ON CONFLICT DO NOTHING`` on the renewal
@@ -20,7 +21,7 @@ PostgreSQL rolls the batch back, the row locks are released and another renewer 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,13 +29,11 @@ from billing_core.domain import renewal as renewal_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalPlan
-from billing_core.domain.tax import TaxRate
 from billing_core.logging import get_logger
 from billing_core.repo import outbox as outbox_repo
 from billing_core.repo import renewal as renewal_repo
-from billing_core.repo import tax as tax_repo
 from billing_core.repo.limits import require_positive_limit
-from billing_core.usecases.renewal_lines import apply_taxes, write_batch_lines
+from billing_core.usecases.renewal_lines import BatchPricing, batch_pricing, write_batch_lines
 
 log = get_logger(__name__)
 
@@ -65,7 +64,7 @@ def _plan_all(
     max_periods: int,
     existing: Collection[tuple[int, datetime]],
     parked: list[int],
-    rates: Mapping[int, TaxRate],
+    pricing: BatchPricing,
 ) -> list[RenewalPlan]:
     plans: list[RenewalPlan] = []
     for due in rows:
@@ -73,7 +72,7 @@ def _plan_all(
             plan = renewal_rules.plan_renewal(
                 due, now=now, max_periods=max_periods, existing=existing
             )
-            plans.append(apply_taxes(plan, rates.get(due.id), now))
+            plans.append(pricing.reprice(plan, now))
         except Exception as exc:  # bad data: park the row visibly, keep the batch going
             parked.append(due.id)
             log.error("renewal_row_parked", subscription_id=due.id, error=repr(exc))
@@ -102,10 +101,10 @@ async def _plan_and_insert(
     now: datetime,
     max_periods: int,
     parked: list[int],
-    rates: Mapping[int, TaxRate],
+    pricing: BatchPricing,
 ) -> tuple[list[RenewalPlan], list[renewal_repo.InsertedInvoice]]:
     plans = _plan_all(
-        rows, now=now, max_periods=max_periods, existing=(), parked=parked, rates=rates
+        rows, now=now, max_periods=max_periods, existing=(), parked=parked, pricing=pricing
     )
     inserted = await _insert_invoices(db, plans, now=now)
     if inserted is not None:
@@ -116,7 +115,7 @@ async def _plan_and_insert(
     log.warning("renewal_invoices_already_exist", count=len(existing))
     # Planning is deterministic: the rows parked above fail the same way again.
     plans = _plan_all(
-        rows, now=now, max_periods=max_periods, existing=existing, parked=[], rates=rates
+        rows, now=now, max_periods=max_periods, existing=existing, parked=[], pricing=pricing
     )
     inserted = await _insert_invoices(db, plans, now=now)
     if inserted is None:
@@ -161,8 +160,8 @@ async def renew_due_batch(
     if not rows:
         return result
 
-    rates = await tax_repo.rates_for(db, [row.id for row in rows])
-    plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked, rates)
+    pricing = await batch_pricing(db, [row.id for row in rows])
+    plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked, pricing)
     ids = {(i.subscription_id, i.period_index): i.id for i in inserted}
     credit_uses: list[renewal_repo.CreditUse] = []
     events: list[DomainEvent] = []
@@ -192,7 +191,7 @@ async def renew_due_batch(
         missing = sorted({w.id for w in writes} - reserved.keys())
         raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
     await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
-    await write_batch_lines(db, plans, ids, rates)
+    await write_batch_lines(db, plans, ids, pricing)
     await outbox_repo.insert_numbered_events(db, events, reserved, now)
     result.events = len(events)
     return result

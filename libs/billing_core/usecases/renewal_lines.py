@@ -1,11 +1,13 @@
-"""The line items and taxes of a renewal batch's invoices.
+"""The line items, discounts and taxes of a renewal batch's invoices.
 
 Each renewal invoice is one period of the plan the subscription had when it was claimed
-(:func:`billing_core.domain.invoice_lines.period_lines`), taxed at the subscription's rate when
-it has one (:mod:`billing_core.domain.tax`, the built-in rate-table calculator; the rates of
-the whole batch are read in one statement), less the credit it consumed. :func:`apply_taxes`
-reprices a planned renewal before its invoices are written — an exclusive tax raises the
-subtotal, so the credit each invoice takes is applied again to the taxed amounts;
+(:func:`billing_core.domain.invoice_lines.period_lines`), less its coupon's discount when the
+subscription's discount covers that period (:mod:`billing_core.domain.coupons`), taxed at the
+subscription's rate when it has one (:mod:`billing_core.domain.tax`, the built-in rate-table
+calculator), less the credit it consumed; the rates and the discounts of the whole batch are
+each read in one statement. :func:`apply_taxes` reprices a planned renewal before its invoices
+are written — a discount lowers and an exclusive tax raises the subtotal, so the credit each
+invoice takes is applied again to the final amounts;
 :func:`write_batch_lines` writes every invoice's lines in one statement that also verifies each
 invoice's total against its lines (a mismatch raises and rolls the whole batch back).
 """
@@ -13,49 +15,98 @@ invoice's total against its lines (a mismatch raises and rolls the whole batch b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import invoice_lines as line_rules
+from billing_core.domain.coupons import Discount, discount_lines
 from billing_core.domain.credit import apply_credit
 from billing_core.domain.invoice_lines import InvoiceLine, LineKind
 from billing_core.domain.renewal import RenewalInvoice, RenewalPlan
-from billing_core.domain.tax import RateTableCalculator, TaxLocation, TaxRate, TaxRequest
+from billing_core.domain.tax import TaxRate, tax_lines
+from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import invoice_lines as lines_repo
+from billing_core.repo import tax as tax_repo
 from billing_core.repo.renewal import Db
+
+# An invoice's lines before credit, by (subscription id, period index).
+PricedLines = dict[tuple[int, int], list[InvoiceLine]]
+
+
+@dataclass(frozen=True)
+class BatchPricing:
+    """What a batch's invoices are priced with besides the plan: each subscription's tax rate
+    and discount (absent: none); and the lines priced while planning, kept for writing them."""
+
+    rates: Mapping[int, TaxRate] = field(default_factory=dict)
+    discounts: Mapping[int, Discount] = field(default_factory=dict)
+    priced: PricedLines = field(default_factory=dict)
+
+    def reprice(self, plan: RenewalPlan, now: datetime) -> RenewalPlan:
+        sub = plan.due.id
+        return apply_taxes(
+            plan, self.rates.get(sub), now, self.discounts.get(sub), priced=self.priced
+        )
+
+
+async def batch_pricing(db: Db, subscription_ids: Sequence[int]) -> BatchPricing:
+    """The rates and discounts of a batch's subscriptions: one statement each."""
+    return BatchPricing(
+        await tax_repo.rates_for(db, subscription_ids),
+        await coupons_repo.discounts_for(db, subscription_ids),
+    )
 
 
 def _priced_lines(
-    plan: RenewalPlan, invoice: RenewalInvoice, rate: TaxRate | None
+    plan: RenewalPlan,
+    invoice: RenewalInvoice,
+    rate: TaxRate | None,
+    discount: Discount | None = None,
 ) -> list[InvoiceLine]:
-    """The invoice's lines before credit: the plan's period, and its tax when it has a rate."""
+    """The invoice's lines before credit: the plan's period, its discount when the
+    subscription's covers the period, and its tax when it has a rate."""
+    price = plan.due.price_amount
     lines = [
         line_rules.single(
             LineKind.PLAN_PERIOD,
             line_rules.plan_period_description(plan.due.state.plan_code),
-            plan.due.price_amount,
+            price,
             invoice.period_start,
             invoice.period_end,
-        )
+        ),
+        *discount_lines(
+            discount, price, invoice.period_index, invoice.period_start, invoice.period_end
+        ),
     ]
     if rate is None:
         return lines
-    location = TaxLocation(rate.country, rate.region)
-    [taxed] = RateTableCalculator([rate]).calculate([TaxRequest(location, invoice.currency, lines)])
-    return taxed.lines
+    # The rate-table calculator's rules for this one rate (the batch's rates were looked up
+    # in one statement: RateTableCalculator.rate_for's choice, made in SQL).
+    return tax_lines(rate, lines).lines
 
 
-def apply_taxes(plan: RenewalPlan, rate: TaxRate | None, now: datetime) -> RenewalPlan:
-    """``plan`` with its invoices taxed at ``rate`` (unchanged without one): each subtotal the
-    taxed total, the credit applied again in order from the subscription's balance."""
-    if rate is None or not plan.invoices:
+def apply_taxes(
+    plan: RenewalPlan,
+    rate: TaxRate | None,
+    now: datetime,
+    discount: Discount | None = None,
+    *,
+    priced: PricedLines | None = None,
+) -> RenewalPlan:
+    """``plan`` with its invoices discounted by ``discount`` where it covers their period and
+    taxed at ``rate`` (unchanged without either): each subtotal the final total, the credit
+    applied again in order from the subscription's balance. Each invoice's lines before credit
+    go into ``priced`` when given."""
+    if (rate is None and discount is None) or not plan.invoices:
         return plan
     balance = plan.due.credit_balance
     invoices: list[RenewalInvoice] = []
     for invoice in plan.invoices:
-        priced = _priced_lines(plan, invoice, rate)
-        subtotal = line_rules.total(priced)
+        lines = _priced_lines(plan, invoice, rate, discount)
+        if priced is not None:
+            priced[(invoice.subscription_id, invoice.period_index)] = lines
+        subtotal = line_rules.total(lines)
         split = apply_credit(subtotal, balance)
         balance = split.credit_remaining
         opening = invoice_rules.opening(split.amount_due, now)
@@ -68,18 +119,27 @@ def apply_taxes(plan: RenewalPlan, rate: TaxRate | None, now: datetime) -> Renew
                 status=opening.status,
                 next_attempt_at=opening.next_attempt_at,
                 paid_at=opening.paid_at,
-                tax=sum(line.amount for line in priced if line.kind == LineKind.TAX),
+                tax=sum(line.amount for line in lines if line.kind == LineKind.TAX),
             )
         )
     return replace(plan, invoices=invoices, write=replace(plan.write, credit_balance=balance))
 
 
 def invoice_lines(
-    plan: RenewalPlan, invoice: RenewalInvoice, rate: TaxRate | None
+    plan: RenewalPlan,
+    invoice: RenewalInvoice,
+    rate: TaxRate | None,
+    discount: Discount | None = None,
+    *,
+    priced: PricedLines | None = None,
 ) -> list[InvoiceLine]:
-    """The lines of one of ``plan``'s invoices (planned with :func:`apply_taxes` at ``rate``),
-    checked against its figures."""
-    lines = [*_priced_lines(plan, invoice, rate), *line_rules.credit_line(invoice.credit_applied)]
+    """The lines of one of ``plan``'s invoices (planned with :func:`apply_taxes` at ``rate``
+    and ``discount``; their lines before credit taken from ``priced`` when there), checked
+    against its figures."""
+    before_credit = (priced or {}).get((invoice.subscription_id, invoice.period_index))
+    if before_credit is None:
+        before_credit = _priced_lines(plan, invoice, rate, discount)
+    lines = [*before_credit, *line_rules.credit_line(invoice.credit_applied)]
     line_rules.check_total(
         lines,
         subtotal=invoice.subtotal,
@@ -92,15 +152,16 @@ def invoice_lines(
 def batch_lines(
     plans: Sequence[RenewalPlan],
     invoice_ids: Mapping[tuple[int, int], int],
-    rates: Mapping[int, TaxRate],
+    pricing: BatchPricing,
 ) -> list[tuple[int, list[InvoiceLine]]]:
     """``(invoice_id, lines)`` for every invoice of the plans; ``invoice_ids`` maps
     ``(subscription_id, period_index)`` to the inserted invoice's id."""
     out: list[tuple[int, list[InvoiceLine]]] = []
     for plan in plans:
-        rate = rates.get(plan.due.id)
+        rate = pricing.rates.get(plan.due.id)
+        discount = pricing.discounts.get(plan.due.id)
         for invoice in plan.invoices:
-            lines = invoice_lines(plan, invoice, rate)
+            lines = invoice_lines(plan, invoice, rate, discount, priced=pricing.priced)
             out.append((invoice_ids[(invoice.subscription_id, invoice.period_index)], lines))
     return out
 
@@ -109,6 +170,6 @@ async def write_batch_lines(
     db: Db,
     plans: Sequence[RenewalPlan],
     invoice_ids: Mapping[tuple[int, int], int],
-    rates: Mapping[int, TaxRate],
+    pricing: BatchPricing,
 ) -> None:
-    await lines_repo.insert_lines(db, batch_lines(plans, invoice_ids, rates))
+    await lines_repo.insert_lines(db, batch_lines(plans, invoice_ids, pricing))

@@ -10,6 +10,7 @@ from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import invoice_lines as line_rules
+from billing_core.domain.coupons import Discount, discount_lines
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.period import Interval, period_bounds, zone
@@ -62,6 +63,7 @@ def new_subscription(
     now: datetime,
     start_at: datetime | None = None,
     trial_end: datetime | Literal["plan"] | None = PLAN_TRIAL,
+    discount: Discount | None = None,
 ) -> NewSubscription:
     """An ACTIVE subscription to ``plan`` whose period 0 starts at ``start_at`` (default
     ``now``), its first invoice and their events: pure (no database).
@@ -74,6 +76,9 @@ def new_subscription(
     of ``time_zone``; None: no trial) it is TRIALING instead: its current period is the trial,
     [start, trial end), the anchor is the trial end, and nothing is invoiced — the renewer
     invoices period 0 when the trial ends.
+
+    ``discount`` (a coupon redeemed at subscribing, from period 0) lowers the first invoice by
+    a ``DISCOUNT`` line; in a trial it is the renewer's to apply at the trial's end.
     """
     start = now if start_at is None else start_at
     if start > now + START_SKEW:
@@ -100,7 +105,18 @@ def new_subscription(
         period=(period.start, period.end),
         now=now,
     )
-    opening = invoice_rules.opening(plan.price_amount, now)
+    lines = [
+        line_rules.single(
+            line_rules.LineKind.PLAN_PERIOD,
+            line_rules.plan_period_description(plan.code),
+            plan.price_amount,
+            period.start,
+            period.end,
+        ),
+        *discount_lines(discount, plan.price_amount, 0, period.start, period.end),
+    ]
+    amount = line_rules.total(lines)
+    opening = invoice_rules.opening(amount, now)
     invoice = invoices_repo.Invoice(
         id=invoice_id,
         subscription_id=subscription_id,
@@ -109,9 +125,9 @@ def new_subscription(
         period_index=0,
         period_start=period.start,
         period_end=period.end,
-        subtotal=plan.price_amount,
+        subtotal=amount,
         credit_applied=0,
-        amount=plan.price_amount,
+        amount=amount,
         currency=plan.currency,
         status=str(opening.status),
         attempt_count=0,
@@ -120,7 +136,6 @@ def new_subscription(
         closed_at=opening.paid_at,
         created_at=now,
     )
-    lines = line_rules.period_lines(plan.code, plan.price_amount, period.start, period.end, 0)
     line_rules.check_total(
         lines,
         subtotal=invoice.subtotal,

@@ -8,11 +8,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain import subscription as sub_domain
+from billing_core.domain.coupons import discount_lines
 from billing_core.domain.credit import apply_credit
 from billing_core.domain.invoice_lines import LineKind
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.tax import taxed_at
 from billing_core.repo import audit, outbox
+from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -33,8 +35,8 @@ async def end_trial_now(
 
     The trial end, and so the billing anchor, becomes ``now`` (as if the trial had been
     planned to end now): period 0 is [now, one interval later) in the subscription's zone,
-    invoiced like a renewal (its lines taxed at the subscription's rate if it has a tax
-    location, credit first, then OPEN and due now). A cancel scheduled during
+    invoiced like a renewal (less its coupon's discount, its lines taxed at the subscription's
+    rate if it has a tax location, credit first, then OPEN and due now). A cancel scheduled during
     the trial is dropped: asking to pay now is asking to stay. Anything but TRIALING is 409
     (``IllegalTransition``).
     """
@@ -43,16 +45,19 @@ async def end_trial_now(
     _new_state, events = sub_domain.end_trial(state, now, early=True)
     period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
     rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
+    discount = (await coupons_repo.discounts_for(session, [subscription_id])).get(subscription_id)
+    price = sub.plan_price_amount
     priced = taxed_at(
         rate,
         [
             line_rules.single(
                 LineKind.PLAN_PERIOD,
                 line_rules.plan_period_description(sub.plan_code),
-                sub.plan_price_amount,
+                price,
                 period.start,
                 period.end,
-            )
+            ),
+            *discount_lines(discount, price, 0, period.start, period.end),
         ],
     )
     split = apply_credit(priced.total, sub.credit_balance)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from billing_core.domain import renewal as renewal_rules
+from billing_core.domain.coupons import Discount
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice
@@ -26,10 +27,12 @@ class UpcomingInvoice:
     lines: list[InvoiceLine]
 
 
-def upcoming_invoice(sub: Subscription, rate: TaxRate | None = None) -> UpcomingInvoice:
+def upcoming_invoice(
+    sub: Subscription, rate: TaxRate | None = None, discount: Discount | None = None
+) -> UpcomingInvoice:
     """The renewal invoice the renewer will create when ``sub``'s current period (or trial)
     ends, with its lines, from the subscription as it is now (plan, credit balance, tax
-    ``rate``). A PAST_DUE subscription is previewed as it will renew once paid (ACTIVE
+    ``rate``, ``discount``). A PAST_DUE subscription is previewed as it will renew once paid (ACTIVE
     again)."""
     state = domain_state(sub)
     if state.status == SubscriptionStatus.CANCELED:
@@ -54,6 +57,6 @@ def upcoming_invoice(sub: Subscription, rate: TaxRate | None = None) -> Upcoming
         billing_interval=sub.plan_interval,
     )
     at = sub.current_period_end
-    plan = apply_taxes(renewal_rules.plan_renewal(due, now=at, max_periods=1), rate, at)
+    plan = apply_taxes(renewal_rules.plan_renewal(due, now=at, max_periods=1), rate, at, discount)
     (invoice,) = plan.invoices
-    return UpcomingInvoice(invoice, invoice_lines(plan, invoice, rate))
+    return UpcomingInvoice(invoice, invoice_lines(plan, invoice, rate, discount))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo import tax as tax_repo
 from billing_core.usecases import upcoming as upcoming_uc
@@ -22,7 +23,7 @@ router = APIRouter(tags=["subscriptions"])
     response_model=UpcomingInvoiceOut,
     summary="The invoice the next renewal will create",
     description="Computed by the renewer's own planner from the subscription as it is now "
-    "(plan, credit balance, tax location), with its lines: at the current period's end (or "
+    "(plan, credit balance, tax location, coupon), with its lines: at the current period's end (or "
     "the trial's end) the renewer creates exactly this invoice unless something changes first. "
     "Writes nothing. A canceled subscription, or one whose cancel is scheduled, has none (404 "
     "no-upcoming-invoice).",
@@ -34,4 +35,6 @@ async def upcoming_invoice(
     async with get_context(request).reads() as session:
         sub = await subscriptions_repo.get(session, subscription_id)
         rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
-    return json_response(UpcomingInvoiceOut.of(upcoming_uc.upcoming_invoice(sub, rate)))
+        discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+    upcoming = upcoming_uc.upcoming_invoice(sub, rate, discount)
+    return json_response(UpcomingInvoiceOut.of(upcoming))

@@ -13,8 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
 from billing_core.db.pg import Connection
+from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
+from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import history as history_repo
 from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
@@ -80,7 +82,10 @@ async def create_subscription(
     ctx = get_context(request)
 
     async def build(
-        conn: Connection, now: datetime, ids: Sequence[int]
+        conn: Connection,
+        now: datetime,
+        ids: Sequence[int],
+        discount: coupon_rules.Discount | None = None,
     ) -> tuple[subscribe_uc.NewSubscription, Outcome]:
         subscription_id, invoice_id = ids
         new = subscribe_uc.new_subscription(
@@ -92,6 +97,7 @@ async def create_subscription(
             start_at=body.start_at,
             trial_end=body.trial_choice(),
             now=now,
+            discount=discount,
         )
         created = outcome(
             201,
@@ -115,6 +121,24 @@ async def create_subscription(
         await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
         return created
 
+    async def work_with_coupon(
+        conn: Connection, now: datetime, ids: Sequence[int], record: Record
+    ) -> Outcome:
+        # The redemption is counted, and the discount written, in the subscription's
+        # transaction: a refused subscribe counts no redemption.
+        assert body.coupon_code is not None
+        plan = await ctx.plans.get(conn, body.plan_code)
+        coupon = await coupons_repo.redeem_on(
+            conn, body.coupon_code, currency=plan.currency, now=now
+        )
+        discount = coupon_rules.redeem(coupon, starting_period=0)
+        new, created = await build(conn, now, ids, discount)
+        await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
+        await coupons_repo.insert_discount_on(conn, new.subscription.id, discount, now=now)
+        return created
+
+    if body.coupon_code is not None:
+        return await write.run_on_pool(work_with_coupon, sequences=subscribe_uc.ID_SEQUENCES)
     return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
 
 

@@ -57,6 +57,9 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
     ("GET", "/customers/7/subscriptions", Scope.SUBSCRIPTIONS_READ, {}),
     ("GET", "/invoices/{id}", Scope.INVOICES_READ, {}),
     ("PUT", "/subscriptions/{id}/tax-location", Scope.SUBSCRIPTIONS_WRITE, {"country": "FR"}),
+    ("POST", "/coupons", Scope.ADMIN, {"code": "X", "percentOff": 10, "duration": "ONCE"}),
+    ("GET", "/coupons/NOPE", Scope.PLANS_READ, {}),
+    ("POST", "/subscriptions/{id}/coupon", Scope.SUBSCRIPTIONS_WRITE, {"couponCode": "NOPE"}),
 ]
 OPEN = {
     ("GET", "/healthz"),
@@ -126,7 +129,9 @@ def test_the_openapi_document_shows_each_operations_scope(app: FastAPI) -> None:
         for method, operation in operations.items():
             key = (
                 method.upper(),
-                path.replace("{prefix}", "bk_nothing").replace("{customerId}", "7"),
+                path.replace("{prefix}", "bk_nothing")
+                .replace("{customerId}", "7")
+                .replace("{code}", "NOPE"),
             )
             if key in OPEN:
                 assert "security" not in operation, key
