@@ -36,6 +36,14 @@ class SubscriptionState:
 Transition = tuple[SubscriptionState, list[DomainEvent]]
 
 
+def change_instant(requested: datetime, last_write: datetime) -> datetime:
+    """When a change asked for at ``requested`` happens: then, or at the subscription's last
+    write when that is later. A request stamped before another change that committed first
+    (two requests in flight at once) applies after it, so one subscription's history never
+    goes back in time: prorations and plan spans follow the order the changes were made in."""
+    return max(requested, last_write)
+
+
 def _bump(state: SubscriptionState, **changes: object) -> SubscriptionState:
     return replace(state, version=state.version + 1, **changes)  # type: ignore[arg-type]
 

@@ -25,6 +25,7 @@ from billing_core.cloudevents import CloudEvent, InvalidCloudEvent, decode, pars
 class PlanChangeSeen:
     event_id: str
     subscription_id: int
+    sequence: int
     changed_at: datetime
     old_plan_code: str
     new_plan_code: str
@@ -69,6 +70,7 @@ class TopicEvidence:
                 PlanChangeSeen(
                     event_id,
                     event.subscription_id,
+                    event.sequence,
                     parse_time(str(payload["changedAt"])),
                     str(payload["oldPlanCode"]),
                     str(payload["newPlanCode"]),

@@ -21,7 +21,7 @@ from billing_core.db import tables as t
 from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.events import DomainEvent
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus, change_instant
 from billing_core.repo import audit, idempotency
 from billing_core.repo.invoices import Invoice
 
@@ -348,6 +348,15 @@ async def get_at(
     if expected_version is not None and expected_version != sub.version:
         raise VersionConflict(subscription_id, expected_version, sub.version)
     return sub
+
+
+async def get_for_change(
+    session: AsyncSession, subscription_id: int, expected_version: int | None, now: datetime
+) -> tuple[Subscription, datetime]:
+    """:func:`get_at`, and the instant a change asked for at ``now`` happens
+    (``subscription.change_instant``: never before the row's last write)."""
+    sub = await get_at(session, subscription_id, expected_version)
+    return sub, change_instant(now, sub.updated_at)
 
 
 async def exists(session: AsyncSession, subscription_id: int) -> bool:

@@ -86,7 +86,9 @@ async def change_plan(
     other; negative (downgrade) becomes credit for later invoices. The same plan is a no-op.
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
-    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
     new_plan = await plans_repo.get_by_code(session, plan_code)
     sub = await _renewed_if_due(session, sub, now)
     state = subscriptions_repo.domain_state(sub)
