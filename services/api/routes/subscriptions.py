@@ -159,7 +159,7 @@ async def cancel_subscription(
         )
         return await _subscription_outcome(session, subscription_id)
 
-    return await write.run(work)
+    return await write.run(work, retry_conflicts=expected is None)
 
 
 @router.post(
@@ -215,7 +215,7 @@ async def change_plan(
 
     if preview:
         return await rolled_back(get_context(request), work)
-    return await write.run(work)
+    return await write.run(work, retry_conflicts=expected is None)
 
 
 def _encode_cursor(invoice_id: int) -> str:
