@@ -238,9 +238,20 @@ ACTIONS = ("cancel now", "cancel at period end", "upgrade", "downgrade")
 
 
 async def subscription_due_times(engine: AsyncEngine) -> dict[int, float]:
-    """Each subscription's current period end (when it renews), as a unix time."""
+    """When each seeded subscription comes due in the run (the end of its seeded period 0 or of
+    its trial), as a unix time. Read from what renewals leave unchanged: the renewers already
+    run, and a subscription they renewed before this read has its current period end a month
+    later, so an action planned from it would wait a month."""
     async with engine.connect() as conn:
-        rows = await conn.execute(text("SELECT id, current_period_end FROM subscription"))
+        rows = await conn.execute(
+            text(
+                """
+                SELECT s.id, coalesce(s.trial_end, i.period_end) FROM subscription s
+                LEFT JOIN invoice i ON i.subscription_id = s.id AND i.kind = 'RENEWAL'
+                                   AND i.period_index = 0 AND s.trial_end IS NULL
+                """
+            )
+        )
         return {int(i): end.timestamp() for i, end in rows}
 
 
