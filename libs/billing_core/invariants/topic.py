@@ -129,6 +129,9 @@ async def read_topic(bootstrap: str, topic: str, *, timeout: float = 300.0) -> T
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
+        # Any position reset (a metadata change re-assigns the partitions) goes back to the
+        # start, never to the end: a read that silently starts at the end reads nothing.
+        auto_offset_reset="earliest",
         client_id=f"billing-check-{uuid.uuid4().hex[:8]}",
     )
     await consumer.start()
