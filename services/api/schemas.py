@@ -199,6 +199,15 @@ class PlanList(_Camel):
     items: list[PlanOut]
 
 
+class PauseOut(_Camel):
+    """Collection paused: renewals of periods starting before resumesAt are created VOID or
+    DRAFT, and no invoice of the subscription is collected."""
+
+    behavior: Literal["void", "keep_as_draft"]
+    paused_at: datetime
+    resumes_at: datetime | None
+
+
 class SubscriptionOut(_Camel):
     id: int
     customer_id: int
@@ -218,6 +227,9 @@ class SubscriptionOut(_Camel):
         default=None,
         description="End of the free trial (null: none); while TRIALING the current period is "
         "the trial and ends then.",
+    )
+    pause: PauseOut | None = Field(
+        default=None, description="Collection paused (null: collected as usual)."
     )
 
     @classmethod
@@ -244,6 +256,13 @@ class SubscriptionOut(_Camel):
             version=sub.version,
             created_at=sub.created_at,
             trial_end=sub.trial_end,
+            pause=None
+            if sub.paused_at is None
+            else PauseOut(
+                behavior=sub.pause_behavior,
+                paused_at=sub.paused_at,
+                resumes_at=sub.pause_resumes_at,
+            ),
         )
 
 
@@ -277,7 +296,10 @@ class InvoiceOut(_Camel):
     credit_applied: int
     amount: int
     currency: str
-    status: Literal["OPEN", "PAID", "FAILED", "VOID"]
+    status: Literal["DRAFT", "OPEN", "PAID", "FAILED", "VOID"] = Field(
+        description="DRAFT: a period renewed while collection was paused with keep_as_draft "
+        "(never collected)."
+    )
     attempt_count: int
     next_attempt_at: datetime | None
     paid_at: datetime | None
@@ -650,6 +672,38 @@ class EndTrialOut(_Camel):
     subscription: SubscriptionOut
 
 
+class ResumeRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 4}]})
+
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class PauseRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"behavior": "void"},
+                {"behavior": "keep_as_draft", "resumesAt": "2027-03-01T00:00:00Z"},
+            ]
+        }
+    )
+
+    behavior: Literal["void", "keep_as_draft"] = Field(
+        description="What the renewals of paused periods become: void (created VOID: those "
+        "periods are free) or keep_as_draft (created DRAFT: kept, never collected)."
+    )
+    resumes_at: AwareDatetime | None = Field(
+        default=None,
+        description="When collection resumes by itself (after now); omitted or null: only "
+        "POST /subscriptions/{id}/resume does.",
+    )
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
 class ResumeRenewalRequest(_Request):
     model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 2}]})
 
@@ -668,8 +722,9 @@ class UpcomingInvoiceOut(_Camel):
     credit_applied: int = Field(description="Credit the balance will pay, as it is now.")
     amount: int = Field(description="What will be charged: subtotal - creditApplied.")
     currency: str
-    status: Literal["OPEN", "PAID"] = Field(
-        description="OPEN (to be charged), or PAID when credit covers all of it."
+    status: Literal["OPEN", "PAID", "VOID", "DRAFT"] = Field(
+        description="OPEN (to be charged), or PAID when credit covers all of it; VOID or DRAFT "
+        "when its period starts while collection is paused (then it is not charged)."
     )
 
     @classmethod
@@ -684,5 +739,5 @@ class UpcomingInvoiceOut(_Camel):
             credit_applied=invoice.credit_applied,
             amount=invoice.amount,
             currency=invoice.currency,
-            status="PAID" if invoice.status == "PAID" else "OPEN",
+            status=str(invoice.status),
         )

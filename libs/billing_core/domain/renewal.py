@@ -11,7 +11,9 @@ flag) or renews it, in which case the next period comes from the drift-free ``pe
 anchor and the invoice takes what credit the subscription has (``credit.apply_credit``) and
 starts as ``invoice.opening`` says. A period whose renewal invoice already exists (a replayed
 batch) is advanced over without a second invoice and without consuming credit: that period is
-already billed.
+already billed. A paused period (the subscription's collection is paused and the period starts
+before the pause's resume time, if any) is invoiced all the same — never a skipped period — but
+VOID or DRAFT as the pause says, at the plan's price and without consuming credit.
 """
 
 from __future__ import annotations
@@ -28,7 +30,12 @@ from billing_core.domain import period as period_rules
 from billing_core.domain import subscription as subscription_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import (
+    Pause,
+    PauseBehavior,
+    SubscriptionState,
+    SubscriptionStatus,
+)
 
 
 class BadSubscriptionData(Exception):
@@ -69,9 +76,11 @@ class RenewalInvoice:
     credit_applied: int
     amount: int
     currency: str
-    status: InvoiceStatus  # OPEN, or PAID when nothing is left to charge
+    # OPEN, or PAID when nothing is left to charge; a paused period's: VOID or DRAFT
+    status: InvoiceStatus
     next_attempt_at: datetime | None
     paid_at: datetime | None
+    voided_at: datetime | None = None  # created VOID (a paused period's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +198,9 @@ def plan_renewal(
         if (due.id, start) in existing:
             already_invoiced.append(index)
             continue
+        if state.pause is not None and state.pause.covers(start):
+            invoices.append(_paused_invoice(due, state.pause, index, start, end, now))
+            continue
         split = credit_rules.apply_credit(due.price_amount, balance)
         balance = split.credit_remaining
         opening = invoice_rules.opening(split.amount_due, now)
@@ -224,10 +236,36 @@ def plan_renewal(
     return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing, leading)
 
 
+def _paused_invoice(
+    due: DueSubscription, pause: Pause, index: int, start: datetime, end: datetime, now: datetime
+) -> RenewalInvoice:
+    """A paused period's renewal: the plan's price, no credit consumed (the balance waits for
+    invoices that are collected), VOID or DRAFT as the pause says, never due for a charge."""
+    void = pause.behavior == PauseBehavior.VOID
+    return RenewalInvoice(
+        subscription_id=due.id,
+        customer_id=due.customer_id,
+        period_index=index,
+        period_start=start,
+        period_end=end,
+        subtotal=due.price_amount,
+        credit_applied=0,
+        amount=due.price_amount,
+        currency=due.currency,
+        status=InvoiceStatus.VOID if void else InvoiceStatus.DRAFT,
+        next_attempt_at=None,
+        paid_at=None,
+        voided_at=now if void else None,
+    )
+
+
 def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[DomainEvent]:
     """The subscription's events in order: the end of its trial (SubscriptionTrialEnded), each
-    invoice's (``events.invoice_opened``), then the subscription's own (SubscriptionCanceled)."""
+    invoice's (``events.invoice_opened``, then InvoiceVoided for a paused period's VOID one),
+    then the subscription's own (SubscriptionCanceled)."""
     events: list[DomainEvent] = list(plan.leading_events)
     for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
         events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL)
+        if invoice.voided_at is not None:
+            events.append(ev.invoice_voided(invoice.subscription_id, invoice_id, invoice.voided_at))
     return events + plan.trailing_events

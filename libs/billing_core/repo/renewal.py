@@ -45,6 +45,7 @@ _CLAIM = """
     SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
            s.current_period_start, s.current_period_end, s.cancel_at_period_end,
            s.canceled_at, s.credit_balance, s.version,
+           s.pause_behavior, s.paused_at, s.pause_resumes_at,
            p.code AS plan_code, p.price_amount, p.currency, p.billing_interval
     FROM subscription s
     JOIN plan p ON p.id = s.plan_id
@@ -69,7 +70,9 @@ _INSERT_INVOICES = text(
                          next_attempt_at, paid_at, closed_at, created_at, updated_at)
     SELECT u.subscription_id, u.customer_id, 'RENEWAL', u.period_index, u.period_start,
            u.period_end, u.subtotal, u.credit_applied, u.amount, u.currency, u.status,
-           u.next_attempt_at, u.paid_at, u.paid_at, :now, :now
+           u.next_attempt_at, u.paid_at,
+           CASE WHEN u.status = 'VOID' THEN CAST(:now AS timestamptz) ELSE u.paid_at END,
+           :now, :now
     FROM unnest(
         CAST(:subscription_ids AS bigint[]), CAST(:customer_ids AS bigint[]),
         CAST(:period_indexes AS int[]), CAST(:period_starts AS timestamptz[]),
@@ -102,7 +105,12 @@ _UPDATE_SUBSCRIPTIONS = text(
     SET status = u.status, period_index = u.period_index,
         current_period_start = u.period_start, current_period_end = u.period_end,
         credit_balance = u.credit_balance, canceled_at = u.canceled_at,
-        version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count
+        version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count,
+        -- a cancel at period end ends a pause too
+        pause_behavior = CASE WHEN u.status = 'CANCELED' THEN NULL ELSE s.pause_behavior END,
+        paused_at = CASE WHEN u.status = 'CANCELED' THEN NULL ELSE s.paused_at END,
+        pause_resumes_at = CASE WHEN u.status = 'CANCELED' THEN NULL
+                                ELSE s.pause_resumes_at END
     FROM unnest(
         CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
         CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),

@@ -21,7 +21,12 @@ from billing_core.db import tables as t
 from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.events import DomainEvent
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import (
+    Pause,
+    PauseBehavior,
+    SubscriptionState,
+    SubscriptionStatus,
+)
 from billing_core.repo import audit, idempotency
 from billing_core.repo.invoices import Invoice
 
@@ -66,6 +71,27 @@ class Subscription:
     plan_currency: str
     plan_interval: str
     trial_end: datetime | None = None
+    pause_behavior: str | None = None
+    paused_at: datetime | None = None
+    pause_resumes_at: datetime | None = None
+
+
+def _pause(row: Mapping[Any, Any]) -> Pause | None:
+    behavior = row.get("pause_behavior")
+    if behavior is None:
+        return None
+    return Pause(PauseBehavior(behavior), row["paused_at"], row.get("pause_resumes_at"))
+
+
+def pause_values(pause: Pause | None) -> dict[str, Any]:
+    """The columns that hold ``pause`` (all null: not paused)."""
+    if pause is None:
+        return {"pause_behavior": None, "paused_at": None, "pause_resumes_at": None}
+    return {
+        "pause_behavior": str(pause.behavior),
+        "paused_at": pause.paused_at,
+        "pause_resumes_at": pause.resumes_at,
+    }
 
 
 def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
@@ -78,6 +104,7 @@ def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
         plan_code=str(row["plan_code"]),
         version=int(row["version"]),
         canceled_at=row.get("canceled_at"),
+        pause=_pause(row),
     )
 
 
@@ -109,6 +136,9 @@ _SELECT = select(
     _p.c.currency.label("plan_currency"),
     _p.c.billing_interval.label("plan_interval"),
     _s.c.trial_end,
+    _s.c.pause_behavior,
+    _s.c.paused_at,
+    _s.c.pause_resumes_at,
 ).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
 # Subscriptions with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY to it).
 SELECT = _SELECT
