@@ -102,6 +102,7 @@ class ChangePlanRequest(_Request):
             "examples": [
                 {"planCode": "PRO_MONTHLY", "expectedVersion": 2},
                 {"planCode": "BASIC_MONTHLY", "prorationBehavior": "none"},
+                {"planCode": "BASIC_MONTHLY", "effective": "period_end"},
             ]
         }
     )
@@ -112,6 +113,13 @@ class ChangePlanRequest(_Request):
         description="create_prorations: the difference for the rest of the period is invoiced "
         "(upgrade) or credited (downgrade) now; none: nothing now, the new price applies from "
         "the next renewal.",
+    )
+    effective: Literal["now", "period_end"] = Field(
+        default="now",
+        description="now: the change applies at once (prorated per prorationBehavior); "
+        "period_end: it is scheduled for the current period's end (scheduledChange on the "
+        "subscription), nothing is prorated, and the renewer invoices the next period at the "
+        "new plan. Scheduling the current plan drops a scheduled change.",
     )
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
@@ -208,6 +216,13 @@ class PauseOut(_Camel):
     resumes_at: datetime | None
 
 
+class ScheduledChangeOut(_Camel):
+    """A plan change scheduled for the period end: the renewer applies it then."""
+
+    plan_code: str
+    effective_at: datetime = Field(description="The current period's end.")
+
+
 class SubscriptionOut(_Camel):
     id: int
     customer_id: int
@@ -230,6 +245,9 @@ class SubscriptionOut(_Camel):
     )
     pause: PauseOut | None = Field(
         default=None, description="Collection paused (null: collected as usual)."
+    )
+    scheduled_change: ScheduledChangeOut | None = Field(
+        default=None, description="A plan change scheduled for the period end (null: none)."
     )
 
     @classmethod
@@ -263,6 +281,11 @@ class SubscriptionOut(_Camel):
                 paused_at=sub.paused_at,
                 resumes_at=sub.pause_resumes_at,
             ),
+            scheduled_change=None
+            if sub.scheduled_plan_code is None
+            else ScheduledChangeOut(
+                plan_code=sub.scheduled_plan_code, effective_at=sub.current_period_end
+            ),
         )
 
 
@@ -282,6 +305,11 @@ class PlanChangeOut(_Camel):
     preview: bool = Field(
         default=False,
         description="true: nothing was written (?preview=true); this is what the change would do.",
+    )
+    scheduled: bool = Field(
+        default=False,
+        description="true: the change is scheduled for the period end (effective: period_end), "
+        "not applied now.",
     )
 
 

@@ -144,3 +144,16 @@ def test_a_catch_up_across_resumes_at_pauses_only_the_periods_before_it() -> Non
         (3, InvoiceStatus.OPEN),
     ]
     assert plan.write.current_period_end > resumes_at  # the resume may now happen
+
+
+def test_scheduling_a_plan_change_replaces_drops_and_refuses_when_canceled() -> None:
+    scheduled, events = sub.schedule_plan_change(state(), "BASIC_MONTHLY", NOW)
+    assert (scheduled.scheduled_plan_code, scheduled.version, events) == ("BASIC_MONTHLY", 4, [])
+    assert sub.schedule_plan_change(scheduled, "BASIC_MONTHLY", NOW) == (scheduled, [])
+    assert sub.schedule_plan_change(scheduled, "PRO_MONTHLY", NOW)[0].scheduled_plan_code is None
+    assert sub.schedule_plan_change(scheduled, None, NOW)[0].scheduled_plan_code is None
+    assert sub.schedule_plan_change(state(), None, NOW) == (state(), [])
+    changed, (event,) = sub.change_plan(scheduled, "BUSINESS_MONTHLY", NOW)
+    assert changed.scheduled_plan_code is None and event.payload["effective"] == "now"
+    with pytest.raises(SubscriptionCanceledError):
+        sub.schedule_plan_change(state(SubscriptionStatus.CANCELED), "BASIC_MONTHLY", NOW)

@@ -132,6 +132,8 @@ subscription = Table(
     Column("pause_behavior", String(20)),
     Column("paused_at", TZ),
     Column("pause_resumes_at", TZ),
+    # A plan change asked for the period end: the renewer applies it when it renews (null: none).
+    Column("scheduled_plan_id", BigInteger, ForeignKey("plan.id")),
     # Last per-subscription event sequence number handed out (outbox ordering).
     Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("version", BigInteger, nullable=False, server_default=text("0")),

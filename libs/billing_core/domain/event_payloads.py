@@ -121,6 +121,13 @@ class SubscriptionPlanChangedV1(EventPayload):
         "currency; negative = credit kept on the subscription's balance."
     )
     changedAt: Instant = Field(description="When the change was applied.")
+    effective: Literal["now", "period_end"] = Field(
+        default="now",
+        description="`now`: applied when asked for (prorated per `prorationDue`); "
+        "`period_end`: a change scheduled for the period end, applied by the renewer at the "
+        "period boundary `changedAt` — the period starting then is the first one at the new "
+        "plan (`prorationDue` 0).",
+    )
 
 
 class SubscriptionCanceledV1(EventPayload):

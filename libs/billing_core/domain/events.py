@@ -99,7 +99,13 @@ def subscription_created(
 
 
 def subscription_plan_changed(
-    subscription_id: int, old_plan_code: str, new_plan_code: str, due: int, changed_at: datetime
+    subscription_id: int,
+    old_plan_code: str,
+    new_plan_code: str,
+    due: int,
+    changed_at: datetime,
+    *,
+    effective: str = "now",
 ) -> DomainEvent:
     return DomainEvent(
         p.SubscriptionPlanChangedV1(
@@ -108,6 +114,7 @@ def subscription_plan_changed(
             newPlanCode=new_plan_code,
             prorationDue=due,
             changedAt=changed_at,
+            effective=effective,
         )
     )
 

@@ -61,6 +61,8 @@ class SubscriptionState:
     version: int
     canceled_at: datetime | None = None
     pause: Pause | None = None
+    # A plan change scheduled for the period end (the renewer applies it when it renews).
+    scheduled_plan_code: str | None = None
 
 
 Transition = tuple[SubscriptionState, list[DomainEvent]]
@@ -139,15 +141,43 @@ def resume_renewal(state: SubscriptionState, now: datetime) -> Transition:
 
 
 def change_plan(
-    state: SubscriptionState, new_plan_code: str, now: datetime, *, proration_due: int = 0
+    state: SubscriptionState,
+    new_plan_code: str,
+    now: datetime,
+    *,
+    proration_due: int = 0,
+    at_period_end: bool = False,
 ) -> Transition:
+    """The plan changes at ``now`` (and a change scheduled for the period end is dropped: this
+    one replaces it). ``at_period_end``: the renewer applying a scheduled change at the period
+    boundary ``now``."""
     _require_not_canceled(state, "change plan")
     if new_plan_code == state.plan_code:
         return state, []
-    new = _bump(state, plan_code=new_plan_code)
+    new = _bump(state, plan_code=new_plan_code, scheduled_plan_code=None)
     return new, [
-        ev.subscription_plan_changed(state.id, state.plan_code, new_plan_code, proration_due, now)
+        ev.subscription_plan_changed(
+            state.id,
+            state.plan_code,
+            new_plan_code,
+            proration_due,
+            now,
+            effective="period_end" if at_period_end else "now",
+        )
     ]
+
+
+def schedule_plan_change(
+    state: SubscriptionState, new_plan_code: str | None, now: datetime
+) -> Transition:
+    """Schedule a plan change for the current period's end (the renewer applies it), replacing
+    one already scheduled; ``None``, or the current plan, unschedules. No change: a no-op. A
+    canceled subscription refuses."""
+    _require_not_canceled(state, "schedule a plan change")
+    wanted = None if new_plan_code == state.plan_code else new_plan_code
+    if wanted == state.scheduled_plan_code:
+        return state, []
+    return _bump(state, scheduled_plan_code=wanted), []
 
 
 def _require_not_trialing(state: SubscriptionState, action: str) -> None:

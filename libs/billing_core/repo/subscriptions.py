@@ -74,6 +74,9 @@ class Subscription:
     pause_behavior: str | None = None
     paused_at: datetime | None = None
     pause_resumes_at: datetime | None = None
+    # A plan change scheduled for the period end: its plan (null: none).
+    scheduled_plan_code: str | None = None
+    scheduled_plan_price_amount: int | None = None
 
 
 def _pause(row: Mapping[Any, Any]) -> Pause | None:
@@ -105,6 +108,7 @@ def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
         version=int(row["version"]),
         canceled_at=row.get("canceled_at"),
         pause=_pause(row),
+        scheduled_plan_code=row.get("scheduled_plan_code"),
     )
 
 
@@ -114,6 +118,7 @@ def domain_state(sub: Subscription) -> SubscriptionState:
 
 _s = t.subscription
 _p = t.plan
+_sp = t.plan.alias("scheduled_plan")
 _SELECT = select(
     _s.c.id,
     _s.c.customer_id,
@@ -139,7 +144,11 @@ _SELECT = select(
     _s.c.pause_behavior,
     _s.c.paused_at,
     _s.c.pause_resumes_at,
-).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
+    _sp.c.code.label("scheduled_plan_code"),
+    _sp.c.price_amount.label("scheduled_plan_price_amount"),
+).select_from(
+    _s.join(_p, _p.c.id == _s.c.plan_id).outerjoin(_sp, _sp.c.id == _s.c.scheduled_plan_id)
+)
 # Subscriptions with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY to it).
 SELECT = _SELECT
 
@@ -151,6 +160,8 @@ _PLAN_COLUMNS = {
     "plan_price_amount": "p.price_amount",
     "plan_currency": "p.currency",
     "plan_interval": "p.billing_interval",
+    "scheduled_plan_code": "sp.code",
+    "scheduled_plan_price_amount": "sp.price_amount",
 }
 # The same read as _SELECT, by hand for the driver: columns in Subscription's field order.
 _FETCH = (
@@ -159,7 +170,8 @@ _FETCH = (
         f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
         for f in fields(Subscription)
     )
-    + " FROM subscription s JOIN plan p ON p.id = s.plan_id WHERE s.id = $1"
+    + " FROM subscription s JOIN plan p ON p.id = s.plan_id"
+    + " LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id WHERE s.id = $1"
 )
 
 

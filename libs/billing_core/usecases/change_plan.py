@@ -24,6 +24,11 @@ from billing_core.usecases.subscribe import opened_invoice_events
 # credit: the new price applies from the next renewal).
 PRORATION_CREATE = "create_prorations"
 PRORATION_NONE = "none"
+# When a change applies: now (prorated as above), or at the current period's end (stored on the
+# subscription; the renewer applies it when it renews, and the new period is the first one
+# invoiced at the new plan).
+EFFECTIVE_NOW = "now"
+EFFECTIVE_PERIOD_END = "period_end"
 
 # Periods a plan change renews before it applies (the renewer's default per batch); a
 # subscription further behind is left to the renewer and the change answers 409 meanwhile.
@@ -41,6 +46,7 @@ class PlanChange:
     invoice_id: int | None = None
     credit_granted: int = 0
     invoice_amount: int = 0
+    scheduled: bool = False  # stored for the period end, not applied now
 
 
 async def _renewed_if_due(
@@ -78,8 +84,11 @@ async def change_plan(
     expected_version: int | None = None,
     actor: audit.Actor | None = None,
     proration_behavior: str = PRORATION_CREATE,
+    effective: str = EFFECTIVE_NOW,
 ) -> PlanChange:
-    """Switch to ``plan_code`` at ``now``.
+    """Switch to ``plan_code`` at ``now`` (``effective`` ``period_end``: see
+    :func:`schedule_change`). A change scheduled for the period end is dropped: this one
+    replaces it.
 
     ``prorate`` over the current period gives ``due``: positive (upgrade) becomes a PRORATION
     invoice for [now, period end), paid first from the credit balance and collected like any
@@ -89,6 +98,8 @@ async def change_plan(
     sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
     new_plan = await plans_repo.get_by_code(session, plan_code)
     sub = await _renewed_if_due(session, sub, now)
+    if effective == EFFECTIVE_PERIOD_END:
+        return await _schedule(session, sub, new_plan, now, actor)
     state = subscriptions_repo.domain_state(sub)
     if new_plan.code == sub.plan_code:
         sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
@@ -97,16 +108,7 @@ async def change_plan(
         return change
     if sub.status == SubscriptionStatus.CANCELED:
         sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
-    if new_plan.currency != sub.plan_currency:
-        raise IncompatiblePlanChange(
-            f"plan {new_plan.code} is billed in {new_plan.currency}, "
-            f"the subscription in {sub.plan_currency}"
-        )
-    if new_plan.billing_interval != sub.plan_interval:
-        raise IncompatiblePlanChange(
-            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
-            f"the subscription every {sub.plan_interval}"
-        )
+    _require_compatible(sub, new_plan)
 
     proration = _proration(sub, new_plan.price_amount, now, proration_behavior)
     balance = sub.credit_balance
@@ -129,7 +131,7 @@ async def change_plan(
         subscription_id,
         expected_version=sub.version,
         now=now,
-        values={"plan_id": new_plan.id, "credit_balance": balance},
+        values={"plan_id": new_plan.id, "credit_balance": balance, "scheduled_plan_id": None},
     )
 
     if proration.due > 0:
@@ -176,6 +178,78 @@ async def change_plan(
     )
     await _audit(session, actor, sub, version, change, new_plan.code, now)
     return change
+
+
+def _require_compatible(sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan) -> None:
+    if new_plan.currency != sub.plan_currency:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} is billed in {new_plan.currency}, "
+            f"the subscription in {sub.plan_currency}"
+        )
+    if new_plan.billing_interval != sub.plan_interval:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
+            f"the subscription every {sub.plan_interval}"
+        )
+
+
+async def _schedule(
+    session: AsyncSession,
+    sub: subscriptions_repo.Subscription,
+    new_plan: plans_repo.Plan | None,
+    now: datetime,
+    actor: audit.Actor | None,
+) -> PlanChange:
+    """Store (or, ``new_plan`` None or the current plan, drop) the change scheduled for the
+    period end; nothing is prorated or invoiced now."""
+    state = subscriptions_repo.domain_state(sub)
+    code = None if new_plan is None else new_plan.code
+    new_state, _ = sub_domain.schedule_plan_change(state, code, now)
+    if new_plan is not None and new_state.scheduled_plan_code is not None:
+        _require_compatible(sub, new_plan)
+    changed = new_state != state
+    version = sub.version
+    if changed:
+        version = await subscriptions_repo.update_versioned(
+            session,
+            sub.id,
+            expected_version=sub.version,
+            now=now,
+            values={
+                "scheduled_plan_id": None
+                if new_state.scheduled_plan_code is None or new_plan is None
+                else new_plan.id
+            },
+        )
+    await audit.record_subscription_change(
+        session,
+        actor,
+        audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,
+        sub.id,
+        before=sub.version,
+        after=version,
+        detail={
+            "fromPlan": sub.plan_code,
+            "scheduledPlan": new_state.scheduled_plan_code,
+            "effectiveAt": sub.current_period_end.isoformat(),
+            "changed": changed,
+        },
+        now=now,
+    )
+    return PlanChange(changed=changed, scheduled=new_state.scheduled_plan_code is not None)
+
+
+async def cancel_scheduled_change(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    now: datetime,
+    expected_version: int | None = None,
+    actor: audit.Actor | None = None,
+) -> bool:
+    """Drop the plan change scheduled for the period end; False when none was."""
+    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
+    return (await _schedule(session, sub, None, now, actor)).changed
 
 
 async def _audit(

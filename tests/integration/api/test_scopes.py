@@ -52,6 +52,7 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
     ("POST", "/subscriptions/{id}/resume-renewal", Scope.SUBSCRIPTIONS_WRITE, {}),
     ("POST", "/subscriptions/{id}/pause", Scope.SUBSCRIPTIONS_WRITE, {"behavior": "void"}),
     ("POST", "/subscriptions/{id}/resume", Scope.SUBSCRIPTIONS_WRITE, {}),
+    ("DELETE", "/subscriptions/{id}/scheduled-change", Scope.SUBSCRIPTIONS_WRITE, {}),
     ("GET", "/subscriptions/{id}/upcoming-invoice", Scope.INVOICES_READ, {}),
     ("POST", "/customers", Scope.SUBSCRIPTIONS_WRITE, {"externalId": "shop-42"}),
     ("GET", "/customers", Scope.SUBSCRIPTIONS_READ, {}),
