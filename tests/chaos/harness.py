@@ -5,9 +5,10 @@ ports), the gateway simulator (timeouts, 5xx, declines, duplicated, reordered an
 webhooks), the API (webhooks), and two replicas of each worker. Subscriptions come due during
 the run; dunning delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a
 random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
-PostgreSQL, while customers cancel (now or at the period's end), change plans (up and down) and
-pause collection (resuming by itself seconds later, or on request) through the API process.
-When the system has drained, the invariant checker must find no violation.
+PostgreSQL, while customers cancel (now or at the period's end), change plans (up and down, now
+or at the period's end) and pause collection (resuming by itself seconds later, or on request)
+through the API process. When the system has drained, the invariant checker must find no
+violation.
 
 Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
 CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
@@ -239,6 +240,7 @@ ACTIONS = (
     "cancel at period end",
     "upgrade",
     "downgrade",
+    "downgrade at period end",
     "pause",
     "pause as draft",
     "resume",
@@ -303,6 +305,8 @@ async def act(client: httpx.AsyncClient, subscription: int, action: str) -> str:
         path = f"/subscriptions/{subscription}/change-plan"
         plan = "BUSINESS_MONTHLY" if action == "upgrade" else "BASIC_MONTHLY"
         body = {"planCode": plan}
+        if action == "downgrade at period end":
+            body["effective"] = "period_end"
     headers = {"Idempotency-Key": str(uuid.uuid4())}
     for _ in range(30):
         try:
