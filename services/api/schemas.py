@@ -108,11 +108,13 @@ class ChangePlanRequest(_Request):
     )
 
     plan_code: PlanCode
-    proration_behavior: Literal["create_prorations", "none"] = Field(
+    proration_behavior: Literal["create_prorations", "always_invoice", "none"] = Field(
         default="create_prorations",
         description="create_prorations: the difference for the rest of the period is invoiced "
-        "(upgrade) or credited (downgrade) now; none: nothing now, the new price applies from "
-        "the next renewal.",
+        "(upgrade) or credited (downgrade) now; always_invoice: the same, and a downgrade's "
+        "credit is applied at once to the OPEN invoices whose collection has not started "
+        "(what is left stays credit); none: nothing now, the new price applies from the next "
+        "renewal.",
     )
     effective: Literal["now", "period_end"] = Field(
         default="now",

@@ -448,6 +448,18 @@ async def add_credit_entry(
     )
 
 
+async def consume_credit(
+    session: AsyncSession | AsyncConnection, subscription_id: int, amount: int, *, now: datetime
+) -> None:
+    """Take ``amount`` off the balance (its INVOICE ledger lines are the caller's), in a
+    transaction that already made its version-checked write to this subscription."""
+    await session.execute(
+        update(_s)
+        .where(_s.c.id == subscription_id)
+        .values(credit_balance=_s.c.credit_balance - amount, updated_at=now)
+    )
+
+
 async def return_credit(
     session: AsyncSession | AsyncConnection,
     *,

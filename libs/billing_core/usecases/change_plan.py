@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import events as ev
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
@@ -24,6 +25,11 @@ from billing_core.usecases.subscribe import opened_invoice_events
 # credit: the new price applies from the next renewal).
 PRORATION_CREATE = "create_prorations"
 PRORATION_NONE = "none"
+# ``always_invoice`` (Stripe's: create prorations and invoice them at once): an upgrade is
+# invoiced now, as with ``create_prorations``; a downgrade's credit is applied now to the OPEN
+# invoices whose collection never started (oldest first; one paid in full becomes PAID), and
+# only what is left stays on the balance for later invoices.
+PRORATION_ALWAYS = "always_invoice"
 # When a change applies: now (prorated as above), or at the current period's end (stored on the
 # subscription; the renewer applies it when it renews, and the new period is the first one
 # invoiced at the new plan).
@@ -165,6 +171,8 @@ async def change_plan(
             reason="DOWNGRADE",
             now=now,
         )
+        if proration_behavior == PRORATION_ALWAYS:
+            events += await _apply_credit_now(session, subscription_id, credit_granted, now)
 
     if invoice is not None:
         events += opened_invoice_events(invoice)
@@ -178,6 +186,31 @@ async def change_plan(
     )
     await _audit(session, actor, sub, version, change, new_plan.code, now)
     return change
+
+
+async def _apply_credit_now(
+    session: AsyncSession, subscription_id: int, credit: int, now: datetime
+) -> list[ev.DomainEvent]:
+    """``always_invoice`` on a downgrade: the credit just granted pays the OPEN invoices whose
+    collection never started, at once (the subscription row is already locked and versioned by
+    this change); InvoicePaid for each one paid in full."""
+    applied = await invoices_repo.apply_credit_to_open(session, subscription_id, credit, now=now)
+    events: list[ev.DomainEvent] = []
+    for use in applied:
+        await subscriptions_repo.add_credit_entry(
+            session,
+            subscription_id=subscription_id,
+            amount=-use.used,
+            reason="INVOICE",
+            invoice_id=use.invoice_id,
+            now=now,
+        )
+        if use.amount_left == 0:
+            events.append(ev.invoice_paid(subscription_id, use.invoice_id, 0, use.currency, now))
+    used = sum(use.used for use in applied)
+    if used:
+        await subscriptions_repo.consume_credit(session, subscription_id, used, now=now)
+    return events
 
 
 def _require_compatible(sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan) -> None:
