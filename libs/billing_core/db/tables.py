@@ -125,6 +125,15 @@ subscription = Table(
     Column("trial_end", TZ),
     # When SubscriptionTrialWillEnd was written: once per trial.
     Column("trial_will_end_sent_at", TZ),
+    # Collection paused (``pause_behavior`` void | keep_as_draft, null: not paused): periods
+    # still renew, but their invoices are created VOID or DRAFT and no invoice of the
+    # subscription is collected; ``pause_resumes_at``: when the renewer resumes it (null: on
+    # request only).
+    Column("pause_behavior", String(20)),
+    Column("paused_at", TZ),
+    Column("pause_resumes_at", TZ),
+    # A plan change asked for the period end: the renewer applies it when it renews (null: none).
+    Column("scheduled_plan_id", BigInteger, ForeignKey("plan.id")),
     # Last per-subscription event sequence number handed out (outbox ordering).
     Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("version", BigInteger, nullable=False, server_default=text("0")),
@@ -134,6 +143,12 @@ subscription = Table(
     CheckConstraint("period_index >= 0", name="period_index_non_negative"),
     CheckConstraint("current_period_end > current_period_start", name="period_order"),
     CheckConstraint("credit_balance >= 0", name="credit_non_negative"),
+    CheckConstraint("pause_behavior IN ('void', 'keep_as_draft')", name="pause_behavior"),
+    CheckConstraint(
+        "(pause_behavior IS NULL) = (paused_at IS NULL) "
+        "AND (pause_resumes_at IS NULL OR paused_at IS NOT NULL)",
+        name="pause_complete",
+    ),
     Index(
         "idx_sub_due",
         "current_period_end",
@@ -144,6 +159,12 @@ subscription = Table(
         "idx_sub_trial_will_end",
         "current_period_end",
         postgresql_where=text("status = 'TRIALING' AND trial_will_end_sent_at IS NULL"),
+    ),
+    # Paused subscriptions that resume by themselves, by when.
+    Index(
+        "idx_sub_pause_resumes",
+        "pause_resumes_at",
+        postgresql_where=text("pause_resumes_at IS NOT NULL"),
     ),
     # A customer's subscriptions, newest first (cursor pages by id).
     Index("ix_subscription_customer_id_id", "customer_id", "id"),

@@ -5,7 +5,9 @@
   subscription's plan and prorates the rest of the current period), and only while the current
   period runs, so the renewal of a period that starts at ``t`` was priced with the plan in force
   just before ``t``: the new plan of the last ``SubscriptionPlanChanged`` whose ``changedAt`` is
-  before ``t``, else the old plan of the first change, else the subscription's current plan.
+  before ``t``, else the old plan of the first change, else the subscription's current plan. A
+  change scheduled for the period end (``effective: period_end``) is applied by the renewer at
+  the period boundary ``changedAt = t`` itself, so it prices the period starting at ``t`` too.
   Changes are ordered by ``changedAt``, then by their sequence number (commit order) for
   changes at one instant.
   Plan changes come from the outbox and, when a topic is read, from the topic (the outbox is
@@ -39,17 +41,19 @@ _COUNT = text("SELECT count(*) FROM invoice")
 _CHANGES = """
     changes AS (
         SELECT DISTINCT ON (event_id) event_id, subscription_id, sequence, changed_at, old_code,
-               new_code
+               new_code, at_period_end
         FROM (
             SELECT CAST(event_id AS text) AS event_id, aggregate_id AS subscription_id,
                    sequence, CAST(payload ->> 'changedAt' AS timestamptz) AS changed_at,
-                   payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code
+                   payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code,
+                   coalesce(payload ->> 'effective' = 'period_end', false) AS at_period_end
             FROM outbox_event WHERE event_type = 'SubscriptionPlanChanged'
             UNION ALL
             SELECT * FROM unnest(
                 CAST(:event_ids AS text[]), CAST(:subscription_ids AS bigint[]),
                 CAST(:sequences AS bigint[]), CAST(:changed_ats AS timestamptz[]),
-                CAST(:old_codes AS text[]), CAST(:new_codes AS text[]))
+                CAST(:old_codes AS text[]), CAST(:new_codes AS text[]),
+                CAST(:at_period_ends AS boolean[]))
         ) c
         ORDER BY event_id
     )
@@ -59,15 +63,19 @@ _WRONG_SUBTOTAL = text(
     "WITH"
     + _CHANGES
     + """,
+    -- A change applies to the periods starting after its changedAt; a scheduled one (applied at
+    -- the period boundary changedAt) also to the period starting at it.
     spans AS (
         SELECT subscription_id, new_code AS code, changed_at AS since,
-               lead(changed_at) OVER (PARTITION BY subscription_id ORDER BY changed_at, sequence)
-                   AS until
+               at_period_end AS since_inclusive,
+               lead(changed_at) OVER w AS until,
+               NOT coalesce(lead(at_period_end) OVER w, false) AS until_inclusive
         FROM changes
+        WINDOW w AS (PARTITION BY subscription_id ORDER BY changed_at, sequence)
         UNION ALL
         SELECT * FROM (
             SELECT DISTINCT ON (subscription_id) subscription_id, old_code, NULL::timestamptz,
-                   changed_at
+                   false, changed_at, NOT at_period_end
             FROM changes ORDER BY subscription_id, changed_at, sequence
         ) first_change
     ),
@@ -78,8 +86,10 @@ _WRONG_SUBTOTAL = text(
         JOIN subscription s ON s.id = i.subscription_id
         JOIN plan current_plan ON current_plan.id = s.plan_id
         LEFT JOIN spans sp ON sp.subscription_id = i.subscription_id
-             AND (sp.since IS NULL OR sp.since < i.period_start)
-             AND (sp.until IS NULL OR i.period_start <= sp.until)
+             AND (sp.since IS NULL OR sp.since < i.period_start
+                  OR (sp.since_inclusive AND sp.since = i.period_start))
+             AND (sp.until IS NULL OR i.period_start < sp.until
+                  OR (sp.until_inclusive AND i.period_start = sp.until))
         WHERE i.kind = 'RENEWAL'
     )
     SELECT e.id, e.subscription_id, e.period_index, e.subtotal, e.currency, e.code,
@@ -150,6 +160,7 @@ async def check_amounts(
         "changed_ats": [c.changed_at for c in plan_changes],
         "old_codes": [c.old_plan_code for c in plan_changes],
         "new_codes": [c.new_plan_code for c in plan_changes],
+        "at_period_ends": [c.at_period_end for c in plan_changes],
     }
     seen: set[int] = set()
     for r in await conn.execute(_WRONG_SUBTOTAL, params):

@@ -29,6 +29,9 @@ class PlanChangeSeen:
     changed_at: datetime
     old_plan_code: str
     new_plan_code: str
+    # Scheduled for the period end: applied at the period boundary ``changed_at``, so the
+    # period starting then is already at the new plan.
+    at_period_end: bool = False
 
 
 @dataclass
@@ -74,6 +77,7 @@ class TopicEvidence:
                     parse_time(str(payload["changedAt"])),
                     str(payload["oldPlanCode"]),
                     str(payload["newPlanCode"]),
+                    payload.get("effective") == "period_end",
                 )
             )
 

@@ -61,6 +61,7 @@ async def cancel(
             "status": str(new_state.status),
             "canceled_at": new_state.canceled_at,
             "cancel_at_period_end": new_state.cancel_at_period_end,
+            **subscriptions_repo.pause_values(new_state.pause),
         },
     )
     voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import events as ev
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
@@ -24,6 +25,16 @@ from billing_core.usecases.subscribe import opened_invoice_events
 # credit: the new price applies from the next renewal).
 PRORATION_CREATE = "create_prorations"
 PRORATION_NONE = "none"
+# ``always_invoice`` (Stripe's: create prorations and invoice them at once): an upgrade is
+# invoiced now, as with ``create_prorations``; a downgrade's credit is applied now to the OPEN
+# invoices whose collection never started (oldest first; one paid in full becomes PAID), and
+# only what is left stays on the balance for later invoices.
+PRORATION_ALWAYS = "always_invoice"
+# When a change applies: now (prorated as above), or at the current period's end (stored on the
+# subscription; the renewer applies it when it renews, and the new period is the first one
+# invoiced at the new plan).
+EFFECTIVE_NOW = "now"
+EFFECTIVE_PERIOD_END = "period_end"
 
 # Periods a plan change renews before it applies (the renewer's default per batch); a
 # subscription further behind is left to the renewer and the change answers 409 meanwhile.
@@ -41,6 +52,7 @@ class PlanChange:
     invoice_id: int | None = None
     credit_granted: int = 0
     invoice_amount: int = 0
+    scheduled: bool = False  # stored for the period end, not applied now
 
 
 async def _renewed_if_due(
@@ -78,8 +90,11 @@ async def change_plan(
     expected_version: int | None = None,
     actor: audit.Actor | None = None,
     proration_behavior: str = PRORATION_CREATE,
+    effective: str = EFFECTIVE_NOW,
 ) -> PlanChange:
-    """Switch to ``plan_code`` at ``now``.
+    """Switch to ``plan_code`` at ``now`` (``effective`` ``period_end``: see
+    :func:`schedule_change`). A change scheduled for the period end is dropped: this one
+    replaces it.
 
     ``prorate`` over the current period gives ``due``: positive (upgrade) becomes a PRORATION
     invoice for [now, period end), paid first from the credit balance and collected like any
@@ -91,6 +106,8 @@ async def change_plan(
     )
     new_plan = await plans_repo.get_by_code(session, plan_code)
     sub = await _renewed_if_due(session, sub, now)
+    if effective == EFFECTIVE_PERIOD_END:
+        return await _schedule(session, sub, new_plan, now, actor)
     state = subscriptions_repo.domain_state(sub)
     if new_plan.code == sub.plan_code:
         sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
@@ -99,16 +116,7 @@ async def change_plan(
         return change
     if sub.status == SubscriptionStatus.CANCELED:
         sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
-    if new_plan.currency != sub.plan_currency:
-        raise IncompatiblePlanChange(
-            f"plan {new_plan.code} is billed in {new_plan.currency}, "
-            f"the subscription in {sub.plan_currency}"
-        )
-    if new_plan.billing_interval != sub.plan_interval:
-        raise IncompatiblePlanChange(
-            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
-            f"the subscription every {sub.plan_interval}"
-        )
+    _require_compatible(sub, new_plan)
 
     proration = _proration(sub, new_plan.price_amount, now, proration_behavior)
     balance = sub.credit_balance
@@ -131,7 +139,7 @@ async def change_plan(
         subscription_id,
         expected_version=sub.version,
         now=now,
-        values={"plan_id": new_plan.id, "credit_balance": balance},
+        values={"plan_id": new_plan.id, "credit_balance": balance, "scheduled_plan_id": None},
     )
 
     if proration.due > 0:
@@ -165,6 +173,8 @@ async def change_plan(
             reason="DOWNGRADE",
             now=now,
         )
+        if proration_behavior == PRORATION_ALWAYS:
+            events += await _apply_credit_now(session, subscription_id, credit_granted, now)
 
     if invoice is not None:
         events += opened_invoice_events(invoice)
@@ -178,6 +188,105 @@ async def change_plan(
     )
     await _audit(session, actor, sub, version, change, new_plan.code, now)
     return change
+
+
+async def _apply_credit_now(
+    session: AsyncSession, subscription_id: int, credit: int, now: datetime
+) -> list[ev.DomainEvent]:
+    """``always_invoice`` on a downgrade: the credit just granted pays the OPEN invoices whose
+    collection never started, at once (the subscription row is already locked and versioned by
+    this change); InvoicePaid for each one paid in full."""
+    applied = await invoices_repo.apply_credit_to_open(session, subscription_id, credit, now=now)
+    events: list[ev.DomainEvent] = []
+    for use in applied:
+        await subscriptions_repo.add_credit_entry(
+            session,
+            subscription_id=subscription_id,
+            amount=-use.used,
+            reason="INVOICE",
+            invoice_id=use.invoice_id,
+            now=now,
+        )
+        if use.amount_left == 0:
+            events.append(ev.invoice_paid(subscription_id, use.invoice_id, 0, use.currency, now))
+    used = sum(use.used for use in applied)
+    if used:
+        await subscriptions_repo.consume_credit(session, subscription_id, used, now=now)
+    return events
+
+
+def _require_compatible(sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan) -> None:
+    if new_plan.currency != sub.plan_currency:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} is billed in {new_plan.currency}, "
+            f"the subscription in {sub.plan_currency}"
+        )
+    if new_plan.billing_interval != sub.plan_interval:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
+            f"the subscription every {sub.plan_interval}"
+        )
+
+
+async def _schedule(
+    session: AsyncSession,
+    sub: subscriptions_repo.Subscription,
+    new_plan: plans_repo.Plan | None,
+    now: datetime,
+    actor: audit.Actor | None,
+) -> PlanChange:
+    """Store (or, ``new_plan`` None or the current plan, drop) the change scheduled for the
+    period end; nothing is prorated or invoiced now."""
+    state = subscriptions_repo.domain_state(sub)
+    code = None if new_plan is None else new_plan.code
+    new_state, _ = sub_domain.schedule_plan_change(state, code, now)
+    if new_plan is not None and new_state.scheduled_plan_code is not None:
+        _require_compatible(sub, new_plan)
+    changed = new_state != state
+    version = sub.version
+    if changed:
+        version = await subscriptions_repo.update_versioned(
+            session,
+            sub.id,
+            expected_version=sub.version,
+            now=now,
+            values={
+                "scheduled_plan_id": None
+                if new_state.scheduled_plan_code is None or new_plan is None
+                else new_plan.id
+            },
+        )
+    await audit.record_subscription_change(
+        session,
+        actor,
+        audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,
+        sub.id,
+        before=sub.version,
+        after=version,
+        detail={
+            "fromPlan": sub.plan_code,
+            "scheduledPlan": new_state.scheduled_plan_code,
+            "effectiveAt": sub.current_period_end.isoformat(),
+            "changed": changed,
+        },
+        now=now,
+    )
+    return PlanChange(changed=changed, scheduled=new_state.scheduled_plan_code is not None)
+
+
+async def cancel_scheduled_change(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    now: datetime,
+    expected_version: int | None = None,
+    actor: audit.Actor | None = None,
+) -> bool:
+    """Drop the plan change scheduled for the period end; False when none was."""
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
+    return (await _schedule(session, sub, None, now, actor)).changed
 
 
 async def _audit(

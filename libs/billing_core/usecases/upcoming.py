@@ -19,7 +19,8 @@ class NoUpcomingInvoice(DomainError):
 
 def upcoming_invoice(sub: Subscription) -> RenewalInvoice:
     """The renewal invoice the renewer will create when ``sub``'s current period (or trial)
-    ends, from the subscription as it is now (plan, credit balance). A PAST_DUE subscription is
+    ends, from the subscription as it is now (plan, a plan change scheduled for the period end,
+    credit balance). A PAST_DUE subscription is
     previewed as it will renew once paid (ACTIVE again)."""
     state = domain_state(sub)
     if state.status == SubscriptionStatus.CANCELED:
@@ -42,6 +43,7 @@ def upcoming_invoice(sub: Subscription) -> RenewalInvoice:
         price_amount=sub.plan_price_amount,
         currency=sub.plan_currency,
         billing_interval=sub.plan_interval,
+        scheduled_price_amount=sub.scheduled_plan_price_amount,
     )
     plan = renewal_rules.plan_renewal(due, now=sub.current_period_end, max_periods=1)
     (invoice,) = plan.invoices

@@ -17,6 +17,7 @@ async def test_a_consistent_world_has_no_violation(scene: Scene) -> None:
         "sequence",
         "amounts",
         "stuck",
+        "pauses",
     ]
     assert report.check("periods").checked == 5  # subscriptions
     assert report.check("sequence").checked == 5  # subscriptions with events
