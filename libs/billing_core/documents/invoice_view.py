@@ -54,8 +54,13 @@ class InvoiceDocument:
     notes: tuple[str, ...] = field(default=())
 
     @property
+    def reference(self) -> str:
+        """The document number, or ``#id`` while invoices have none."""
+        return self.number or f"#{self.invoice_id}"
+
+    @property
     def title(self) -> str:
-        return f"Invoice {self.number}" if self.number else f"Invoice #{self.invoice_id}"
+        return f"Invoice {self.reference}"
 
     @property
     def subtotal(self) -> int:

@@ -1,0 +1,147 @@
+"""``notifier_email``: the notifier's outbox of e-mails, and whom a subscription's e-mails go to.
+
+Rows are written in the consumer's transaction (one per event at most: the event id is unique),
+then claimed, sent and marked sent by the sender, each step its own short transaction. A claim
+counts the attempt and moves ``next_attempt_at`` a lease ahead, so a sender that dies mid-send
+leaves a row that is claimed again once the lease is over; its ``attempts`` then says an attempt
+was made whose outcome is unknown.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from billing_core.repo.invoice_documents import Recipient
+
+Db = AsyncSession | AsyncConnection
+
+_RECIPIENT = text(
+    """
+    SELECT c.id AS customer_id, c.external_id, c.name, c.email
+    FROM customer c
+    WHERE c.id = COALESCE(
+        (SELECT customer_id FROM notifier_recipient WHERE subscription_id = :subscription_id),
+        (SELECT customer_id FROM subscription WHERE id = :subscription_id))
+    """
+)
+
+_QUEUE = text(
+    """
+    INSERT INTO notifier_email (event_id, event_type, subscription_id, customer_id, recipient,
+                                subject, message_id, message, next_attempt_at)
+    VALUES (:event_id, :event_type, :subscription_id, :customer_id, :recipient,
+            :subject, :message_id, :message, now())
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING id
+    """
+)
+
+_CLAIM = text(
+    """
+    UPDATE notifier_email e
+    SET attempts = e.attempts + 1, next_attempt_at = now() + make_interval(secs => :lease_s)
+    FROM (SELECT id FROM notifier_email
+          WHERE sent_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
+          ORDER BY next_attempt_at, id
+          LIMIT :limit
+          FOR UPDATE SKIP LOCKED) AS due
+    WHERE e.id = due.id
+    RETURNING e.id, e.event_id, e.event_type, e.recipient, e.message_id, e.message, e.attempts,
+              e.last_error
+    """
+)
+
+_SENT = text("UPDATE notifier_email SET sent_at = now(), last_error = NULL WHERE id = :id")
+
+_FAILED_ATTEMPT = text(
+    """
+    UPDATE notifier_email
+    SET last_error = :error,
+        next_attempt_at = now() + make_interval(secs => :retry_s),
+        failed_at = CASE WHEN :give_up THEN now() END
+    WHERE id = :id AND sent_at IS NULL
+    """
+)
+
+
+@dataclass(frozen=True)
+class QueuedEmail:
+    event_id: uuid.UUID
+    event_type: str
+    subscription_id: int
+    customer_id: int
+    recipient: str
+    subject: str
+    message_id: str
+    message: bytes
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    event_id: uuid.UUID
+    event_type: str
+    recipient: str
+    message_id: str
+    message: bytes
+    attempts: int  # including this one
+    last_error: str | None
+
+    @property
+    def outcome_of_last_attempt_unknown(self) -> bool:
+        """An earlier attempt started and neither succeeded nor failed: its sender died (the
+        SMTP server may or may not have accepted the message)."""
+        return self.attempts > 1 and self.last_error is None
+
+
+async def recipient_of(db: Db, subscription_id: int) -> Recipient | None:
+    """The customer a subscription's e-mails go to: the one its SubscriptionCreated named
+    (``notifier_recipient``), else the subscription's own; None when neither is known."""
+    row = (await db.execute(_RECIPIENT, {"subscription_id": subscription_id})).mappings().first()
+    return None if row is None else Recipient(**row)
+
+
+async def queue(db: Db, email: QueuedEmail) -> bool:
+    """Add ``email`` to the outbox; False when its event already has one (nothing written)."""
+    result = await db.execute(_QUEUE, email.__dict__)
+    return result.first() is not None
+
+
+async def claim(db: Db, *, limit: int, lease_s: float) -> list[Claimed]:
+    """Up to ``limit`` due e-mails, each counted as attempted and leased for ``lease_s``."""
+    rows = (await db.execute(_CLAIM, {"limit": limit, "lease_s": lease_s})).mappings()
+    return sorted((Claimed(**row) for row in rows), key=lambda c: c.id)
+
+
+async def mark_sent(db: Db, email_id: int) -> None:
+    await db.execute(_SENT, {"id": email_id})
+
+
+async def mark_failed_attempt(
+    db: Db, email_id: int, *, error: str, retry_s: float, give_up: bool
+) -> None:
+    await db.execute(
+        _FAILED_ATTEMPT,
+        {"id": email_id, "error": error[:2000], "retry_s": retry_s, "give_up": give_up},
+    )
+
+
+async def counts(db: Db) -> dict[str, int]:
+    """E-mails by state: sent, pending, failed (for status pages and tests)."""
+    row = (
+        await db.execute(
+            text(
+                """
+                SELECT count(*) FILTER (WHERE sent_at IS NOT NULL) AS sent,
+                       count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS pending,
+                       count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed
+                FROM notifier_email
+                """
+            )
+        )
+    ).one()
+    return {"sent": int(row.sent), "pending": int(row.pending), "failed": int(row.failed)}
