@@ -1,8 +1,8 @@
 """Sends the notifier's outbox (``notifier_email``) over SMTP.
 
-Each round claims the due e-mails (a short transaction that counts the attempt and leases the
-rows), sends them over one SMTP connection, and marks each one sent in its own transaction as
-soon as the server has accepted it. What a crash can do:
+Each round claims the due e-mails (a short transaction that leases the rows) and sends them over
+one SMTP connection, one at a time: count the attempt (committed), hand the message to the
+server, mark it sent (committed) as soon as the server has accepted it. What a crash can do:
 
 * before the server accepted a message (mid-conversation): the server drops it, the row stays
   unsent, and it is sent once the lease is over;
@@ -11,8 +11,10 @@ soon as the server has accepted it. What a crash can do:
   from the sending side; it is one message per crash at most, the same bytes with the same
   Message-ID, and it is logged (``email_resending_after_unknown_outcome``).
 
-A temporary failure (server down, 4xx) is retried with a doubling delay; a permanent refusal (5xx)
-or too many attempts gives the e-mail up (``failed_at``), logged and counted.
+A server that does not answer is tried again every ``BILLING_NOTIFIER_SEND_RETRY_SECONDS`` (no
+message reached it: nothing is given up); a temporary refusal (4xx) is retried with a doubling
+delay; a permanent refusal (5xx), or ``BILLING_NOTIFIER_SEND_MAX_ATTEMPTS`` attempts, gives the
+e-mail up (``failed_at``), logged and counted.
 """
 
 from __future__ import annotations
@@ -64,27 +66,18 @@ class Sender:
             )
         if not claimed:
             return 0
-        for email in claimed:
-            if email.outcome_of_last_attempt_unknown:
-                log.warning(
-                    "email_resending_after_unknown_outcome",
-                    email_id=email.id,
-                    message_id=email.message_id,
-                    event_id=str(email.event_id),
-                    attempts=email.attempts,
-                )
         smtp = self._client()
         try:
             await smtp.connect()
         except (aiosmtplib.SMTPException, OSError) as exc:
             for email in claimed:
-                await self._failed(email, f"connect: {exc!r}", permanent=False)
+                await self._failed(email, f"connect: {exc!r}", attempts=None, permanent=False)
             return len(claimed)
         try:
             for n, email in enumerate(claimed):
                 if not smtp.is_connected:
                     for rest in claimed[n:]:
-                        await self._failed(rest, "connection lost", permanent=False)
+                        await self._failed(rest, "connection lost", attempts=None, permanent=False)
                     break
                 await self._send(smtp, email)
         finally:
@@ -96,18 +89,33 @@ class Sender:
         return len(claimed)
 
     async def _send(self, smtp: aiosmtplib.SMTP, email: Claimed) -> None:
+        async with self._engine.begin() as conn:
+            attempt = await notifier_emails.start_attempt(conn, email.id)
+        if attempt.previous_unknown:
+            log.warning(
+                "email_resending_after_unknown_outcome",
+                email_id=email.id,
+                message_id=email.message_id,
+                event_id=str(email.event_id),
+                attempt=attempt.number,
+            )
+        n = attempt.number
         try:
             await smtp.sendmail(self._envelope_from, [email.recipient], email.message)
         except aiosmtplib.SMTPRecipientsRefused as exc:
             refused = exc.recipients[0] if exc.recipients else None
             permanent = refused is not None and refused.code >= 500
-            await self._failed(email, f"recipient refused: {exc!r}", permanent=permanent)
+            await self._failed(
+                email, f"recipient refused: {exc!r}", attempts=n, permanent=permanent
+            )
             return
         except aiosmtplib.SMTPResponseException as exc:
-            await self._failed(email, f"{exc.code} {exc.message}", permanent=exc.code >= 500)
+            await self._failed(
+                email, f"{exc.code} {exc.message}", attempts=n, permanent=exc.code >= 500
+            )
             return
         except (aiosmtplib.SMTPException, OSError) as exc:
-            await self._failed(email, repr(exc), permanent=False)
+            await self._failed(email, repr(exc), attempts=n, permanent=False)
             return
         async with self._engine.begin() as conn:
             await notifier_emails.mark_sent(conn, email.id)
@@ -120,12 +128,17 @@ class Sender:
             event_type=email.event_type,
             event_id=str(email.event_id),
             message_id=email.message_id,
-            attempts=email.attempts,
+            attempt=n,
         )
 
-    async def _failed(self, email: Claimed, error: str, *, permanent: bool) -> None:
-        give_up = permanent or email.attempts >= self._s.notifier_send_max_attempts
-        retry_s = min(self._s.notifier_send_retry_seconds * 2 ** (email.attempts - 1), MAX_RETRY_S)
+    async def _failed(
+        self, email: Claimed, error: str, *, attempts: int | None, permanent: bool
+    ) -> None:
+        """Record a failed attempt (``attempts``: its number; None when the message never got
+        to the server, which counts as no attempt)."""
+        tried = attempts or 0
+        give_up = permanent or tried >= self._s.notifier_send_max_attempts
+        retry_s = min(self._s.notifier_send_retry_seconds * 2 ** max(tried - 1, 0), MAX_RETRY_S)
         async with self._engine.begin() as conn:
             await notifier_emails.mark_failed_attempt(
                 conn, email.id, error=error, retry_s=retry_s, give_up=give_up
@@ -136,7 +149,7 @@ class Sender:
             email_id=email.id,
             to=email.recipient,
             event_type=email.event_type,
-            attempts=email.attempts,
+            attempt=attempts,
             error=error,
             retry_in_s=None if give_up else retry_s,
         )

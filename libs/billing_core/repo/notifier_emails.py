@@ -2,9 +2,10 @@
 
 Rows are written in the consumer's transaction (one per event at most: the event id is unique),
 then claimed, sent and marked sent by the sender, each step its own short transaction. A claim
-counts the attempt and moves ``next_attempt_at`` a lease ahead, so a sender that dies mid-send
-leaves a row that is claimed again once the lease is over; its ``attempts`` then says an attempt
-was made whose outcome is unknown.
+moves ``next_attempt_at`` a lease ahead, so rows of a sender that died are claimed again once the
+lease is over. Just before a message goes to the SMTP server its attempt is counted (and its last
+error cleared), so a row found with attempts but neither sent nor failed had an attempt whose
+sender died: the server may or may not have accepted that message.
 """
 
 from __future__ import annotations
@@ -43,15 +44,24 @@ _QUEUE = text(
 _CLAIM = text(
     """
     UPDATE notifier_email e
-    SET attempts = e.attempts + 1, next_attempt_at = now() + make_interval(secs => :lease_s)
+    SET next_attempt_at = now() + make_interval(secs => :lease_s)
     FROM (SELECT id FROM notifier_email
           WHERE sent_at IS NULL AND failed_at IS NULL AND next_attempt_at <= now()
           ORDER BY next_attempt_at, id
           LIMIT :limit
           FOR UPDATE SKIP LOCKED) AS due
     WHERE e.id = due.id
-    RETURNING e.id, e.event_id, e.event_type, e.recipient, e.message_id, e.message, e.attempts,
-              e.last_error
+    RETURNING e.id, e.event_id, e.event_type, e.recipient, e.message_id, e.message
+    """
+)
+
+_START_ATTEMPT = text(
+    """
+    UPDATE notifier_email e
+    SET attempts = e.attempts + 1, last_error = NULL
+    FROM (SELECT id, attempts, last_error FROM notifier_email WHERE id = :id FOR UPDATE) AS before
+    WHERE e.id = before.id
+    RETURNING e.attempts, before.attempts > 0 AND before.last_error IS NULL AS previous_unknown
     """
 )
 
@@ -88,14 +98,14 @@ class Claimed:
     recipient: str
     message_id: str
     message: bytes
-    attempts: int  # including this one
-    last_error: str | None
 
-    @property
-    def outcome_of_last_attempt_unknown(self) -> bool:
-        """An earlier attempt started and neither succeeded nor failed: its sender died (the
-        SMTP server may or may not have accepted the message)."""
-        return self.attempts > 1 and self.last_error is None
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int  # 1 for the first
+    # An earlier attempt started and neither succeeded nor failed: its sender died, and the
+    # SMTP server may or may not have accepted that message.
+    previous_unknown: bool
 
 
 async def recipient_of(db: Db, subscription_id: int) -> Recipient | None:
@@ -115,6 +125,12 @@ async def claim(db: Db, *, limit: int, lease_s: float) -> list[Claimed]:
     """Up to ``limit`` due e-mails, each counted as attempted and leased for ``lease_s``."""
     rows = (await db.execute(_CLAIM, {"limit": limit, "lease_s": lease_s})).mappings()
     return sorted((Claimed(**row) for row in rows), key=lambda c: c.id)
+
+
+async def start_attempt(db: Db, email_id: int) -> Attempt:
+    """Count an attempt at sending ``email_id``, just before handing it to the server."""
+    row = (await db.execute(_START_ATTEMPT, {"id": email_id})).one()
+    return Attempt(number=int(row.attempts), previous_unknown=bool(row.previous_unknown))
 
 
 async def mark_sent(db: Db, email_id: int) -> None:
