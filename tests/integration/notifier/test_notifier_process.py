@@ -140,15 +140,19 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
             "BILLING_LOG_JSON": "true",
         }
         procs: list[Proc] = []
-        for n, kill_at in enumerate((15, 60)):
-            procs.append(start(f"notifier-{n}", "services.notifier", env, tmp_path))
-            await until(lambda k=kill_at: len(mail.messages()) >= k, 120, f"{kill_at} e-mails")
-            procs[-1].kill9()
-        assert len(set(received_ids(mail))) < CUSTOMERS  # the kills came while sending
-        procs.append(start("notifier-last", "services.notifier", env, tmp_path))
-        await until(lambda: set(received_ids(mail)) >= expected, 180, "every receipt")
-        await asyncio.sleep(3)  # longer than a lease: a late resend would show now
-        assert procs[-1].terminate() == 0
+        try:
+            for n, kill_at in enumerate((15, 60)):
+                procs.append(start(f"notifier-{n}", "services.notifier", env, tmp_path))
+                await until(lambda k=kill_at: len(mail.messages()) >= k, 120, f"{kill_at} e-mails")
+                procs[-1].kill9()
+            assert len(set(received_ids(mail))) < CUSTOMERS  # the kills came while sending
+            procs.append(start("notifier-last", "services.notifier", env, tmp_path))
+            await until(lambda: set(received_ids(mail)) >= expected, 180, "every receipt")
+            await asyncio.sleep(3)  # longer than a lease: a late resend would show now
+            assert procs[-1].terminate() == 0
+        finally:
+            for proc in procs:
+                proc.kill9()
         received = Counter(received_ids(mail))
         messages = mail.messages()
 
