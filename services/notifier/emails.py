@@ -136,7 +136,7 @@ class Handler:
     async def _queue(self, session: AsyncSession, event: CloudEvent, email: Email) -> None:
         to = await notifier_emails.recipient_of(session, event.subscription_id)
         if to is None or not to.email:
-            log.warning(
+            log.info(
                 "email_no_address",
                 event_id=email.event_id,
                 event_type=event.event_type,
