@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from email import policy
 from email.message import EmailMessage
+from email.parser import BytesHeaderParser
 from pathlib import Path
 
 from tests.support.processes import free_port
@@ -60,14 +61,27 @@ class MailServer:
             self.process.wait(timeout=10)
         self.process = None
 
+    def _paths(self) -> list[Path]:
+        """The received messages' files, in the order received."""
+        new = self.directory / "new"
+        return sorted(new.glob("*.eml"), key=lambda p: tuple(int(x) for x in p.name.split(".")[:3]))
+
+    def count(self) -> int:
+        return len(self._paths())
+
+    def message_ids(self) -> list[str]:
+        """The Message-ID of every message received so far (headers only: cheap to poll)."""
+        parser = BytesHeaderParser(policy=policy.default)
+        ids = []
+        for path in self._paths():
+            with path.open("rb") as file:
+                ids.append(str(parser.parse(file)["Message-ID"]))
+        return ids
+
     def messages(self) -> list[EmailMessage]:
         """Every message received so far, in the order received."""
-        new = self.directory / "new"
-        paths = sorted(
-            new.glob("*.eml"), key=lambda p: tuple(int(x) for x in p.name.split(".")[:3])
-        )
         found = []
-        for path in paths:
+        for path in self._paths():
             parsed = email.message_from_bytes(path.read_bytes(), policy=policy.default)
             assert isinstance(parsed, EmailMessage)
             found.append(parsed)
