@@ -41,6 +41,7 @@ def upgrade() -> None:
         sa.Column("message", sa.LargeBinary(), nullable=False),
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("next_attempt_at", TZ, nullable=False),
+        sa.Column("attempt_started_at", TZ, nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("sent_at", TZ, nullable=True),
         sa.Column("failed_at", TZ, nullable=True),

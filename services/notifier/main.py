@@ -31,17 +31,18 @@ def build(settings: NotifierSettings) -> process.WorkerProcess:
     sender = Sender(engine, settings)
 
     async def tick() -> bool:
-        # Events first (they queue e-mails in the outbox), then the due e-mails.
-        polled = await consumer.poll(timeout_ms=500)
-        claimed = await sender.send_due()
-        return polled > 0 or claimed >= settings.notifier_send_batch
+        return await consumer.poll(timeout_ms=500) > 0
 
     return process.WorkerProcess(
         name="notifier",
         worker=Worker("notifier", tick, poll_interval=0.01, max_error_backoff=5.0),
         engine=engine,
         health_port=settings.notifier_health_port,
+        periodic=[
+            process.Periodic("notifier_sender", settings.notifier_send_interval_seconds, sender.run)
+        ],
         start=[consumer.start],
+        drain=sender.stop,  # the message being sent is finished and recorded
         close=[consumer.stop],
         started={
             "topic": settings.kafka_topic,

@@ -1,8 +1,12 @@
 """Sends the notifier's outbox (``notifier_email``) over SMTP.
 
-Each round claims the due e-mails (a short transaction that leases the rows) and sends them over
-one SMTP connection, one at a time: count the attempt (committed), hand the message to the
-server, mark it sent (committed) as soon as the server has accepted it. What a crash can do:
+It runs beside the Kafka consumer (a side job of the notifier process, every
+``BILLING_NOTIFIER_SEND_INTERVAL_SECONDS``), so a consumer waiting for its group to rebalance
+does not hold the e-mails back. Each round claims the due e-mails (a short transaction that
+leases the rows) and sends them over one SMTP connection, one at a time: count the attempt
+(committed), hand the message to the server, mark it sent (committed) as soon as the server has
+accepted it. On SIGTERM the message being sent is finished and recorded, the rest given back.
+What a crash can do:
 
 * before the server accepted a message (mid-conversation): the server drops it, the row stays
   unsent, and it is sent once the lease is over;
@@ -19,6 +23,7 @@ e-mail up (``failed_at``), logged and counted.
 
 from __future__ import annotations
 
+import asyncio
 from email.utils import parseaddr
 
 import aiosmtplib
@@ -46,7 +51,22 @@ class Sender:
         self._engine = engine
         self._s = settings
         self._envelope_from = parseaddr(settings.notifier_mail_from)[1]
+        self._busy = asyncio.Lock()  # held while one message is being sent and recorded
+        self._stopping = False
         self.sent = 0
+        self.resent_after_unknown_outcome = 0
+
+    async def run(self) -> None:
+        """Send rounds until one finds less than a full batch (or the process stops)."""
+        while not self._stopping:
+            if await self.send_due() < self._s.notifier_send_batch:
+                return
+
+    async def stop(self) -> None:
+        """Send no more; wait for the message being sent, if any, to be recorded."""
+        self._stopping = True
+        async with self._busy:
+            pass
 
     def _client(self) -> aiosmtplib.SMTP:
         return aiosmtplib.SMTP(
@@ -75,11 +95,16 @@ class Sender:
             return len(claimed)
         try:
             for n, email in enumerate(claimed):
+                if self._stopping:
+                    async with self._engine.begin() as conn:
+                        await notifier_emails.release(conn, [e.id for e in claimed[n:]])
+                    break
                 if not smtp.is_connected:
                     for rest in claimed[n:]:
                         await self._failed(rest, "connection lost", attempts=None, permanent=False)
                     break
-                await self._send(smtp, email)
+                async with self._busy:
+                    await self._send(smtp, email)
         finally:
             if smtp.is_connected:
                 try:
@@ -92,6 +117,7 @@ class Sender:
         async with self._engine.begin() as conn:
             attempt = await notifier_emails.start_attempt(conn, email.id)
         if attempt.previous_unknown:
+            self.resent_after_unknown_outcome += 1
             log.warning(
                 "email_resending_after_unknown_outcome",
                 email_id=email.id,
@@ -115,7 +141,8 @@ class Sender:
             )
             return
         except (aiosmtplib.SMTPException, OSError) as exc:
-            await self._failed(email, repr(exc), attempts=n, permanent=False)
+            # No answer (timeout, connection lost): the server may still have accepted it.
+            await self._failed(email, repr(exc), attempts=n, permanent=False, answered=False)
             return
         async with self._engine.begin() as conn:
             await notifier_emails.mark_sent(conn, email.id)
@@ -129,19 +156,32 @@ class Sender:
             event_id=str(email.event_id),
             message_id=email.message_id,
             attempt=n,
+            previous_error=attempt.previous_error,
         )
 
     async def _failed(
-        self, email: Claimed, error: str, *, attempts: int | None, permanent: bool
+        self,
+        email: Claimed,
+        error: str,
+        *,
+        attempts: int | None,
+        permanent: bool,
+        answered: bool = True,
     ) -> None:
         """Record a failed attempt (``attempts``: its number; None when the message never got
-        to the server, which counts as no attempt)."""
+        to the server, which counts as no attempt). ``answered``: the server refused it, so it
+        surely does not have it; otherwise an unknown outcome stays unknown."""
         tried = attempts or 0
         give_up = permanent or tried >= self._s.notifier_send_max_attempts
         retry_s = min(self._s.notifier_send_retry_seconds * 2 ** max(tried - 1, 0), MAX_RETRY_S)
         async with self._engine.begin() as conn:
             await notifier_emails.mark_failed_attempt(
-                conn, email.id, error=error, retry_s=retry_s, give_up=give_up
+                conn,
+                email.id,
+                error=error,
+                retry_s=retry_s,
+                give_up=give_up,
+                attempted=attempts is not None and answered,
             )
         EMAILS.labels(result="failed" if give_up else "retry").inc()
         (log.error if give_up else log.warning)(

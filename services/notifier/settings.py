@@ -34,6 +34,9 @@ class NotifierSettings(CoreSettings):
         default="Billing <billing@example.invalid>",
         description="From: of every e-mail (its address is also the envelope sender).",
     )
+    notifier_send_interval_seconds: float = Field(
+        default=0.5, gt=0, description="How often the sender looks for due e-mails."
+    )
     notifier_send_batch: int = Field(
         default=50, ge=1, description="E-mails claimed and sent over one SMTP connection."
     )

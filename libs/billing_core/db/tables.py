@@ -380,6 +380,9 @@ notifier_email = Table(
     # Attempts started (an attempt that died mid-send counts: its outcome is unknown).
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("next_attempt_at", TZ, nullable=False),
+    # Set when a message goes to the server, cleared when its outcome is recorded: still set on
+    # a row being claimed, the sender died mid-attempt (the server may have the message).
+    Column("attempt_started_at", TZ),
     Column("last_error", Text),
     Column("sent_at", TZ),
     # Given up: the server refused it for good, or every attempt failed.

@@ -3,9 +3,9 @@
 Rows are written in the consumer's transaction (one per event at most: the event id is unique),
 then claimed, sent and marked sent by the sender, each step its own short transaction. A claim
 moves ``next_attempt_at`` a lease ahead, so rows of a sender that died are claimed again once the
-lease is over. Just before a message goes to the SMTP server its attempt is counted (and its last
-error cleared), so a row found with attempts but neither sent nor failed had an attempt whose
-sender died: the server may or may not have accepted that message.
+lease is over. Just before a message goes to the SMTP server its attempt is counted and
+``attempt_started_at`` set; recording the outcome (sent, or refused) clears it. A row claimed with
+it still set had an attempt whose sender died: the server may or may not have that message.
 """
 
 from __future__ import annotations
@@ -58,19 +58,25 @@ _CLAIM = text(
 _START_ATTEMPT = text(
     """
     UPDATE notifier_email e
-    SET attempts = e.attempts + 1, last_error = NULL
-    FROM (SELECT id, attempts, last_error FROM notifier_email WHERE id = :id FOR UPDATE) AS before
+    SET attempts = e.attempts + 1, attempt_started_at = now()
+    FROM (SELECT id, attempt_started_at, last_error FROM notifier_email WHERE id = :id FOR UPDATE)
+         AS before
     WHERE e.id = before.id
-    RETURNING e.attempts, before.attempts > 0 AND before.last_error IS NULL AS previous_unknown
+    RETURNING e.attempts, before.attempt_started_at IS NOT NULL AS previous_unknown,
+              before.last_error AS previous_error
     """
 )
 
-_SENT = text("UPDATE notifier_email SET sent_at = now(), last_error = NULL WHERE id = :id")
+_SENT = text(
+    "UPDATE notifier_email SET sent_at = now(), attempt_started_at = NULL, last_error = NULL "
+    "WHERE id = :id"
+)
 
 _FAILED_ATTEMPT = text(
     """
     UPDATE notifier_email
     SET last_error = :error,
+        attempt_started_at = CASE WHEN :attempted THEN NULL ELSE attempt_started_at END,
         next_attempt_at = now() + make_interval(secs => :retry_s),
         failed_at = CASE WHEN :give_up THEN now() END
     WHERE id = :id AND sent_at IS NULL
@@ -106,6 +112,7 @@ class Attempt:
     # An earlier attempt started and neither succeeded nor failed: its sender died, and the
     # SMTP server may or may not have accepted that message.
     previous_unknown: bool
+    previous_error: str | None  # what the previous attempt (or connection) failed with
 
 
 async def recipient_of(db: Db, subscription_id: int) -> Recipient | None:
@@ -122,7 +129,7 @@ async def queue(db: Db, email: QueuedEmail) -> bool:
 
 
 async def claim(db: Db, *, limit: int, lease_s: float) -> list[Claimed]:
-    """Up to ``limit`` due e-mails, each counted as attempted and leased for ``lease_s``."""
+    """Up to ``limit`` due e-mails, each leased for ``lease_s``."""
     rows = (await db.execute(_CLAIM, {"limit": limit, "lease_s": lease_s})).mappings()
     return sorted((Claimed(**row) for row in rows), key=lambda c: c.id)
 
@@ -130,7 +137,22 @@ async def claim(db: Db, *, limit: int, lease_s: float) -> list[Claimed]:
 async def start_attempt(db: Db, email_id: int) -> Attempt:
     """Count an attempt at sending ``email_id``, just before handing it to the server."""
     row = (await db.execute(_START_ATTEMPT, {"id": email_id})).one()
-    return Attempt(number=int(row.attempts), previous_unknown=bool(row.previous_unknown))
+    return Attempt(
+        number=int(row.attempts),
+        previous_unknown=bool(row.previous_unknown),
+        previous_error=row.previous_error,
+    )
+
+
+async def release(db: Db, email_ids: list[int]) -> None:
+    """Give claimed e-mails that were not tried back (due now, for any sender)."""
+    await db.execute(
+        text(
+            "UPDATE notifier_email SET next_attempt_at = now() "
+            "WHERE id = ANY(CAST(:ids AS bigint[])) AND sent_at IS NULL"
+        ),
+        {"ids": email_ids},
+    )
 
 
 async def mark_sent(db: Db, email_id: int) -> None:
@@ -138,11 +160,19 @@ async def mark_sent(db: Db, email_id: int) -> None:
 
 
 async def mark_failed_attempt(
-    db: Db, email_id: int, *, error: str, retry_s: float, give_up: bool
+    db: Db, email_id: int, *, error: str, retry_s: float, give_up: bool, attempted: bool
 ) -> None:
+    """Record a failure. ``attempted``: the server answered this attempt with a refusal, so its
+    outcome is known; otherwise (no connection, no answer) an unknown outcome stays unknown."""
     await db.execute(
         _FAILED_ATTEMPT,
-        {"id": email_id, "error": error[:2000], "retry_s": retry_s, "give_up": give_up},
+        {
+            "id": email_id,
+            "error": error[:2000],
+            "retry_s": retry_s,
+            "give_up": give_up,
+            "attempted": attempted,
+        },
     )
 
 

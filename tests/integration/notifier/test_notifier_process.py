@@ -1,7 +1,8 @@
 """kill -9 during sending: a real notifier process, real Kafka, PostgreSQL and a real SMTP server
 (the project's own, as a process) that keeps what it receives.
 
-The notifier is killed twice while e-mails are arriving and started again each time. Every
+The notifier consumes the events (queueing every e-mail in one transaction), then is killed twice
+while the e-mails are arriving at the server and started again each time. Every
 customer must get their receipt, and no e-mail may arrive twice except where SMTP leaves no
 choice: a message the server accepted just before the kill, before the notifier recorded it as
 sent. Such a resend must be one the notifier says it made without knowing the earlier outcome
@@ -130,9 +131,9 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
             "BILLING_NOTIFIER_HEALTH_PORT": "0",
             "BILLING_NOTIFIER_SMTP_PORT": str(mail.port),
             "BILLING_NOTIFIER_MAIL_FROM": "Billing <billing@example.test>",
-            "BILLING_NOTIFIER_MAX_RECORDS": "15",  # consuming and sending interleave
             "BILLING_NOTIFIER_SEND_BATCH": "10",
             "BILLING_NOTIFIER_SEND_LEASE_SECONDS": "2",
+            "BILLING_NOTIFIER_SEND_RETRY_SECONDS": "1",
             "BILLING_LOG_JSON": "true",
         }
         procs: list[Proc] = []

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import aiosmtplib
 import pytest
 from pypdf import PdfReader
 from sqlalchemy import text
@@ -238,3 +239,33 @@ async def test_a_permanent_refusal_gives_the_email_up(
     async with engine.connect() as conn:
         assert await notifier_emails.counts(conn) == {"sent": 0, "pending": 0, "failed": 1}
     assert mail.messages() == []
+
+
+async def test_a_sender_that_died_after_the_server_accepted_is_resent_and_says_so(
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    database_url: str,
+    mail: MailServer,
+) -> None:
+    cid = await customer(engine, "ed@example.com")
+    sub, invoice = await paid_invoice(engine, cid)
+    await handle(sessions, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
+    # What a sender does up to the server's acceptance, then it dies (nothing marked).
+    async with engine.begin() as conn:
+        [claimed] = await notifier_emails.claim(conn, limit=10, lease_s=60)
+    async with engine.begin() as conn:
+        first = await notifier_emails.start_attempt(conn, claimed.id)
+    assert (first.number, first.previous_unknown) == (1, False)
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=mail.port, start_tls=False)
+    await smtp.connect()
+    await smtp.sendmail("billing@example.test", [claimed.recipient], claimed.message)
+    await smtp.quit()
+
+    sender = Sender(engine, notifier_settings(database_url, mail.port))
+    assert await sender.send_due() == 0  # leased to the dead sender
+    async with engine.begin() as conn:
+        await conn.execute(text("UPDATE notifier_email SET next_attempt_at = now()"))
+    assert await sender.send_due() == 1
+    assert sender.resent_after_unknown_outcome == 1
+    ids = mail.message_ids()
+    assert ids == [claimed.message_id, claimed.message_id]  # the same message, twice
