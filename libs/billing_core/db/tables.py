@@ -383,6 +383,40 @@ notifier_recipient = Table(
     Column("learned_at", TZ, nullable=False, server_default=NOW),
 )
 
+# The notifier's outbox of e-mails: one per event at most, written in the transaction that
+# records the event as processed, holding the message exactly as it is sent (so a resend is the
+# same message, Message-ID included); sent_at is set once the SMTP server accepted it.
+notifier_email = Table(
+    "notifier_email",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("event_id", UUID(as_uuid=True), nullable=False, unique=True),
+    Column("event_type", String(50), nullable=False),
+    Column("subscription_id", BigInteger, nullable=False),
+    Column("customer_id", BigInteger, nullable=False),
+    Column("recipient", String(320), nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("message_id", Text, nullable=False, unique=True),
+    Column("message", LargeBinary, nullable=False),
+    # Attempts started (an attempt that died mid-send counts: its outcome is unknown).
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False),
+    # Set when a message goes to the server, cleared when its outcome is recorded: still set on
+    # a row being claimed, the sender died mid-attempt (the server may have the message).
+    Column("attempt_started_at", TZ),
+    Column("last_error", Text),
+    Column("sent_at", TZ),
+    # Given up: the server refused it for good, or every attempt failed.
+    Column("failed_at", TZ),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    Index(
+        "idx_notifier_email_due",
+        "next_attempt_at",
+        postgresql_where=text("sent_at IS NULL AND failed_at IS NULL"),
+    ),
+)
+
 refund = Table(
     "refund",
     metadata,

@@ -59,6 +59,7 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
     ("GET", "/customers/7", Scope.SUBSCRIPTIONS_READ, {}),
     ("GET", "/customers/7/subscriptions", Scope.SUBSCRIPTIONS_READ, {}),
     ("GET", "/invoices/{id}", Scope.INVOICES_READ, {}),
+    ("GET", "/invoices/{id}/pdf", Scope.INVOICES_READ, {}),
 ]
 OPEN = {
     ("GET", "/healthz"),
