@@ -102,6 +102,7 @@ def process_pids(system: System) -> dict[str, int]:
         "relay": "relay",
         "gateway-sim": "gateway",
         "collector": "collector",
+        "notifier": "notifier",
     }
     pids: dict[str, int] = {}
     for pid in descendants(system.pid):

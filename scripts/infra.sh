@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Real PostgreSQL, Redis, Apache Kafka (KRaft) and stripe-mock on loopback, for development,
-# tests and demos.
+# Real PostgreSQL, Redis, Apache Kafka (KRaft), stripe-mock and a development SMTP server on
+# loopback, for development, tests and demos.
 #
-#   scripts/infra.sh up                 start all four (reuses what already answers), print URLs
-#   scripts/infra.sh down               stop all four
+#   scripts/infra.sh up                 start all five (reuses what already answers), print URLs
+#   scripts/infra.sh down               stop all five
 #   scripts/infra.sh status             which ones answer
 #   scripts/infra.sh env                print the connection settings as shell exports
-#   scripts/infra.sh start|stop NAME    one of postgres, redis, kafka, stripe-mock
+#   scripts/infra.sh start|stop NAME    one of postgres, redis, kafka, stripe-mock, mail
+#
+# The SMTP server is the project's own (`billing mail-server`, aiosmtpd, from the virtualenv that
+# `make venv` builds): it keeps every message it receives as a file under $BILLING_VAR/mail/new/.
 #
 # stripe-mock (Stripe's own API mock: it checks each request against Stripe's OpenAPI spec and
 # answers with fixture objects) is built with `go install` into $BILLING_VAR/bin when missing.
@@ -24,6 +27,7 @@ KAFKA_CONTROLLER_PORT="${BILLING_KAFKA_CONTROLLER_PORT:-59093}"
 STRIPE_MOCK_PORT="${BILLING_STRIPE_MOCK_PORT:-52111}"
 STRIPE_MOCK_HTTPS_PORT="${BILLING_STRIPE_MOCK_HTTPS_PORT:-52112}" # unused, but always opened
 STRIPE_MOCK_VERSION=v0.203.0
+MAIL_PORT="${BILLING_MAIL_PORT:-52525}"
 PG_USER=billing
 PG_DB=billing
 
@@ -254,18 +258,44 @@ stripe_mock_down() {
   fi
 }
 
+# ---------------------------------------------------------------- development SMTP server
+mail_up() {
+  if port_open "$MAIL_PORT"; then log "mail server already answers on $MAIL_PORT"; return; fi
+  local bin="$ROOT/.venv/bin/billing"
+  [[ -x "$bin" ]] || die "no $bin: run 'make venv' first (the mail server is the project's own)"
+  mkdir -p "$VAR/mail" "$VAR/log"
+  nohup "$bin" mail-server --host 127.0.0.1 --port "$MAIL_PORT" --dir "$VAR/mail" \
+    >"$VAR/log/mail.log" 2>&1 &
+  echo $! >"$VAR/mail/mail.pid"
+  wait_port "$MAIL_PORT" 30 "mail server"
+  log "mail server up on $MAIL_PORT (messages in $VAR/mail/new)"
+}
+
+mail_down() {
+  local pidf="$VAR/mail/mail.pid"
+  if [[ -f "$pidf" ]] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
+    kill "$(cat "$pidf")"
+    rm -f "$pidf"
+    log "mail server stopped"
+  else
+    log "mail server not running"
+  fi
+}
+
 print_env() {
   cat <<EOF
 export BILLING_DATABASE_URL=postgresql+asyncpg://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB
 export BILLING_REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export BILLING_KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT
 export BILLING_STRIPE_MOCK_URL=http://127.0.0.1:$STRIPE_MOCK_PORT
+export BILLING_NOTIFIER_SMTP_HOST=127.0.0.1
+export BILLING_NOTIFIER_SMTP_PORT=$MAIL_PORT
 EOF
 }
 
 status() {
   local name port
-  for name in postgres:$PG_PORT redis:$REDIS_PORT kafka:$KAFKA_PORT stripe-mock:$STRIPE_MOCK_PORT; do
+  for name in postgres:$PG_PORT redis:$REDIS_PORT kafka:$KAFKA_PORT stripe-mock:$STRIPE_MOCK_PORT mail:$MAIL_PORT; do
     port="${name#*:}"
     if port_open "$port"; then echo "${name%%:*}: up ($port)"; else echo "${name%%:*}: down"; fi
   done
@@ -278,21 +308,24 @@ case "$cmd" in
     redis_up
     kafka_up
     stripe_mock_up
+    mail_up
     echo "PostgreSQL: postgresql://$PG_USER@127.0.0.1:$PG_PORT/$PG_DB"
     echo "Redis:      redis://127.0.0.1:$REDIS_PORT/0"
     echo "Kafka:      127.0.0.1:$KAFKA_PORT"
     echo "stripe-mock: http://127.0.0.1:$STRIPE_MOCK_PORT"
+    echo "SMTP:       127.0.0.1:$MAIL_PORT (received mail: $VAR/mail/new/*.eml)"
     ;;
-  down) stripe_mock_down; kafka_down; redis_down; pg_down ;;
+  down) mail_down; stripe_mock_down; kafka_down; redis_down; pg_down ;;
   status) status ;;
   env) print_env ;;
   start | stop)
-    svc="${2:?name one of postgres, redis, kafka, stripe-mock}"
+    svc="${2:?name one of postgres, redis, kafka, stripe-mock, mail}"
     case "$svc" in
       postgres) if [[ $cmd == start ]]; then pg_up; else pg_down; fi ;;
       redis) if [[ $cmd == start ]]; then redis_up; else redis_down; fi ;;
       kafka) if [[ $cmd == start ]]; then kafka_up; else kafka_down; fi ;;
       stripe-mock) if [[ $cmd == start ]]; then stripe_mock_up; else stripe_mock_down; fi ;;
+      mail) if [[ $cmd == start ]]; then mail_up; else mail_down; fi ;;
       *) die "unknown service $svc" ;;
     esac
     ;;

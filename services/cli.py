@@ -203,6 +203,26 @@ def gateway_sim() -> None:
     run()
 
 
+@app.command("mail-server")
+def mail_server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="SMTP port.")] = 52525,
+    directory: Annotated[
+        str, typer.Option("--dir", help="Where received messages are kept (DIR/new/*.eml).")
+    ] = "var/mail",
+    log_json: Annotated[bool, typer.Option(envvar="BILLING_LOG_JSON")] = False,
+) -> None:
+    """Run the development SMTP server: keeps every message it receives as a file
+    (development and tests; `scripts/infra.sh up` starts one on port 52525)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from billing_core.logging import configure_logging  # noqa: PLC0415
+    from services.mail_server.main import serve  # noqa: PLC0415
+
+    configure_logging("billing.mail_server", "INFO", log_json)
+    serve(host, port, Path(directory))
+
+
 @app.command("run-all")
 def run_all(
     procfile: Annotated[str, typer.Option("-f", "--procfile", help="The Procfile.")] = "Procfile",

@@ -154,6 +154,17 @@ class CoreSettings(BaseSettings):
         "gateway's idempotency-key retention, 24 h for most); then held for reconciliation.",
     )
 
+    seller_name: str = Field(
+        default="Billing Example Ltd",
+        min_length=1,
+        description="Who sells: the seller named on invoice documents (PDF) and e-mails.",
+    )
+    seller_details: tuple[str, ...] = Field(
+        default=("1 Example Street", "London EC1A 1AA", "United Kingdom"),
+        description="Lines under the seller's name on invoice documents (JSON list): address, "
+        "tax id, contact.",
+    )
+
     def dunning_policy(self) -> DunningPolicy:
         return DunningPolicy(
             delays=tuple(timedelta(seconds=s) for s in self.dunning_delays_seconds),

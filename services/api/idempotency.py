@@ -56,6 +56,8 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 RETRY_AFTER_SECONDS = 1
 JSON = "application/json"
 STORED_KEY_CONSTRAINT = "pk_idempotency_key"
+# Attempts of a write that names no version and meets concurrent writes (``run``).
+CONFLICT_ATTEMPTS = 3
 # Response headers worth replaying (the body's type and where the resource lives).
 _STORED_HEADERS = ("content-type", "location", "etag")
 
@@ -126,7 +128,23 @@ class IdempotentWrite:
                 "This operation requires an Idempotency-Key header (e.g. a UUID).",
             )
 
-    async def run(self, work: Work) -> Response:
+    async def run(self, work: Work, *, retry_conflicts: bool = False) -> Response:
+        """``work`` in one transaction. ``retry_conflicts``: the request named no version (no
+        If-Match, no expectedVersion), so a write that met a concurrent one on the same
+        subscription (``VersionConflict``: a renewal, a payment result) runs again, in a new
+        transaction on the row as it now is, instead of answering 409; at most
+        ``CONFLICT_ATTEMPTS`` times."""
+        attempt = 1
+        while True:
+            try:
+                return await self._run_once(work)
+            except subscriptions_repo.VersionConflict:
+                if not retry_conflicts or attempt >= CONFLICT_ATTEMPTS:
+                    raise
+                attempt += 1
+                log.info("write_retried_after_version_conflict", attempt=attempt)
+
+    async def _run_once(self, work: Work) -> Response:
         ctx = self._ctx
         method = self._request.method
         path = self._request.url.path

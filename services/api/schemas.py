@@ -126,16 +126,26 @@ class ChangePlanRequest(_Request):
             "examples": [
                 {"planCode": "PRO_MONTHLY", "expectedVersion": 2},
                 {"planCode": "BASIC_MONTHLY", "prorationBehavior": "none"},
+                {"planCode": "BASIC_MONTHLY", "effective": "period_end"},
             ]
         }
     )
 
     plan_code: PlanCode
-    proration_behavior: Literal["create_prorations", "none"] = Field(
+    proration_behavior: Literal["create_prorations", "always_invoice", "none"] = Field(
         default="create_prorations",
         description="create_prorations: the difference for the rest of the period is invoiced "
-        "(upgrade) or credited (downgrade) now; none: nothing now, the new price applies from "
-        "the next renewal.",
+        "(upgrade) or credited (downgrade) now; always_invoice: the same, and a downgrade's "
+        "credit is applied at once to the OPEN invoices whose collection has not started "
+        "(what is left stays credit); none: nothing now, the new price applies from the next "
+        "renewal.",
+    )
+    effective: Literal["now", "period_end"] = Field(
+        default="now",
+        description="now: the change applies at once (prorated per prorationBehavior); "
+        "period_end: it is scheduled for the current period's end (scheduledChange on the "
+        "subscription), nothing is prorated, and the renewer invoices the next period at the "
+        "new plan. Scheduling the current plan drops a scheduled change.",
     )
     expected_version: Version | None = Field(
         default=None, description="Refuse (409) unless the subscription is at this version."
@@ -223,6 +233,22 @@ class PlanList(_Camel):
     items: list[PlanOut]
 
 
+class PauseOut(_Camel):
+    """Collection paused: renewals of periods starting before resumesAt are created VOID or
+    DRAFT, and no invoice of the subscription is collected."""
+
+    behavior: Literal["void", "keep_as_draft"]
+    paused_at: datetime
+    resumes_at: datetime | None
+
+
+class ScheduledChangeOut(_Camel):
+    """A plan change scheduled for the period end: the renewer applies it then."""
+
+    plan_code: str
+    effective_at: datetime = Field(description="The current period's end.")
+
+
 class SubscriptionOut(_Camel):
     id: int
     customer_id: int
@@ -242,6 +268,12 @@ class SubscriptionOut(_Camel):
         default=None,
         description="End of the free trial (null: none); while TRIALING the current period is "
         "the trial and ends then.",
+    )
+    pause: PauseOut | None = Field(
+        default=None, description="Collection paused (null: collected as usual)."
+    )
+    scheduled_change: ScheduledChangeOut | None = Field(
+        default=None, description="A plan change scheduled for the period end (null: none)."
     )
 
     @classmethod
@@ -268,6 +300,18 @@ class SubscriptionOut(_Camel):
             version=sub.version,
             created_at=sub.created_at,
             trial_end=sub.trial_end,
+            pause=None
+            if sub.paused_at is None
+            else PauseOut(
+                behavior=sub.pause_behavior,
+                paused_at=sub.paused_at,
+                resumes_at=sub.pause_resumes_at,
+            ),
+            scheduled_change=None
+            if sub.scheduled_plan_code is None
+            else ScheduledChangeOut(
+                plan_code=sub.scheduled_plan_code, effective_at=sub.current_period_end
+            ),
         )
 
 
@@ -287,6 +331,11 @@ class PlanChangeOut(_Camel):
     preview: bool = Field(
         default=False,
         description="true: nothing was written (?preview=true); this is what the change would do.",
+    )
+    scheduled: bool = Field(
+        default=False,
+        description="true: the change is scheduled for the period end (effective: period_end), "
+        "not applied now.",
     )
 
 
@@ -339,7 +388,10 @@ class InvoiceOut(_Camel):
     credit_applied: int
     amount: int
     currency: str
-    status: Literal["OPEN", "PAID", "FAILED", "VOID"]
+    status: Literal["DRAFT", "OPEN", "PAID", "FAILED", "VOID"] = Field(
+        description="DRAFT: a period renewed while collection was paused with keep_as_draft "
+        "(never collected)."
+    )
     attempt_count: int
     next_attempt_at: datetime | None
     paid_at: datetime | None
@@ -719,6 +771,38 @@ class EndTrialOut(_Camel):
     subscription: SubscriptionOut
 
 
+class ResumeRequest(_Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 4}]})
+
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
+class PauseRequest(_Request):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"behavior": "void"},
+                {"behavior": "keep_as_draft", "resumesAt": "2027-03-01T00:00:00Z"},
+            ]
+        }
+    )
+
+    behavior: Literal["void", "keep_as_draft"] = Field(
+        description="What the renewals of paused periods become: void (created VOID: those "
+        "periods are free) or keep_as_draft (created DRAFT: kept, never collected)."
+    )
+    resumes_at: AwareDatetime | None = Field(
+        default=None,
+        description="When collection resumes by itself (after now); omitted or null: only "
+        "POST /subscriptions/{id}/resume does.",
+    )
+    expected_version: Version | None = Field(
+        default=None, description="Refuse (409) unless the subscription is at this version."
+    )
+
+
 class ResumeRenewalRequest(_Request):
     model_config = ConfigDict(json_schema_extra={"examples": [{}, {"expectedVersion": 2}]})
 
@@ -737,8 +821,9 @@ class UpcomingInvoiceOut(_Camel):
     credit_applied: int = Field(description="Credit the balance will pay, as it is now.")
     amount: int = Field(description="What will be charged: subtotal - creditApplied.")
     currency: str
-    status: Literal["OPEN", "PAID"] = Field(
-        description="OPEN (to be charged), or PAID when credit covers all of it."
+    status: Literal["OPEN", "PAID", "VOID", "DRAFT"] = Field(
+        description="OPEN (to be charged), or PAID when credit covers all of it; VOID or DRAFT "
+        "when its period starts while collection is paused (then it is not charged)."
     )
     tax: int = Field(
         default=0, description="The tax in subtotal (its TAX line), 0 without a tax location."
@@ -760,7 +845,7 @@ class UpcomingInvoiceOut(_Camel):
             credit_applied=invoice.credit_applied,
             amount=invoice.amount,
             currency=invoice.currency,
-            status="PAID" if invoice.status == "PAID" else "OPEN",
+            status=str(invoice.status),
             tax=invoice.tax,
             lines=[InvoiceLineOut.of(line) for line in upcoming.lines],
         )

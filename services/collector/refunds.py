@@ -5,7 +5,9 @@ A refund is leased like an invoice (``repo.refunds.claim_due_refunds``, committe
 call): a process that dies before the call, during it or before recording the answer leaves it
 to come due again when the lease ends, and the next try sends the same key — the gateway
 answers with the first refund instead of making a second one. An uncertain answer is asked
-again after ``unknown_retry`` (same key), at most ``unknown_max_retries`` times.
+again after ``unknown_retry`` (same key), while it has had fewer than ``unknown_max_retries``
+uncertain answers and was requested less than ``unknown_max_age`` ago (the gateway keeps a key
+for a limited time: past it, a retry could refund twice), then goes to a person.
 """
 
 from __future__ import annotations
@@ -141,8 +143,7 @@ class RefundSender:
                 refund.id,
                 answer,
                 now=self._clock.now(),
-                retry_after=self._policy.unknown_retry,
-                max_uncertain_answers=self._policy.unknown_max_retries,
+                policy=self._policy,
             )
         log.info(
             "refund_answer_recorded",

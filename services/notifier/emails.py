@@ -1,23 +1,32 @@
-"""Which e-mail each billing event would send. The notifier only logs them (no mail server).
+"""Which e-mail each billing event calls for. Receipts (InvoicePaid), payment failures
+(PaymentFailed) and trial endings (SubscriptionTrialWillEnd) are sent: the handler puts the whole
+message in the notifier's outbox (``notifier_email``) in the consumer's transaction, and the
+sender (:mod:`services.notifier.sender`) hands it to the SMTP server. The other e-mails are only
+logged (``email_would_send``).
 
 Payloads are read through their models (``billing_core.domain.event_payloads``), the same ones
 the producer writes them with. Only SubscriptionCreated names the customer, so the notifier
 remembers it per subscription (``notifier_recipient``) and addresses every later e-mail of that
 subscription to the customer; a subscription whose SubscriptionCreated it never saw (imported
-before the notifier ran) gets the subscription's fallback address.
+before the notifier ran) gets the subscription's fallback address in the log. A sent e-mail goes
+to the customer's e-mail address (``customer.email``): the learned customer, else the
+subscription's own; a customer without an address gets no e-mail (``email_no_address``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from email.message import EmailMessage
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.cloudevents import CloudEvent
+from billing_core.documents.invoice_view import Party
 from billing_core.domain import event_payloads as p
 from billing_core.domain.charge_result import AUTHENTICATION_REQUIRED
 from billing_core.logging import get_logger
-from billing_core.repo import recipients
+from billing_core.repo import invoice_documents, notifier_emails, recipients
+from services.notifier.messages import SENT, Composer
 
 log = get_logger(__name__)
 
@@ -98,19 +107,95 @@ async def email_to_send(session: AsyncSession, event: CloudEvent) -> Email | Non
     return email_for(event, payload, customer)
 
 
-async def handle(session: AsyncSession, event: CloudEvent) -> None:
+class Handler:
     """The consumer kit's handler: runs once per event, in the de-duplicating transaction. A
     payload that does not match its model raises (the kit retries, then logs and skips it)."""
-    email = await email_to_send(session, event)
-    if email is None:
-        return
-    log.info(
-        "email_would_send",
-        to=email.to,
-        subject=email.subject,
-        event_id=email.event_id,
-        event_type=event.event_type,
-        subscription_id=event.subscription_id,
-        sequence=event.sequence,
-        recipient_known=not email.to.startswith("subscription-"),
-    )
+
+    def __init__(self, composer: Composer, seller: Party) -> None:
+        self._composer = composer
+        self._seller = seller
+
+    async def __call__(self, session: AsyncSession, event: CloudEvent) -> None:
+        email = await email_to_send(session, event)
+        if email is None:
+            return
+        if event.event_type in SENT:
+            await self._queue(session, event, email)
+            return
+        log.info(
+            "email_would_send",
+            to=email.to,
+            subject=email.subject,
+            event_id=email.event_id,
+            event_type=event.event_type,
+            subscription_id=event.subscription_id,
+            sequence=event.sequence,
+            recipient_known=not email.to.startswith("subscription-"),
+        )
+
+    async def _queue(self, session: AsyncSession, event: CloudEvent, email: Email) -> None:
+        to = await notifier_emails.recipient_of(session, event.subscription_id)
+        if to is None or not to.email:
+            log.info(
+                "email_no_address",
+                event_id=email.event_id,
+                event_type=event.event_type,
+                subscription_id=event.subscription_id,
+                customer_id=None if to is None else to.customer_id,
+            )
+            return
+        payload = p.parse_payload(event.event_type, event.schema_version, event.data)
+        message = await self._message(session, event, payload, to, email.subject)
+        queued = await notifier_emails.queue(
+            session,
+            notifier_emails.QueuedEmail(
+                event_id=event.id,
+                event_type=event.event_type,
+                subscription_id=event.subscription_id,
+                customer_id=to.customer_id,
+                recipient=to.email,
+                subject=email.subject,
+                message_id=str(message["Message-ID"]),
+                message=message.as_bytes(),
+            ),
+        )
+        log.info(
+            "email_queued" if queued else "email_already_queued",
+            to=to.email,
+            subject=email.subject,
+            event_id=email.event_id,
+            event_type=event.event_type,
+            subscription_id=event.subscription_id,
+        )
+
+    async def _message(
+        self,
+        session: AsyncSession,
+        event: CloudEvent,
+        payload: p.EventPayload,
+        to: invoice_documents.Recipient,
+        subject: str,
+    ) -> EmailMessage:
+        event_id = str(event.id)
+        if isinstance(payload, p.InvoicePaidV1):
+            document = await invoice_documents.load(session, payload.invoiceId, seller=self._seller)
+            if document is None:
+                raise LookupError(f"invoice {payload.invoiceId} (InvoicePaid {event_id}) not found")
+            return self._composer.receipt(
+                event_id=event_id, to=to, subject=subject, payload=payload, document=document
+            )
+        if isinstance(payload, p.PaymentFailedV1):
+            document = await invoice_documents.load(session, payload.invoiceId, seller=self._seller)
+            return self._composer.payment_failed(
+                event_id=event_id,
+                to=to,
+                subject=subject,
+                payload=payload,
+                document=document,
+                occurred_at=event.time,
+            )
+        if isinstance(payload, p.SubscriptionTrialWillEndV1):
+            return self._composer.trial_will_end(
+                event_id=event_id, to=to, subject=subject, payload=payload, occurred_at=event.time
+            )
+        raise TypeError(f"no message for {event.event_type}")  # SENT lists only the three above

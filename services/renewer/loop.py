@@ -24,6 +24,7 @@ from billing_core.clock import Clock
 from billing_core.logging import get_logger
 from billing_core.repo import renewal as renewal_repo
 from billing_core.usecases.numbering import NumberingResult, number_documents
+from billing_core.usecases.pause import resume_due_pauses
 from billing_core.usecases.renew import BatchResult, renew_due_batch
 from billing_core.usecases.trial_notices import DEFAULT_LEAD, send_trial_notices
 from services.renewer import metrics
@@ -62,7 +63,8 @@ class Renewer:
     async def tick(self) -> bool:
         """Renew ``concurrency`` batches at once (each its own transaction and connection);
         True when more due work is probably waiting. The due trial notices go first: a trial
-        is ended only once its SubscriptionTrialWillEnd is written."""
+        is ended only once its SubscriptionTrialWillEnd is written; the pauses due to resume
+        last: their paused periods are renewed (VOID or DRAFT) before they resume."""
         notices = await self._trial_notices()
         if self._concurrency == 1:
             results = [await self._batch()]
@@ -74,8 +76,11 @@ class Renewer:
                 if isinstance(outcome, BaseException):
                     raise outcome
             results = [o for o in outcomes if isinstance(o, BatchResult)]
-        full = notices >= self._batch_size or any(
-            r.claimed >= self._batch_size or r.still_due > 0 for r in results
+        resumed = await self._resumes()
+        full = (
+            notices >= self._batch_size
+            or resumed >= self._batch_size
+            or any(r.claimed >= self._batch_size or r.still_due > 0 for r in results)
         )
         numbered = await self._number()
         limit = self._numbering_limit
@@ -109,6 +114,14 @@ class Renewer:
                 "documents_numbered", invoices=result.invoices, credit_notes=result.credit_notes
             )
         return result
+
+    async def _resumes(self) -> int:
+        async with self._engine.begin() as conn:
+            resumed = await resume_due_pauses(conn, now=self._clock.now(), limit=self._batch_size)
+        if resumed:
+            metrics.RESUMES.inc(resumed)
+            log.info("pauses_resumed", count=resumed)
+        return resumed
 
     async def _batch(self) -> BatchResult:
         now = self._clock.now()

@@ -27,6 +27,10 @@ TRIAL_NOTICES = Counter(
     "billing_renewer_trial_notices_total",
     "SubscriptionTrialWillEnd events written (once per trial, a lead time before its end).",
 )
+RESUMES = Counter(
+    "billing_renewer_pause_resumes_total",
+    "Paused subscriptions resumed at their resumesAt (SubscriptionResumed written).",
+)
 PARKED = Gauge(
     "billing_renewer_parked_subscriptions",
     "Due subscriptions this process skips because their data cannot be renewed (see logs).",

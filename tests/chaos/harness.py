@@ -5,7 +5,8 @@ ports), the gateway simulator (timeouts, 5xx, declines, duplicated, reordered an
 webhooks), the API (webhooks), and two replicas of each worker. Subscriptions come due during
 the run; dunning delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a
 random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
-PostgreSQL, while customers cancel (now or at the period's end) and change plans (up and down)
+PostgreSQL, while customers cancel (now or at the period's end), change plans (up and down, now
+or at the period's end) and pause collection (resuming by itself seconds later, or on request)
 through the API process. When the system has drained, the invariant checker must find no
 violation.
 
@@ -59,7 +60,7 @@ class ChaosConfig:
     due_window_s: float = 30.0
     hard_decliner_share: float = 0.01
     # Share of the subscriptions whose customer acts through the API during the run (a cancel,
-    # now or at period end, an upgrade or a downgrade; some do two of these).
+    # now or at period end, an upgrade or a downgrade, a pause or a resume; some do two).
     customer_action_share: float = 0.08
     # Share of the subscriptions seeded in a free trial ending in the due window: the renewer
     # writes its SubscriptionTrialWillEnd, then invoices period 0 when it ends.
@@ -244,13 +245,36 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
     return customers[: int(len(customers) * config.hard_decliner_share)]
 
 
-ACTIONS = ("cancel now", "cancel at period end", "upgrade", "downgrade")
+ACTIONS = (
+    "cancel now",
+    "cancel at period end",
+    "upgrade",
+    "downgrade",
+    "downgrade at period end",
+    "pause",
+    "pause as draft",
+    "resume",
+)
+# A pause resumes by itself this long after it is asked for (the renewer does it), so the run
+# still drains: the OPEN invoices it holds are collected once it resumes.
+PAUSE_SECONDS = (1.0, 6.0)
 
 
 async def subscription_due_times(engine: AsyncEngine) -> dict[int, float]:
-    """Each subscription's current period end (when it renews), as a unix time."""
+    """When each seeded subscription comes due in the run (the end of its seeded period 0 or of
+    its trial), as a unix time. Read from what renewals leave unchanged: the renewers already
+    run, and a subscription they renewed before this read has its current period end a month
+    later, so an action planned from it would wait a month."""
     async with engine.connect() as conn:
-        rows = await conn.execute(text("SELECT id, current_period_end FROM subscription"))
+        rows = await conn.execute(
+            text(
+                """
+                SELECT s.id, coalesce(s.trial_end, i.period_end) FROM subscription s
+                LEFT JOIN invoice i ON i.subscription_id = s.id AND i.kind = 'RENEWAL'
+                                   AND i.period_index = 0 AND s.trial_end IS NULL
+                """
+            )
+        )
         return {int(i): end.timestamp() for i, end in rows}
 
 
@@ -286,13 +310,24 @@ async def act(client: httpx.AsyncClient, subscription: int, action: str) -> str:
     """One customer action through the API; retried with the same Idempotency-Key while the
     API cannot answer (a PostgreSQL restart). "200", a refusal's status and title, or
     ``error`` when the API never answered."""
+    body: dict[str, object]
     if action.startswith("cancel"):
         path = f"/subscriptions/{subscription}/cancel"
-        body: dict[str, object] = {"atPeriodEnd": action == "cancel at period end"}
+        body = {"atPeriodEnd": action == "cancel at period end"}
+    elif action.startswith("pause"):
+        path = f"/subscriptions/{subscription}/pause"
+        resumes_at = datetime.now(UTC) + timedelta(seconds=random.uniform(*PAUSE_SECONDS))
+        behavior = "keep_as_draft" if action == "pause as draft" else "void"
+        body = {"behavior": behavior, "resumesAt": resumes_at.isoformat()}
+    elif action == "resume":
+        path = f"/subscriptions/{subscription}/resume"
+        body = {}
     else:
         path = f"/subscriptions/{subscription}/change-plan"
         plan = "BUSINESS_MONTHLY" if action == "upgrade" else "BASIC_MONTHLY"
         body = {"planCode": plan}
+        if action == "downgrade at period end":
+            body["effective"] = "period_end"
     headers = {"Idempotency-Key": str(uuid.uuid4())}
     for _ in range(30):
         try:

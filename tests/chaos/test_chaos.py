@@ -28,12 +28,13 @@ async def test_short_chaos_run_keeps_every_invariant() -> None:
     assert trials == config.subscriptions // round(1 / config.trial_share)
     assert outcome.figures["invoices"] >= 2 * (config.subscriptions - trials) + trials
     assert outcome.figures["trials ended into a paid period"] > 0, outcome.figures
-    # customers canceled and changed plans through the API process during the run
+    # customers canceled, changed plans and paused through the API process during the run
     answered = {a: n.get("200", 0) for a, n in outcome.customer_answers.items()}
     assert answered.get("cancel now", 0) > 0, outcome.customer_answers
     assert answered.get("cancel at period end", 0) > 0, outcome.customer_answers
     assert answered.get("upgrade", 0) > 0, outcome.customer_answers
     assert answered.get("downgrade", 0) > 0, outcome.customer_answers
+    assert answered.get("pause", 0) + answered.get("pause as draft", 0) > 0
     # charges answered too late whose webhook was lost were settled by looking up their key
     assert outcome.figures["results learned by look-up"] > 0, outcome.figures
     assert outcome.report.ok, [(c.name, c.violations[:5]) for c in outcome.report.checks]

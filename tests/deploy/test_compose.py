@@ -25,6 +25,16 @@ PROCESSES = {
     "relay": ["billing", "relay"],
     "gateway-sim": ["billing", "gateway-sim"],
     "notifier": ["python", "-m", "services.notifier"],
+    "mail": [
+        "billing",
+        "mail-server",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "2525",
+        "--dir",
+        "/tmp/mail",
+    ],
 }
 USES_DATABASE = ["api", "renewer", "collector", "relay", "notifier"]
 

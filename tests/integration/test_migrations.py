@@ -305,11 +305,11 @@ def test_existing_customer_ids_become_customers(scratch_url: str) -> None:
 
 
 def test_existing_invoices_get_their_lines(scratch_url: str) -> None:
-    """0011 gives every invoice that exists when it runs the lines its figures say: the period
+    """0014 gives every invoice that exists when it runs the lines its figures say: the period
     (RENEWAL) or the plan change (PRORATION) worth the subtotal, and the credit it consumed as
     a CREDIT_APPLIED line; the lines then add up to the invoice's amount."""
     migrate.downgrade(scratch_url, "base")
-    migrate.upgrade(scratch_url, "0010")
+    migrate.upgrade(scratch_url, "0013")
 
     async def before() -> None:
         conn = await asyncpg.connect(_dsn(scratch_url))
@@ -373,4 +373,39 @@ def test_existing_invoices_get_their_lines(scratch_url: str) -> None:
         ("RENEWAL", 2, "CREDIT_APPLIED", -990),
     ]
     assert wrong == []
+    migrate.downgrade(scratch_url, "base")
+
+
+# The refused downgrade leaves its connection to the garbage collector.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+def test_pauses_go_down_only_when_none_is_left(scratch_url: str) -> None:
+    """0011 adds the pause columns and DRAFT invoices; going below it refuses while a
+    subscription is paused, and works once it is resumed."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0011")
+
+    async def run(sql: str) -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(
+        run(
+            "INSERT INTO subscription (customer_id, plan_id, status, billing_anchor, "
+            "current_period_start, current_period_end, pause_behavior, paused_at) SELECT 7, id, "
+            "'ACTIVE', now(), now(), now() + interval '30 days', 'void', now() FROM plan "
+            "ORDER BY id LIMIT 1"
+        )
+    )
+    with pytest.raises(Exception, match="paused subscriptions"):
+        migrate.downgrade(scratch_url, "0010")
+    with pytest.raises(asyncpg.CheckViolationError):
+        asyncio.run(run("UPDATE subscription SET paused_at = NULL"))
+    asyncio.run(run("UPDATE subscription SET pause_behavior = NULL, paused_at = NULL"))
+    migrate.downgrade(scratch_url, "0010")
+    migrate.upgrade(scratch_url, "0011")
+    asyncio.run(run("TRUNCATE subscription CASCADE"))
     migrate.downgrade(scratch_url, "base")

@@ -33,8 +33,9 @@ async def create_subscription(
                     """
                     INSERT INTO subscription (customer_id, plan_id, status, time_zone,
                         billing_anchor, period_index, current_period_start, current_period_end,
-                        credit_balance)
-                    VALUES (:customer, :plan, :status, :tz, :start, 0, :start, :end, :credit)
+                        credit_balance, created_at, updated_at)
+                    VALUES (:customer, :plan, :status, :tz, :start, 0, :start, :end, :credit,
+                            :start, :start)
                     RETURNING id
                     """
                 ),

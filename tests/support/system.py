@@ -22,7 +22,7 @@ from tests.support.processes import free_port
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DEV_PROFILE = ROOT / "deploy" / "dev.env"
-PROCESSES = ("api", "renewer", "collector", "collector2", "relay", "gateway")
+PROCESSES = ("api", "renewer", "collector", "collector2", "relay", "gateway", "notifier")
 
 
 @dataclass
@@ -33,6 +33,7 @@ class Ports:
     collector: int = field(default_factory=free_port)
     collector2: int = field(default_factory=free_port)
     relay: int = field(default_factory=free_port)
+    notifier: int = field(default_factory=free_port)
 
     def health_urls(self) -> dict[str, str]:
         return {name: f"http://127.0.0.1:{getattr(self, name)}/healthz" for name in PROCESSES}
@@ -71,6 +72,8 @@ class System:
             "BILLING_COLLECTOR_HEALTH_PORT": str(self.ports.collector),
             "BILLING_COLLECTOR2_HEALTH_PORT": str(self.ports.collector2),
             "BILLING_RELAY_HEALTH_PORT": str(self.ports.relay),
+            "BILLING_NOTIFIER_HEALTH_PORT": str(self.ports.notifier),
+            "BILLING_NOTIFIER_GROUP_ID": f"e2e-notifier-{uuid.uuid4().hex[:8]}",
             **(extra_env or {}),
         }
         self._proc: subprocess.Popen[bytes] | None = None

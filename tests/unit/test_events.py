@@ -28,6 +28,8 @@ WIRE_NAMES = [
     "PaymentRefunded",
     "SubscriptionTrialWillEnd",
     "SubscriptionTrialEnded",
+    "SubscriptionPaused",
+    "SubscriptionResumed",
 ]
 
 ALL = [
@@ -58,6 +60,8 @@ ALL = [
     ),
     ev.subscription_trial_will_end(1, LATER),
     ev.subscription_trial_ended(1, NOW, early=False),
+    ev.subscription_paused(1, "void", NOW, LATER, NOW),
+    ev.subscription_resumed(1, NOW, LATER, automatic=True),
 ]
 
 

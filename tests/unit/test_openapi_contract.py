@@ -26,6 +26,8 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/subscriptions/{id}/change-plan": schemas.ChangePlanRequest,
     "/subscriptions/{id}/end-trial": schemas.EndTrialRequest,
     "/subscriptions/{id}/resume-renewal": schemas.ResumeRenewalRequest,
+    "/subscriptions/{id}/pause": schemas.PauseRequest,
+    "/subscriptions/{id}/resume": schemas.ResumeRequest,
     "/webhooks/payments": schemas.WebhookEvent,
     "/customers/{customerId}/payment-method": schemas.PaymentMethodRequest,
     "/customers": schemas.CreateCustomerRequest,

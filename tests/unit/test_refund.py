@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from billing_core.domain import invoice as invoice_rules
+from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.errors import NaiveDatetime
 from billing_core.domain.events import EventType
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
@@ -24,6 +25,7 @@ from billing_core.domain.refund import (
 
 NOW = datetime(2026, 12, 5, 8, tzinfo=UTC)
 RETRY = timedelta(minutes=1)
+POLICY = DunningPolicy(unknown_retry=RETRY, unknown_max_retries=3)
 OK, FAILED, UNKNOWN = RefundOutcome.SUCCEEDED, RefundOutcome.FAILED, RefundOutcome.UNKNOWN
 
 
@@ -94,7 +96,7 @@ def requested(**changes: object) -> RefundState:
     base = RefundState(
         id=5, subscription_id=3, invoice_id=9, amount=990, currency="EUR",
         reason="canceled_in_flight", charge_reference="ch_1", idempotency_key="ref-41",
-        status=RefundStatus.REQUESTED, next_attempt_at=NOW,
+        status=RefundStatus.REQUESTED, next_attempt_at=NOW, requested_at=NOW - timedelta(hours=1),
     )  # fmt: skip
     return replace(base, **changes)  # type: ignore[arg-type]
 
@@ -110,8 +112,7 @@ def answer(
         refund or requested(),
         RefundAnswer(outcome, gateway_reference, error),
         now=NOW,
-        retry_after=RETRY,
-        max_uncertain_answers=3,
+        policy=POLICY,
     )
 
 
@@ -168,7 +169,20 @@ def test_an_uncertain_answer_is_asked_again_with_the_same_key_then_given_up() ->
     assert third.refund.status == RefundStatus.FAILED
     assert third.needs_reconciliation == (
         "refund_failed: unknown_unresolved: 3 uncertain answers for ref-41"
+        " (requested 2026-12-05T07:00:00+00:00)"
     )
+
+
+def test_an_uncertain_answer_for_a_key_older_than_the_gateway_keeps_it_goes_to_a_person() -> None:
+    # One uncertain answer only, but the key was decided longer ago than the gateway keeps it:
+    # a retry could be a second refund.
+    old = requested(requested_at=NOW - POLICY.unknown_max_age)
+    e = answer(UNKNOWN, old)
+    assert (e.refund.status, e.refund.uncertain_answers) == (RefundStatus.FAILED, 1)
+    assert e.needs_reconciliation is not None
+    assert "1 uncertain answers for ref-41" in e.needs_reconciliation
+    younger = answer(UNKNOWN, replace(old, requested_at=NOW - POLICY.unknown_max_age / 2))
+    assert younger.refund.status == RefundStatus.REQUESTED
 
 
 def test_refund_answers_need_an_aware_now() -> None:
@@ -177,6 +191,5 @@ def test_refund_answers_need_an_aware_now() -> None:
             requested(),
             RefundAnswer(OK),
             now=datetime(2026, 12, 5),
-            retry_after=RETRY,
-            max_uncertain_answers=3,
+            policy=POLICY,
         )

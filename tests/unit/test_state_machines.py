@@ -128,6 +128,7 @@ def test_same_plan_is_a_no_op() -> None:
 
 
 OP, PD, F, V = InvoiceStatus.OPEN, InvoiceStatus.PAID, InvoiceStatus.FAILED, InvoiceStatus.VOID
+D = InvoiceStatus.DRAFT
 LATER = datetime(2026, 12, 4, tzinfo=UTC)
 INV_ACTIONS: dict[str, Callable[[InvoiceState], InvoiceState]] = {
     "pay": lambda i: inv.pay(i, NOW),
@@ -169,6 +170,13 @@ INV_TABLE: dict[tuple[InvoiceStatus, str], tuple[object, ...] | type[Exception]]
     (PD, "hold"): IllegalTransition,
     (F, "hold"): IllegalTransition,
     (V, "hold"): IllegalTransition,
+    # A paused period's DRAFT is never collected: nothing moves it.
+    (D, "pay"): InvoiceNotPayable,
+    (D, "decline"): IllegalTransition,
+    (D, "decline_last"): IllegalTransition,
+    (D, "retry_later"): IllegalTransition,
+    (D, "void"): IllegalTransition,
+    (D, "hold"): IllegalTransition,
 }
 
 
@@ -204,7 +212,7 @@ def test_a_void_gives_back_all_the_credit_the_invoice_consumed() -> None:
 
 def test_is_settled() -> None:
     assert not inv.is_settled("OPEN")
-    assert all(inv.is_settled(s) for s in (PD, F, V))
+    assert all(inv.is_settled(s) for s in (PD, F, V, D))
 
 
 @pytest.mark.parametrize("status", list(SubscriptionStatus))

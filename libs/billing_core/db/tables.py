@@ -130,6 +130,15 @@ subscription = Table(
     Column("trial_end", TZ),
     # When SubscriptionTrialWillEnd was written: once per trial.
     Column("trial_will_end_sent_at", TZ),
+    # Collection paused (``pause_behavior`` void | keep_as_draft, null: not paused): periods
+    # still renew, but their invoices are created VOID or DRAFT and no invoice of the
+    # subscription is collected; ``pause_resumes_at``: when the renewer resumes it (null: on
+    # request only).
+    Column("pause_behavior", String(20)),
+    Column("paused_at", TZ),
+    Column("pause_resumes_at", TZ),
+    # A plan change asked for the period end: the renewer applies it when it renews (null: none).
+    Column("scheduled_plan_id", BigInteger, ForeignKey("plan.id")),
     # Last per-subscription event sequence number handed out (outbox ordering).
     Column("event_seq", BigInteger, nullable=False, server_default=text("0")),
     Column("version", BigInteger, nullable=False, server_default=text("0")),
@@ -139,6 +148,12 @@ subscription = Table(
     CheckConstraint("period_index >= 0", name="period_index_non_negative"),
     CheckConstraint("current_period_end > current_period_start", name="period_order"),
     CheckConstraint("credit_balance >= 0", name="credit_non_negative"),
+    CheckConstraint("pause_behavior IN ('void', 'keep_as_draft')", name="pause_behavior"),
+    CheckConstraint(
+        "(pause_behavior IS NULL) = (paused_at IS NULL) "
+        "AND (pause_resumes_at IS NULL OR paused_at IS NOT NULL)",
+        name="pause_complete",
+    ),
     Index(
         "idx_sub_due",
         "current_period_end",
@@ -149,6 +164,12 @@ subscription = Table(
         "idx_sub_trial_will_end",
         "current_period_end",
         postgresql_where=text("status = 'TRIALING' AND trial_will_end_sent_at IS NULL"),
+    ),
+    # Paused subscriptions that resume by themselves, by when.
+    Index(
+        "idx_sub_pause_resumes",
+        "pause_resumes_at",
+        postgresql_where=text("pause_resumes_at IS NOT NULL"),
     ),
     # A customer's subscriptions, newest first (cursor pages by id).
     Index("ix_subscription_customer_id_id", "customer_id", "id"),
@@ -398,6 +419,40 @@ notifier_recipient = Table(
     Column("subscription_id", BigInteger, primary_key=True),
     Column("customer_id", BigInteger, nullable=False),
     Column("learned_at", TZ, nullable=False, server_default=NOW),
+)
+
+# The notifier's outbox of e-mails: one per event at most, written in the transaction that
+# records the event as processed, holding the message exactly as it is sent (so a resend is the
+# same message, Message-ID included); sent_at is set once the SMTP server accepted it.
+notifier_email = Table(
+    "notifier_email",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("event_id", UUID(as_uuid=True), nullable=False, unique=True),
+    Column("event_type", String(50), nullable=False),
+    Column("subscription_id", BigInteger, nullable=False),
+    Column("customer_id", BigInteger, nullable=False),
+    Column("recipient", String(320), nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("message_id", Text, nullable=False, unique=True),
+    Column("message", LargeBinary, nullable=False),
+    # Attempts started (an attempt that died mid-send counts: its outcome is unknown).
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("next_attempt_at", TZ, nullable=False),
+    # Set when a message goes to the server, cleared when its outcome is recorded: still set on
+    # a row being claimed, the sender died mid-attempt (the server may have the message).
+    Column("attempt_started_at", TZ),
+    Column("last_error", Text),
+    Column("sent_at", TZ),
+    # Given up: the server refused it for good, or every attempt failed.
+    Column("failed_at", TZ),
+    Column("created_at", TZ, nullable=False, server_default=NOW),
+    CheckConstraint("attempts >= 0", name="attempts_non_negative"),
+    Index(
+        "idx_notifier_email_due",
+        "next_attempt_at",
+        postgresql_where=text("sent_at IS NULL AND failed_at IS NULL"),
+    ),
 )
 
 refund = Table(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -121,6 +121,13 @@ class SubscriptionPlanChangedV1(EventPayload):
         "currency; negative = credit kept on the subscription's balance."
     )
     changedAt: Instant = Field(description="When the change was applied.")
+    effective: Literal["now", "period_end"] = Field(
+        default="now",
+        description="`now`: applied when asked for (prorated per `prorationDue`); "
+        "`period_end`: a change scheduled for the period end, applied by the renewer at the "
+        "period boundary `changedAt` — the period starting then is the first one at the new "
+        "plan (`prorationDue` 0).",
+    )
 
 
 class SubscriptionCanceledV1(EventPayload):
@@ -172,6 +179,38 @@ class SubscriptionTrialEndedV1(EventPayload):
     early: bool = Field(
         description="true: ended before its planned end on request (`POST "
         "/subscriptions/{id}/end-trial`); false: it reached its end."
+    )
+
+
+class SubscriptionPausedV1(EventPayload):
+    """Collection was paused (`POST /subscriptions/{id}/pause`), or a pause's behavior or resume
+    time changed (then `pausedAt` is the original pause's). The status is unchanged and periods
+    keep renewing; their renewal invoices are created VOID (`void`) or DRAFT (`keep_as_draft`),
+    and no invoice of the subscription is collected until it resumes."""
+
+    event_type = "SubscriptionPaused"
+
+    behavior: Literal["void", "keep_as_draft"] = Field(
+        description="`void`: paused periods' invoices are created VOID; `keep_as_draft`: DRAFT."
+    )
+    pausedAt: Instant = Field(description="When the pause began.")
+    resumesAt: Instant | None = Field(
+        description="When it resumes by itself; null: only on request."
+    )
+    changedAt: Instant = Field(description="When this pause (or its change) was applied.")
+
+
+class SubscriptionResumedV1(EventPayload):
+    """Collection resumed: on request (`POST /subscriptions/{id}/resume`) or at the pause's
+    `resumesAt`. Renewals are collected again; OPEN invoices held during the pause are retried
+    at once."""
+
+    event_type = "SubscriptionResumed"
+
+    pausedAt: Instant = Field(description="When the pause that ends began.")
+    resumedAt: Instant = Field(description="When it resumed.")
+    automatic: bool = Field(
+        description="true: at the pause's resumesAt (the renewer); false: on request."
     )
 
 
@@ -231,7 +270,9 @@ class PaymentFailedV1(EventPayload):
 class InvoiceVoidedV1(EventPayload):
     """An open invoice was voided (immediate cancel, or cancel for non-payment; for an invoice
     the gateway may hold a charge for, once what the gateway says decides, later than the
-    `SubscriptionCanceled`); the credit it had consumed goes back to the balance."""
+    `SubscriptionCanceled`); the credit it had consumed goes back to the balance. Also right
+    after the `InvoiceCreated` of a renewal whose period was paused with behavior `void` (it
+    consumed no credit)."""
 
     event_type = "InvoiceVoided"
 
@@ -286,6 +327,8 @@ PAYLOAD_MODELS: tuple[type[EventPayload], ...] = (
     SubscriptionReactivatedV1,
     SubscriptionTrialWillEndV1,
     SubscriptionTrialEndedV1,
+    SubscriptionPausedV1,
+    SubscriptionResumedV1,
     InvoiceCreatedV1,
     InvoicePaidV1,
     PaymentFailedV1,

@@ -36,6 +36,8 @@ class EventType(StrEnum):
     PAYMENT_REFUNDED = "PaymentRefunded"
     SUBSCRIPTION_TRIAL_WILL_END = "SubscriptionTrialWillEnd"
     SUBSCRIPTION_TRIAL_ENDED = "SubscriptionTrialEnded"
+    SUBSCRIPTION_PAUSED = "SubscriptionPaused"
+    SUBSCRIPTION_RESUMED = "SubscriptionResumed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,13 @@ def subscription_created(
 
 
 def subscription_plan_changed(
-    subscription_id: int, old_plan_code: str, new_plan_code: str, due: int, changed_at: datetime
+    subscription_id: int,
+    old_plan_code: str,
+    new_plan_code: str,
+    due: int,
+    changed_at: datetime,
+    *,
+    effective: str = "now",
 ) -> DomainEvent:
     return DomainEvent(
         p.SubscriptionPlanChangedV1(
@@ -106,6 +114,7 @@ def subscription_plan_changed(
             newPlanCode=new_plan_code,
             prorationDue=due,
             changedAt=changed_at,
+            effective=effective,
         )
     )
 
@@ -114,6 +123,37 @@ def subscription_canceled(subscription_id: int, reason: str, canceled_at: dateti
     return DomainEvent(
         p.SubscriptionCanceledV1(
             subscriptionId=subscription_id, reason=reason, canceledAt=canceled_at
+        )
+    )
+
+
+def subscription_paused(
+    subscription_id: int,
+    behavior: str,
+    paused_at: datetime,
+    resumes_at: datetime | None,
+    changed_at: datetime,
+) -> DomainEvent:
+    return DomainEvent(
+        p.SubscriptionPausedV1(
+            subscriptionId=subscription_id,
+            behavior=behavior,
+            pausedAt=paused_at,
+            resumesAt=resumes_at,
+            changedAt=changed_at,
+        )
+    )
+
+
+def subscription_resumed(
+    subscription_id: int, paused_at: datetime, resumed_at: datetime, *, automatic: bool
+) -> DomainEvent:
+    return DomainEvent(
+        p.SubscriptionResumedV1(
+            subscriptionId=subscription_id,
+            pausedAt=paused_at,
+            resumedAt=resumed_at,
+            automatic=automatic,
         )
     )
 

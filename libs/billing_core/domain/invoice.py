@@ -1,4 +1,5 @@
-"""The invoice state machine: OPEN -> PAID | FAILED | VOID.
+"""The invoice state machine: OPEN -> PAID | FAILED | VOID (and DRAFT: a renewal of a period
+whose subscription's collection was paused with ``keep_as_draft``; never collected).
 
 PAID, FAILED and VOID are final ("settled"). Paying a PAID invoice and voiding a VOID one are
 no-ops, so replayed webhooks and retried requests are harmless; any other move out of a settled
@@ -23,6 +24,7 @@ from billing_core.domain.errors import IllegalTransition, InvoiceNotPayable
 
 
 class InvoiceStatus(StrEnum):
+    DRAFT = "DRAFT"  # a paused period's, kept as a draft: never collected
     OPEN = "OPEN"
     PAID = "PAID"
     FAILED = "FAILED"
@@ -83,7 +85,7 @@ class SuccessHandling(StrEnum):
 
 
 def is_settled(status: InvoiceStatus | str) -> bool:
-    """True for PAID, FAILED and VOID: no further charge may be made for the invoice."""
+    """True for PAID, FAILED, VOID and DRAFT: no further charge may be made for the invoice."""
     return InvoiceStatus(status) != InvoiceStatus.OPEN
 
 

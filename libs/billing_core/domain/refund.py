@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain import events as ev
+from billing_core.domain.dunning import DunningPolicy, uncertainty_exhausted
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.instant import require_aware
 
@@ -96,6 +97,8 @@ class RefundState:
     gateway_reference: str | None = None
     error: str | None = None
     completed_at: datetime | None = None
+    # When the refund (and so its key) was decided: the key's age bounds its retries.
+    requested_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -117,8 +120,7 @@ def apply_refund_answer(
     answer: RefundAnswer,
     *,
     now: datetime,
-    retry_after: timedelta,
-    max_uncertain_answers: int,
+    policy: DunningPolicy,
 ) -> RefundEffect:
     """What the gateway's answer to a REQUESTED refund does; a settled refund never changes
     (an answer recorded twice, e.g. after a lease ran out, is a no-op)."""
@@ -138,11 +140,17 @@ def apply_refund_answer(
     if answer.outcome == RefundOutcome.FAILED:
         return _failed(refund, answer.error or "refund refused", now)
     answers = refund.uncertain_answers + 1
-    if answers >= max_uncertain_answers:
-        why = f"unknown_unresolved: {answers} uncertain answers for {refund.idempotency_key}"
+    if uncertainty_exhausted(answers, refund.requested_at, now, policy):
+        why = (
+            f"unknown_unresolved: {answers} uncertain answers for {refund.idempotency_key}"
+            f" (requested {refund.requested_at.isoformat() if refund.requested_at else '?'})"
+        )
         return _failed(replace(refund, uncertain_answers=answers), why, now)
     later = replace(
-        refund, uncertain_answers=answers, next_attempt_at=now + retry_after, error=answer.error
+        refund,
+        uncertain_answers=answers,
+        next_attempt_at=now + policy.unknown_retry,
+        error=answer.error,
     )
     return RefundEffect(later, [])
 

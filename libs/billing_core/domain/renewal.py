@@ -11,7 +11,12 @@ flag) or renews it, in which case the next period comes from the drift-free ``pe
 anchor and the invoice takes what credit the subscription has (``credit.apply_credit``) and
 starts as ``invoice.opening`` says. A period whose renewal invoice already exists (a replayed
 batch) is advanced over without a second invoice and without consuming credit: that period is
-already billed.
+already billed. A paused period (the subscription's collection is paused and the period starts
+before the pause's resume time, if any) is invoiced all the same — never a skipped period — but
+VOID or DRAFT as the pause says, at the plan's price and without consuming credit. A plan change
+scheduled for the period end (``state.scheduled_plan_code``) is applied at the first period
+boundary the planner crosses (SubscriptionPlanChanged, ``changedAt`` = that boundary): that
+period and the later ones are invoiced at the new plan's price.
 """
 
 from __future__ import annotations
@@ -28,7 +33,11 @@ from billing_core.domain import period as period_rules
 from billing_core.domain import subscription as subscription_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import (
+    PauseBehavior,
+    SubscriptionState,
+    SubscriptionStatus,
+)
 
 
 class BadSubscriptionData(Exception):
@@ -50,6 +59,8 @@ class DueSubscription:
     price_amount: int
     currency: str
     billing_interval: str
+    # The plan of a change scheduled for the period end (``state.scheduled_plan_code``): its price.
+    scheduled_price_amount: int | None = None
 
     @property
     def id(self) -> int:
@@ -69,10 +80,21 @@ class RenewalInvoice:
     credit_applied: int
     amount: int
     currency: str
-    status: InvoiceStatus  # OPEN, or PAID when nothing is left to charge
+    # OPEN, or PAID when nothing is left to charge; a paused period's: VOID or DRAFT
+    status: InvoiceStatus
     next_attempt_at: datetime | None
     paid_at: datetime | None
     tax: int = 0  # the tax in subtotal (billing_core.domain.tax), set when a rate applies
+    voided_at: datetime | None = None  # created VOID (a paused period's)
+    # The plan the period is invoiced at (a scheduled change applied at an earlier boundary of
+    # the batch: the new plan) and its price, before any discount or tax.
+    plan_code: str = ""
+    plan_price: int = 0
+
+    @property
+    def paused(self) -> bool:
+        """A paused period's invoice (created VOID or DRAFT, never collected)."""
+        return self.status in (InvoiceStatus.VOID, InvoiceStatus.DRAFT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +110,8 @@ class RenewedSubscription:
     current_period_end: datetime
     credit_balance: int
     canceled_at: datetime | None
+    # The scheduled plan change was applied (the subscription takes its scheduled plan).
+    plan_changed: bool = False
 
 
 @dataclass(slots=True)
@@ -162,6 +186,7 @@ def plan_renewal(
     trailing: list[DomainEvent] = []
     leading: list[DomainEvent] = []
     canceled = False
+    price, plan_changed = due.price_amount, False
     # A trial's end comes first: ACTIVE with period 0 (whose index the trial already holds) to
     # invoice next, or CANCELED without a charge when a cancel was scheduled during the trial.
     trial_converted = False
@@ -187,28 +212,19 @@ def plan_renewal(
             end,
             period_rules.period_end(due.billing_anchor, interval, index, due.time_zone),
         )
+        if state.scheduled_plan_code is not None and due.scheduled_price_amount is not None:
+            # A change scheduled for the period end: the period starting now is the first one
+            # at the new plan (the same interval and currency: checked when it was scheduled).
+            state, events = subscription_rules.change_plan(
+                state, state.scheduled_plan_code, start, at_period_end=True
+            )
+            leading.extend(events)
+            price, plan_changed = due.scheduled_price_amount, True
         if (due.id, start) in existing:
             already_invoiced.append(index)
             continue
-        split = credit_rules.apply_credit(due.price_amount, balance)
-        balance = split.credit_remaining
-        opening = invoice_rules.opening(split.amount_due, now)
-        invoices.append(
-            RenewalInvoice(
-                subscription_id=due.id,
-                customer_id=due.customer_id,
-                period_index=index,
-                period_start=start,
-                period_end=end,
-                subtotal=due.price_amount,
-                credit_applied=split.credit_used,
-                amount=split.amount_due,
-                currency=due.currency,
-                status=opening.status,
-                next_attempt_at=opening.next_attempt_at,
-                paid_at=opening.paid_at,
-            )
-        )
+        invoice, balance = _period_invoice(due, state, price, balance, index, (start, end), now)
+        invoices.append(invoice)
     # Every write bumps the version (at least once), so an API write that read the row before
     # this renewal fails its optimistic check instead of overwriting the renewal.
     write = RenewedSubscription(
@@ -221,14 +237,84 @@ def plan_renewal(
         current_period_end=end,
         credit_balance=balance,
         canceled_at=now if canceled else None,
+        plan_changed=plan_changed,
     )
     return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing, leading)
 
 
+def _period_invoice(
+    due: DueSubscription,
+    state: SubscriptionState,
+    price: int,
+    balance: int,
+    index: int,
+    bounds: tuple[datetime, datetime],
+    now: datetime,
+) -> tuple[RenewalInvoice, int]:
+    """The renewal invoice of period ``index`` at ``price``, and the credit balance after it."""
+    start, end = bounds
+    if state.pause is not None and state.pause.covers(start):
+        return _paused_invoice(due, state, price, index, (start, end), now), balance
+    split = credit_rules.apply_credit(price, balance)
+    opening = invoice_rules.opening(split.amount_due, now)
+    invoice = RenewalInvoice(
+        subscription_id=due.id,
+        customer_id=due.customer_id,
+        period_index=index,
+        period_start=start,
+        period_end=end,
+        subtotal=price,
+        credit_applied=split.credit_used,
+        amount=split.amount_due,
+        currency=due.currency,
+        status=opening.status,
+        next_attempt_at=opening.next_attempt_at,
+        paid_at=opening.paid_at,
+        plan_code=state.plan_code,
+        plan_price=price,
+    )
+    return invoice, split.credit_remaining
+
+
+def _paused_invoice(
+    due: DueSubscription,
+    state: SubscriptionState,
+    price: int,
+    index: int,
+    bounds: tuple[datetime, datetime],
+    now: datetime,
+) -> RenewalInvoice:
+    """A paused period's renewal: the plan's price, no credit consumed (the balance waits for
+    invoices that are collected), VOID or DRAFT as the pause says, never due for a charge."""
+    assert state.pause is not None
+    start, end = bounds
+    void = state.pause.behavior == PauseBehavior.VOID
+    return RenewalInvoice(
+        subscription_id=due.id,
+        customer_id=due.customer_id,
+        period_index=index,
+        period_start=start,
+        period_end=end,
+        subtotal=price,
+        credit_applied=0,
+        amount=price,
+        currency=due.currency,
+        status=InvoiceStatus.VOID if void else InvoiceStatus.DRAFT,
+        next_attempt_at=None,
+        paid_at=None,
+        voided_at=now if void else None,
+        plan_code=state.plan_code,
+        plan_price=price,
+    )
+
+
 def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[DomainEvent]:
     """The subscription's events in order: the end of its trial (SubscriptionTrialEnded), each
-    invoice's (``events.invoice_opened``), then the subscription's own (SubscriptionCanceled)."""
+    invoice's (``events.invoice_opened``, then InvoiceVoided for a paused period's VOID one),
+    then the subscription's own (SubscriptionCanceled)."""
     events: list[DomainEvent] = list(plan.leading_events)
     for invoice, invoice_id in zip(plan.invoices, invoice_ids, strict=True):
         events += ev.invoice_opened(invoice, invoice_id, InvoiceKind.RENEWAL, invoice.tax)
+        if invoice.voided_at is not None:
+            events.append(ev.invoice_voided(invoice.subscription_id, invoice_id, invoice.voided_at))
     return events + plan.trailing_events

@@ -1,5 +1,6 @@
 """The subscription state machine: TRIALING -> ACTIVE <-> PAST_DUE -> CANCELED (+ the
-cancel-at-period-end flag; a trial's "period" is the trial itself).
+cancel-at-period-end flag; a trial's "period" is the trial itself; + a collection pause, which
+leaves the status alone: see :class:`Pause`).
 
 Each transition returns the new state and the events to emit, or raises. Every real change bumps
 ``version`` (optimistic locking); a no-op returns the same state and no events.
@@ -12,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain import events as ev
-from billing_core.domain.errors import IllegalTransition, SubscriptionCanceledError
+from billing_core.domain.errors import DomainError, IllegalTransition, SubscriptionCanceledError
 from billing_core.domain.events import DomainEvent
 
 
@@ -23,6 +24,34 @@ class SubscriptionStatus(StrEnum):
     CANCELED = "CANCELED"
 
 
+class PauseBehavior(StrEnum):
+    """What becomes of the renewal invoices of paused periods (Stripe's pause_collection)."""
+
+    VOID = "void"  # created VOID: the period is given away
+    KEEP_AS_DRAFT = "keep_as_draft"  # created DRAFT: kept, never collected by the system
+
+
+class InvalidPause(DomainError):
+    """A pause that cannot be applied as asked (e.g. a resumesAt that is not in the future)."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Collection paused since ``paused_at``, until a resume (``resumes_at``: automatic then).
+
+    The status is unchanged and periods keep renewing (never a skipped period), but the renewal
+    invoice of every period that starts before ``resumes_at`` (any, without it) is created VOID
+    or DRAFT, and no invoice of the subscription is collected while the pause lasts."""
+
+    behavior: PauseBehavior
+    paused_at: datetime
+    resumes_at: datetime | None = None
+
+    def covers(self, period_start: datetime) -> bool:
+        """Whether the renewal of the period starting at ``period_start`` is paused."""
+        return self.resumes_at is None or period_start < self.resumes_at
+
+
 @dataclass(frozen=True)
 class SubscriptionState:
     id: int
@@ -31,9 +60,20 @@ class SubscriptionState:
     plan_code: str
     version: int
     canceled_at: datetime | None = None
+    pause: Pause | None = None
+    # A plan change scheduled for the period end (the renewer applies it when it renews).
+    scheduled_plan_code: str | None = None
 
 
 Transition = tuple[SubscriptionState, list[DomainEvent]]
+
+
+def change_instant(requested: datetime, last_write: datetime) -> datetime:
+    """When a change asked for at ``requested`` happens: then, or at the subscription's last
+    write when that is later. A request stamped before another change that committed first
+    (two requests in flight at once) applies after it, so one subscription's history never
+    goes back in time: prorations and plan spans follow the order the changes were made in."""
+    return max(requested, last_write)
 
 
 def _bump(state: SubscriptionState, **changes: object) -> SubscriptionState:
@@ -51,9 +91,45 @@ def cancel_now(
     if state.status == SubscriptionStatus.CANCELED:
         return state, []
     new = _bump(
-        state, status=SubscriptionStatus.CANCELED, canceled_at=now, cancel_at_period_end=False
+        state,
+        status=SubscriptionStatus.CANCELED,
+        canceled_at=now,
+        cancel_at_period_end=False,
+        pause=None,
     )
     return new, [ev.subscription_canceled(state.id, reason, now)]
+
+
+def pause(
+    state: SubscriptionState,
+    behavior: PauseBehavior,
+    now: datetime,
+    *,
+    resumes_at: datetime | None = None,
+) -> Transition:
+    """Pause collection (or change a pause's behavior or resume time; the same pause again is a
+    no-op). A canceled subscription refuses, so does one in its trial (nothing is collected in
+    a trial); ``resumes_at`` must be after ``now``."""
+    _require_not_canceled(state, "pause")
+    _require_not_trialing(state, "pause")
+    if resumes_at is not None and resumes_at <= now:
+        raise InvalidPause(f"resumesAt {resumes_at.isoformat()} is not after now")
+    current = state.pause
+    if current is not None and (current.behavior, current.resumes_at) == (behavior, resumes_at):
+        return state, []
+    paused_at = current.paused_at if current is not None else now
+    new = _bump(state, pause=Pause(behavior, paused_at, resumes_at))
+    return new, [ev.subscription_paused(state.id, str(behavior), paused_at, resumes_at, now)]
+
+
+def resume(state: SubscriptionState, now: datetime, *, automatic: bool = False) -> Transition:
+    """End a pause: later renewals are collected again, and so are the OPEN invoices (their due
+    retries are made at once). Not paused: a no-op; a canceled subscription refuses."""
+    _require_not_canceled(state, "resume")
+    if state.pause is None:
+        return state, []
+    new = _bump(state, pause=None)
+    return new, [ev.subscription_resumed(state.id, state.pause.paused_at, now, automatic=automatic)]
 
 
 def schedule_cancel_at_period_end(state: SubscriptionState, now: datetime) -> Transition:
@@ -73,15 +149,43 @@ def resume_renewal(state: SubscriptionState, now: datetime) -> Transition:
 
 
 def change_plan(
-    state: SubscriptionState, new_plan_code: str, now: datetime, *, proration_due: int = 0
+    state: SubscriptionState,
+    new_plan_code: str,
+    now: datetime,
+    *,
+    proration_due: int = 0,
+    at_period_end: bool = False,
 ) -> Transition:
+    """The plan changes at ``now`` (and a change scheduled for the period end is dropped: this
+    one replaces it). ``at_period_end``: the renewer applying a scheduled change at the period
+    boundary ``now``."""
     _require_not_canceled(state, "change plan")
     if new_plan_code == state.plan_code:
         return state, []
-    new = _bump(state, plan_code=new_plan_code)
+    new = _bump(state, plan_code=new_plan_code, scheduled_plan_code=None)
     return new, [
-        ev.subscription_plan_changed(state.id, state.plan_code, new_plan_code, proration_due, now)
+        ev.subscription_plan_changed(
+            state.id,
+            state.plan_code,
+            new_plan_code,
+            proration_due,
+            now,
+            effective="period_end" if at_period_end else "now",
+        )
     ]
+
+
+def schedule_plan_change(
+    state: SubscriptionState, new_plan_code: str | None, now: datetime
+) -> Transition:
+    """Schedule a plan change for the current period's end (the renewer applies it), replacing
+    one already scheduled; ``None``, or the current plan, unschedules. No change: a no-op. A
+    canceled subscription refuses."""
+    _require_not_canceled(state, "schedule a plan change")
+    wanted = None if new_plan_code == state.plan_code else new_plan_code
+    if wanted == state.scheduled_plan_code:
+        return state, []
+    return _bump(state, scheduled_plan_code=wanted), []
 
 
 def _require_not_trialing(state: SubscriptionState, action: str) -> None:
@@ -118,11 +222,12 @@ def cancel_for_nonpayment(state: SubscriptionState, now: datetime) -> Transition
 
 
 def renew_or_cancel_at_period_end(state: SubscriptionState, now: datetime) -> Transition:
-    """At period end: cancel when flagged, else stay ACTIVE and renew (the caller invoices)."""
+    """At period end: cancel when flagged (which ends a pause too), else stay ACTIVE and renew
+    (the caller invoices)."""
     if state.status != SubscriptionStatus.ACTIVE:
         raise IllegalTransition(f"only ACTIVE subscriptions renew; {state.id} is {state.status}")
     if state.cancel_at_period_end:
-        new = _bump(state, status=SubscriptionStatus.CANCELED, canceled_at=now)
+        new = _bump(state, status=SubscriptionStatus.CANCELED, canceled_at=now, pause=None)
         return new, [ev.subscription_canceled(state.id, "period_end", now)]
     return _bump(state), []
 

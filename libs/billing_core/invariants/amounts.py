@@ -9,11 +9,19 @@
   current period), and only while the current period runs, so the renewal of a period that starts
   at ``t`` was priced with the plan in force just before ``t``: the new plan of the last
   ``SubscriptionPlanChanged`` whose ``changedAt`` is before ``t``, else the old plan of the first
-  change, else the subscription's current plan. Plan changes come from the outbox and, when a
-  topic is read, from the topic (the outbox is pruned after its retention; the topic keeps them as
-  long as its own retention does). Limit: prices are read from the plan catalogue as it is now — a
-  plan whose price was edited in place since would show its old invoices as wrong (the catalogue
-  adds plans rather than repricing).
+  change, else the subscription's current plan. A change scheduled for the period end
+  (``effective: period_end``) is applied by the renewer at the period boundary ``changedAt = t``
+  itself, so it prices the period starting at ``t`` too (its lines, discount and tax included).
+  Changes are ordered by ``changedAt``, then by their sequence number (commit order) for
+  changes at one instant (A -> B -> A at one instant ends at A).
+  Plan changes come from the outbox and, when a topic is read, from the topic (the outbox is
+  pruned after its retention; the topic keeps them as long as its own retention does). Limit:
+  prices are read from the plan catalogue as it is now — a plan whose price was edited in place
+  since would show its old invoices as wrong (the catalogue adds plans rather than repricing).
+* ``plan_change_out_of_order``: a subscription's ``SubscriptionPlanChanged`` whose ``changedAt``
+  is before the one of a change committed earlier (a lower sequence number): its history goes
+  back in time, so which plan priced which period is ambiguous (a change applies at its
+  request's instant or at the subscription's last write, whichever is later).
 * ``wrong_amount``: ``amount <> subtotal - credit_applied``, or a negative amount or credit.
 * ``credit_mismatch``: a negative credit balance, or one that is not the sum of the
   subscription's credit entries; ``credit_use_mismatch``: an invoice's ``credit_applied`` that is
@@ -32,35 +40,46 @@ from billing_core.invariants.topic import PlanChangeSeen
 
 _COUNT = text("SELECT count(*) FROM invoice")
 
-_WRONG_SUBTOTAL = text(
-    """
-    WITH changes AS (
-        SELECT DISTINCT ON (event_id) event_id, subscription_id, changed_at, old_code, new_code,
-               sequence
+# Every SubscriptionPlanChanged known: the outbox's and the topic's (unnest of parallel arrays),
+# one row per event.
+_CHANGES = """
+    changes AS (
+        SELECT DISTINCT ON (event_id) event_id, subscription_id, sequence, changed_at, old_code,
+               new_code, at_period_end
         FROM (
             SELECT CAST(event_id AS text) AS event_id, aggregate_id AS subscription_id,
-                   CAST(payload ->> 'changedAt' AS timestamptz) AS changed_at,
+                   sequence, CAST(payload ->> 'changedAt' AS timestamptz) AS changed_at,
                    payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code,
-                   sequence
+                   coalesce(payload ->> 'effective' = 'period_end', false) AS at_period_end
             FROM outbox_event WHERE event_type = 'SubscriptionPlanChanged'
             UNION ALL
             SELECT * FROM unnest(
                 CAST(:event_ids AS text[]), CAST(:subscription_ids AS bigint[]),
-                CAST(:changed_ats AS timestamptz[]), CAST(:old_codes AS text[]),
-                CAST(:new_codes AS text[]), CAST(:sequences AS bigint[]))
+                CAST(:sequences AS bigint[]), CAST(:changed_ats AS timestamptz[]),
+                CAST(:old_codes AS text[]), CAST(:new_codes AS text[]),
+                CAST(:at_period_ends AS boolean[]))
         ) c
         ORDER BY event_id
-    ),
-    -- Changes at one instant (A -> B -> A) are ordered by their events' sequence numbers.
+    )
+"""
+
+_WRONG_SUBTOTAL = text(
+    "WITH"
+    + _CHANGES
+    + """,
+    -- A change applies to the periods starting after its changedAt; a scheduled one (applied at
+    -- the period boundary changedAt) also to the period starting at it.
     spans AS (
         SELECT subscription_id, new_code AS code, changed_at AS since,
-               lead(changed_at) OVER (PARTITION BY subscription_id ORDER BY changed_at, sequence)
-                   AS until
+               at_period_end AS since_inclusive,
+               lead(changed_at) OVER w AS until,
+               NOT coalesce(lead(at_period_end) OVER w, false) AS until_inclusive
         FROM changes
+        WINDOW w AS (PARTITION BY subscription_id ORDER BY changed_at, sequence)
         UNION ALL
         SELECT * FROM (
             SELECT DISTINCT ON (subscription_id) subscription_id, old_code, NULL::timestamptz,
-                   changed_at
+                   false, changed_at, NOT at_period_end
             FROM changes ORDER BY subscription_id, changed_at, sequence
         ) first_change
     ),
@@ -80,8 +99,10 @@ _WRONG_SUBTOTAL = text(
              AND (d.until_period IS NULL OR i.period_index < d.until_period)
         LEFT JOIN coupon c ON c.code = d.coupon_code
         LEFT JOIN spans sp ON sp.subscription_id = i.subscription_id
-             AND (sp.since IS NULL OR sp.since < i.period_start)
-             AND (sp.until IS NULL OR i.period_start <= sp.until)
+             AND (sp.since IS NULL OR sp.since < i.period_start
+                  OR (sp.since_inclusive AND sp.since = i.period_start))
+             AND (sp.until IS NULL OR i.period_start < sp.until
+                  OR (sp.until_inclusive AND i.period_start = sp.until))
         WHERE i.kind = 'RENEWAL'
     )
     SELECT e.id, e.subscription_id, e.period_index, e.subtotal, e.currency, e.code,
@@ -96,6 +117,22 @@ _WRONG_SUBTOTAL = text(
     ) x
     WHERE p.id IS NULL OR p.price_amount - x.off <> e.subtotal OR p.currency <> e.currency
     ORDER BY e.id
+    """
+)
+
+_OUT_OF_ORDER = text(
+    "WITH"
+    + _CHANGES
+    + """
+    SELECT subscription_id, sequence, changed_at, earlier_latest FROM (
+        SELECT subscription_id, sequence, changed_at,
+               max(changed_at) OVER (PARTITION BY subscription_id ORDER BY sequence
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                   AS earlier_latest
+        FROM changes
+    ) c
+    WHERE changed_at < earlier_latest
+    ORDER BY subscription_id, sequence
     """
 )
 
@@ -139,10 +176,11 @@ async def check_amounts(
     params = {
         "event_ids": [c.event_id for c in plan_changes],
         "subscription_ids": [c.subscription_id for c in plan_changes],
+        "sequences": [c.sequence for c in plan_changes],
         "changed_ats": [c.changed_at for c in plan_changes],
         "old_codes": [c.old_plan_code for c in plan_changes],
         "new_codes": [c.new_plan_code for c in plan_changes],
-        "sequences": [c.sequence for c in plan_changes],
+        "at_period_ends": [c.at_period_end for c in plan_changes],
     }
     seen: set[int] = set()
     for r in await conn.execute(_WRONG_SUBTOTAL, params):
@@ -160,6 +198,14 @@ async def check_amounts(
             r.id,
             f"subscription {r.subscription_id} period {r.period_index}: subtotal "
             f"{r.subtotal} {r.currency}, {expected}",
+        )
+    for r in await conn.execute(_OUT_OF_ORDER, params):
+        check.add(
+            "plan_change_out_of_order",
+            "subscription",
+            r.subscription_id,
+            f"plan change #{r.sequence} at {r.changed_at.isoformat()} is before an earlier "
+            f"change's {r.earlier_latest.isoformat()}",
         )
     for r in await conn.execute(_WRONG_AMOUNT):
         check.add(

@@ -18,6 +18,7 @@ from billing_core.invariants.events import check_events, check_sequences
 from billing_core.invariants.ledger import LedgerEvidence, fetch_ledger
 from billing_core.invariants.lines import check_lines
 from billing_core.invariants.numbers import check_numbers
+from billing_core.invariants.pauses import check_pauses
 from billing_core.invariants.periods import check_periods
 from billing_core.invariants.report import Check, Report
 from billing_core.invariants.stuck import DEFAULT_RETRY_BOUND, check_stuck
@@ -84,6 +85,7 @@ async def check_all(
                     retry_bound=retry_bound,
                     reconciled=topic.reconciliation_invoices if topic else (),
                 ),
+                await check_pauses(conn),
             ]
     return Report(checks)
 

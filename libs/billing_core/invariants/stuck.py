@@ -6,7 +6,9 @@ OPEN invoice whose ``next_attempt_at`` is further in the past than ``retry_bound
 15-minute retry plus the collector's default lease) was dropped by everyone
 (``stuck_invoice``), and one without any ``next_attempt_at`` will never be tried
 (``unscheduled_invoice``) unless it was held on purpose and announced (an attempt whose answers
-stayed uncertain: PaymentReconciliationNeeded). Relative to the ``now`` given.
+stayed uncertain: PaymentReconciliationNeeded). The invoices of a paused subscription wait on
+purpose until it resumes (the collector leaves them alone): not stuck. Relative to the ``now``
+given.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ _STUCK = text(
                   AND o.payload ->> 'invoiceId' = CAST(i.id AS text))) AS reconciled
     FROM invoice i
     WHERE i.status = 'OPEN' AND (i.next_attempt_at IS NULL OR i.next_attempt_at < :cutoff)
+      AND NOT EXISTS (SELECT 1 FROM subscription s
+                      WHERE s.id = i.subscription_id AND s.paused_at IS NOT NULL)
     ORDER BY i.id
     """
 )

@@ -25,10 +25,13 @@ from billing_core.cloudevents import CloudEvent, InvalidCloudEvent, decode, pars
 class PlanChangeSeen:
     event_id: str
     subscription_id: int
+    sequence: int
     changed_at: datetime
     old_plan_code: str
     new_plan_code: str
-    sequence: int = 0  # the event's place among its subscription's (orders changes at one instant)
+    # Scheduled for the period end: applied at the period boundary ``changed_at``, so the
+    # period starting then is already at the new plan.
+    at_period_end: bool = False
 
 
 @dataclass
@@ -70,10 +73,11 @@ class TopicEvidence:
                 PlanChangeSeen(
                     event_id,
                     event.subscription_id,
+                    event.sequence,
                     parse_time(str(payload["changedAt"])),
                     str(payload["oldPlanCode"]),
                     str(payload["newPlanCode"]),
-                    event.sequence,
+                    payload.get("effective") == "period_end",
                 )
             )
 
@@ -129,6 +133,9 @@ async def read_topic(bootstrap: str, topic: str, *, timeout: float = 300.0) -> T
         bootstrap_servers=bootstrap,
         group_id=None,
         enable_auto_commit=False,
+        # Any position reset (a metadata change re-assigns the partitions) goes back to the
+        # start, never to the end: a read that silently starts at the end reads nothing.
+        auto_offset_reset="earliest",
         client_id=f"billing-check-{uuid.uuid4().hex[:8]}",
     )
     await consumer.start()

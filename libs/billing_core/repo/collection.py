@@ -55,6 +55,12 @@ class LeasedInvoice:
         return idempotency_key(self.id, self.attempt_count, self.key_prefix)
 
 
+# A paused subscription's invoices are not collected (its OPEN ones wait, dunning schedule and
+# all, until it resumes); the call of one claimed before the pause ends normally.
+NOT_PAUSED = """NOT EXISTS (
+    SELECT 1 FROM subscription p
+    WHERE p.id = invoice.subscription_id AND p.paused_at IS NOT NULL)"""
+
 # ``:now`` NULL: the database's clock (moved by the shared offset); the tests pass instants.
 _CLAIM = text(
     f"""
@@ -62,6 +68,7 @@ _CLAIM = text(
     due AS (
         SELECT id FROM invoice
         WHERE status = 'OPEN' AND next_attempt_at <= (SELECT now FROM clock)
+          AND {NOT_PAUSED}
         ORDER BY next_attempt_at
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -84,14 +91,14 @@ _CLAIM = text(
 )
 
 _BACKLOG = text(
-    """
+    f"""
     WITH clock AS (
         SELECT statement_timestamp()
                + make_interval(secs => CAST(:offset_s AS double precision)) AS now
     )
     SELECT count(*) AS due, min(next_attempt_at) AS oldest, (SELECT now FROM clock) AS now
     FROM invoice WHERE status = 'OPEN' AND next_attempt_at <= coalesce(
-        CAST(:now AS timestamptz), (SELECT now FROM clock))
+        CAST(:now AS timestamptz), (SELECT now FROM clock)) AND {NOT_PAUSED}
     """
 )
 

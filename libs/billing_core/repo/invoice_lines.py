@@ -42,6 +42,39 @@ _INSERT = text(
     """
 )
 
+# Lines added to an invoice that has some (credit applied later): numbered after its last line,
+# then the invoice checked against all of its lines, in the same statement.
+_APPEND = text(
+    """
+    WITH ins AS (
+        INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
+                                  amount, period_start, period_end, tax_inclusive)
+        SELECT :invoice_id,
+               coalesce((SELECT max(line_no) FROM invoice_line WHERE invoice_id = :invoice_id),
+                        0) + u.n,
+               u.kind, u.description, u.quantity, u.unit_amount, u.amount, u.period_start,
+               u.period_end, u.tax_inclusive
+        FROM unnest(
+            CAST(:kinds AS text[]), CAST(:descriptions AS text[]), CAST(:quantities AS int[]),
+            CAST(:unit_amounts AS bigint[]), CAST(:amounts AS bigint[]),
+            CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+            CAST(:tax_inclusives AS boolean[])) WITH ORDINALITY
+            AS u(kind, description, quantity, unit_amount, amount, period_start, period_end,
+                 tax_inclusive, n)
+        RETURNING invoice_id, kind, amount
+    ), sums AS (
+        SELECT sum(amount) AS total,
+               -sum(amount) FILTER (WHERE kind = 'CREDIT_APPLIED') AS credit
+        FROM (SELECT kind, amount FROM invoice_line WHERE invoice_id = :invoice_id
+              UNION ALL SELECT kind, amount FROM ins) l
+    )
+    SELECT i.id
+    FROM invoice i, sums s
+    WHERE i.id = :invoice_id
+      AND (i.amount <> s.total OR i.credit_applied <> coalesce(s.credit, 0))
+    """
+)
+
 _SELECT = text(
     """
     SELECT invoice_id, line_no, kind, description, quantity, unit_amount, amount, period_start,
@@ -78,6 +111,32 @@ async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]
     wrong = sorted(int(r[0]) for r in result)
     if wrong:
         raise InvoiceTotalMismatch(f"invoices whose lines do not add up: {wrong[:10]}")
+
+
+async def append_lines(db: Db, invoice_id: int, lines: Sequence[InvoiceLine]) -> None:
+    """Add ``lines`` to an invoice after its last line (credit applied to it later), in one
+    statement that also checks its amount and credit against all of its lines.
+
+    Raises :class:`InvoiceTotalMismatch` if they do not add up (the caller's transaction must
+    then roll back)."""
+    if not lines:
+        return
+    result = await db.execute(
+        _APPEND,
+        {
+            "invoice_id": invoice_id,
+            "kinds": [str(line.kind) for line in lines],
+            "descriptions": [line.description for line in lines],
+            "quantities": [line.quantity for line in lines],
+            "unit_amounts": [line.unit_amount for line in lines],
+            "amounts": [line.amount for line in lines],
+            "period_starts": [line.period_start for line in lines],
+            "period_ends": [line.period_end for line in lines],
+            "tax_inclusives": [line.tax_inclusive for line in lines],
+        },
+    )
+    if result.first() is not None:
+        raise InvoiceTotalMismatch(f"invoice {invoice_id}: its lines do not add up")
 
 
 async def lines_of(db: Db, invoice_ids: Sequence[int]) -> dict[int, list[InvoiceLine]]:

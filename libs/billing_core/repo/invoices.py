@@ -224,3 +224,54 @@ async def list_for_subscription(
         query = query.where(_i.c.id < before_id)
     query = query.order_by(_i.c.id.desc()).limit(limit).offset(offset)
     return [Invoice(**row) for row in (await session.execute(query)).mappings()]
+
+
+@dataclass(frozen=True)
+class CreditApplied:
+    invoice_id: int
+    used: int
+    amount_left: int
+    currency: str
+
+
+_UNTOUCHED_OPEN = text(
+    """
+    SELECT id, amount, currency FROM invoice
+    WHERE subscription_id = :s AND status = 'OPEN' AND leased_at IS NULL
+      AND void_requested_at IS NULL AND amount > 0
+    ORDER BY id
+    FOR UPDATE
+    """
+)
+
+_APPLY_CREDIT = text(
+    """
+    UPDATE invoice SET credit_applied = credit_applied + :used, amount = amount - :used,
+           status = CASE WHEN amount = :used THEN 'PAID' ELSE status END,
+           paid_at = CASE WHEN amount = :used THEN CAST(:now AS timestamptz) ELSE paid_at END,
+           closed_at = CASE WHEN amount = :used THEN CAST(:now AS timestamptz) ELSE closed_at END,
+           next_attempt_at = CASE WHEN amount = :used THEN NULL ELSE next_attempt_at END,
+           updated_at = :now
+    WHERE id = :id
+    """
+)
+
+
+async def apply_credit_to_open(
+    db: Db, subscription_id: int, credit: int, *, now: datetime
+) -> list[CreditApplied]:
+    """Pay up to ``credit`` of the subscription's OPEN invoices whose collection never started
+    (never leased: no gateway call was ever made for them, so no charge for the old amount can
+    exist), oldest first; an invoice paid in full becomes PAID. The caller locked the
+    subscription row first (the lock order of every invoice write) and records the credit
+    entries."""
+    applied: list[CreditApplied] = []
+    left = credit
+    for row in (await db.execute(_UNTOUCHED_OPEN, {"s": subscription_id})).all():
+        if left <= 0:
+            break
+        used = min(left, int(row.amount))
+        await db.execute(_APPLY_CREDIT, {"used": used, "now": now, "id": row.id})
+        applied.append(CreditApplied(int(row.id), used, int(row.amount) - used, row.currency))
+        left -= used
+    return applied

@@ -81,7 +81,7 @@ async def request_refunds(db: Db, refunds: Sequence[RefundToRequest], *, now: da
 _COLUMNS = """
     id, subscription_id, invoice_id, amount, currency, reason, charge_reference,
     idempotency_key, status, uncertain_answers, next_attempt_at, gateway_reference, error,
-    completed_at
+    completed_at, requested_at
 """
 
 # A lease, as for invoices: the due refunds are pushed forward by the lease and committed before
@@ -187,4 +187,5 @@ def _state(row: Mapping[Any, Any]) -> RefundState:
         gateway_reference=row["gateway_reference"],
         error=row["error"],
         completed_at=row["completed_at"],
+        requested_at=row["requested_at"],
     )

@@ -45,9 +45,12 @@ _CLAIM = """
     SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
            s.current_period_start, s.current_period_end, s.cancel_at_period_end,
            s.canceled_at, s.credit_balance, s.version,
-           p.code AS plan_code, p.price_amount, p.currency, p.billing_interval
+           s.pause_behavior, s.paused_at, s.pause_resumes_at,
+           p.code AS plan_code, p.price_amount, p.currency, p.billing_interval,
+           sp.code AS scheduled_plan_code, sp.price_amount AS scheduled_price_amount
     FROM subscription s
     JOIN plan p ON p.id = s.plan_id
+    LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id
     WHERE s.status IN ('ACTIVE', 'TRIALING') AND s.current_period_end <= :now
       AND (s.status = 'ACTIVE' OR s.trial_will_end_sent_at IS NOT NULL)
       AND s.id <> ALL(CAST(:exclude AS bigint[]))
@@ -69,7 +72,9 @@ _INSERT_INVOICES = text(
                          next_attempt_at, paid_at, closed_at, created_at, updated_at)
     SELECT u.subscription_id, u.customer_id, 'RENEWAL', u.period_index, u.period_start,
            u.period_end, u.subtotal, u.credit_applied, u.amount, u.currency, u.status,
-           u.next_attempt_at, u.paid_at, u.paid_at, :now, :now
+           u.next_attempt_at, u.paid_at,
+           CASE WHEN u.status = 'VOID' THEN CAST(:now AS timestamptz) ELSE u.paid_at END,
+           :now, :now
     FROM unnest(
         CAST(:subscription_ids AS bigint[]), CAST(:customer_ids AS bigint[]),
         CAST(:period_indexes AS int[]), CAST(:period_starts AS timestamptz[]),
@@ -102,15 +107,24 @@ _UPDATE_SUBSCRIPTIONS = text(
     SET status = u.status, period_index = u.period_index,
         current_period_start = u.period_start, current_period_end = u.period_end,
         credit_balance = u.credit_balance, canceled_at = u.canceled_at,
-        version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count
+        version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count,
+        -- a cancel at period end ends a pause too
+        pause_behavior = CASE WHEN u.status = 'CANCELED' THEN NULL ELSE s.pause_behavior END,
+        paused_at = CASE WHEN u.status = 'CANCELED' THEN NULL ELSE s.paused_at END,
+        pause_resumes_at = CASE WHEN u.status = 'CANCELED' THEN NULL
+                                ELSE s.pause_resumes_at END,
+        -- a plan change scheduled for the period end, applied
+        plan_id = CASE WHEN u.plan_changed THEN s.scheduled_plan_id ELSE s.plan_id END,
+        scheduled_plan_id = CASE WHEN u.plan_changed OR u.status = 'CANCELED' THEN NULL
+                                 ELSE s.scheduled_plan_id END
     FROM unnest(
         CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
         CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),
         CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
         CAST(:credit_balances AS bigint[]), CAST(:canceled_ats AS timestamptz[]),
-        CAST(:event_counts AS int[])
+        CAST(:event_counts AS int[]), CAST(:plan_changes AS boolean[])
     ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
-           credit_balance, canceled_at, event_count)
+           credit_balance, canceled_at, event_count, plan_changed)
     WHERE s.id = u.id AND s.version = u.expected_version
     RETURNING s.id, s.event_seq - u.event_count AS reserved_after
     """
@@ -162,6 +176,7 @@ async def claim_due(
             price_amount=row["price_amount"],
             currency=row["currency"],
             billing_interval=row["billing_interval"],
+            scheduled_price_amount=row["scheduled_price_amount"],
         )
         for row in result.mappings()
     ]
@@ -246,6 +261,7 @@ async def write_subscriptions(
             "credit_balances": [w.credit_balance for w in writes],
             "canceled_ats": [w.canceled_at for w in writes],
             "event_counts": [event_counts.get(w.id, 0) for w in writes],
+            "plan_changes": [w.plan_changed for w in writes],
             "now": now,
         },
     )

@@ -22,7 +22,13 @@ from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice_lines import InvoiceLine
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import (
+    Pause,
+    PauseBehavior,
+    SubscriptionState,
+    SubscriptionStatus,
+    change_instant,
+)
 from billing_core.repo import audit, idempotency
 from billing_core.repo.invoices import Invoice
 
@@ -67,6 +73,30 @@ class Subscription:
     plan_currency: str
     plan_interval: str
     trial_end: datetime | None = None
+    pause_behavior: str | None = None
+    paused_at: datetime | None = None
+    pause_resumes_at: datetime | None = None
+    # A plan change scheduled for the period end: its plan (null: none).
+    scheduled_plan_code: str | None = None
+    scheduled_plan_price_amount: int | None = None
+
+
+def _pause(row: Mapping[Any, Any]) -> Pause | None:
+    behavior = row.get("pause_behavior")
+    if behavior is None:
+        return None
+    return Pause(PauseBehavior(behavior), row["paused_at"], row.get("pause_resumes_at"))
+
+
+def pause_values(pause: Pause | None) -> dict[str, Any]:
+    """The columns that hold ``pause`` (all null: not paused)."""
+    if pause is None:
+        return {"pause_behavior": None, "paused_at": None, "pause_resumes_at": None}
+    return {
+        "pause_behavior": str(pause.behavior),
+        "paused_at": pause.paused_at,
+        "pause_resumes_at": pause.resumes_at,
+    }
 
 
 def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
@@ -79,6 +109,8 @@ def subscription_state(row: Mapping[Any, Any]) -> SubscriptionState:
         plan_code=str(row["plan_code"]),
         version=int(row["version"]),
         canceled_at=row.get("canceled_at"),
+        pause=_pause(row),
+        scheduled_plan_code=row.get("scheduled_plan_code"),
     )
 
 
@@ -88,6 +120,7 @@ def domain_state(sub: Subscription) -> SubscriptionState:
 
 _s = t.subscription
 _p = t.plan
+_sp = t.plan.alias("scheduled_plan")
 _SELECT = select(
     _s.c.id,
     _s.c.customer_id,
@@ -110,7 +143,14 @@ _SELECT = select(
     _p.c.currency.label("plan_currency"),
     _p.c.billing_interval.label("plan_interval"),
     _s.c.trial_end,
-).select_from(_s.join(_p, _p.c.id == _s.c.plan_id))
+    _s.c.pause_behavior,
+    _s.c.paused_at,
+    _s.c.pause_resumes_at,
+    _sp.c.code.label("scheduled_plan_code"),
+    _sp.c.price_amount.label("scheduled_plan_price_amount"),
+).select_from(
+    _s.join(_p, _p.c.id == _s.c.plan_id).outerjoin(_sp, _sp.c.id == _s.c.scheduled_plan_id)
+)
 # Subscriptions with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY to it).
 SELECT = _SELECT
 
@@ -122,6 +162,8 @@ _PLAN_COLUMNS = {
     "plan_price_amount": "p.price_amount",
     "plan_currency": "p.currency",
     "plan_interval": "p.billing_interval",
+    "scheduled_plan_code": "sp.code",
+    "scheduled_plan_price_amount": "sp.price_amount",
 }
 # The same read as _SELECT, by hand for the driver: columns in Subscription's field order.
 _FETCH = (
@@ -130,7 +172,8 @@ _FETCH = (
         f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
         for f in fields(Subscription)
     )
-    + " FROM subscription s JOIN plan p ON p.id = s.plan_id WHERE s.id = $1"
+    + " FROM subscription s JOIN plan p ON p.id = s.plan_id"
+    + " LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id WHERE s.id = $1"
 )
 
 
@@ -388,6 +431,15 @@ async def get_at(
     return sub
 
 
+async def get_for_change(
+    session: AsyncSession, subscription_id: int, expected_version: int | None, now: datetime
+) -> tuple[Subscription, datetime]:
+    """:func:`get_at`, and the instant a change asked for at ``now`` happens
+    (``subscription.change_instant``: never before the row's last write)."""
+    sub = await get_at(session, subscription_id, expected_version)
+    return sub, change_instant(now, sub.updated_at)
+
+
 async def exists(session: AsyncSession, subscription_id: int) -> bool:
     row = await session.execute(select(_s.c.id).where(_s.c.id == subscription_id))
     return row.first() is not None
@@ -441,6 +493,18 @@ async def add_credit_entry(
             invoice_id=invoice_id,
             created_at=now,
         )
+    )
+
+
+async def consume_credit(
+    session: AsyncSession | AsyncConnection, subscription_id: int, amount: int, *, now: datetime
+) -> None:
+    """Take ``amount`` off the balance (its INVOICE ledger lines are the caller's), in a
+    transaction that already made its version-checked write to this subscription."""
+    await session.execute(
+        update(_s)
+        .where(_s.c.id == subscription_id)
+        .values(credit_balance=_s.c.credit_balance - amount, updated_at=now)
     )
 
 

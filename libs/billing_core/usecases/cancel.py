@@ -29,7 +29,9 @@ async def cancel(
     and the renewer cancels instead of renewing. Raises ``VersionConflict`` when the
     subscription is not at ``expected_version`` or changes before the write.
     """
-    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
     state = subscriptions_repo.domain_state(sub)
     if at_period_end:
         new_state, events = sub_domain.schedule_cancel_at_period_end(state, now)
@@ -59,6 +61,7 @@ async def cancel(
             "status": str(new_state.status),
             "canceled_at": new_state.canceled_at,
             "cancel_at_period_end": new_state.cancel_at_period_end,
+            **subscriptions_repo.pause_values(new_state.pause),
         },
     )
     voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
@@ -87,7 +90,9 @@ async def resume_renewal(
     """Undo a cancel scheduled for the period end; return False when none was scheduled.
     A canceled subscription refuses (``SubscriptionCanceledError``). With ``actor``, the request
     is recorded in ``audit_event`` (changed or not)."""
-    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
     state = subscriptions_repo.domain_state(sub)
     new_state, events = sub_domain.resume_renewal(state, now)
     if new_state == state:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from billing_core.domain import events as ev
 from billing_core.domain import invoice_lines
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.coupons import Discount, discounted_proration
@@ -30,6 +31,16 @@ from billing_core.usecases.subscribe import opened_invoice_events
 # credit: the new price applies from the next renewal).
 PRORATION_CREATE = "create_prorations"
 PRORATION_NONE = "none"
+# ``always_invoice`` (Stripe's: create prorations and invoice them at once): an upgrade is
+# invoiced now, as with ``create_prorations``; a downgrade's credit is applied now to the OPEN
+# invoices whose collection never started (oldest first; one paid in full becomes PAID), and
+# only what is left stays on the balance for later invoices.
+PRORATION_ALWAYS = "always_invoice"
+# When a change applies: now (prorated as above), or at the current period's end (stored on the
+# subscription; the renewer applies it when it renews, and the new period is the first one
+# invoiced at the new plan).
+EFFECTIVE_NOW = "now"
+EFFECTIVE_PERIOD_END = "period_end"
 
 # Periods a plan change renews before it applies (the renewer's default per batch); a
 # subscription further behind is left to the renewer and the change answers 409 meanwhile.
@@ -47,6 +58,7 @@ class PlanChange:
     invoice_id: int | None = None
     credit_granted: int = 0
     invoice_amount: int = 0
+    scheduled: bool = False  # stored for the period end, not applied now
 
 
 async def _renewed_if_due(
@@ -92,8 +104,11 @@ async def change_plan(
     expected_version: int | None = None,
     actor: audit.Actor | None = None,
     proration_behavior: str = PRORATION_CREATE,
+    effective: str = EFFECTIVE_NOW,
 ) -> PlanChange:
-    """Switch to ``plan_code`` at ``now``.
+    """Switch to ``plan_code`` at ``now`` (``effective`` ``period_end``: see
+    :func:`schedule_change`). A change scheduled for the period end is dropped: this one
+    replaces it.
 
     ``prorate`` over the current period (between the discounted prices while the
     subscription's coupon covers it) gives ``due``: positive (upgrade) becomes a PRORATION
@@ -102,9 +117,13 @@ async def change_plan(
     (downgrade) becomes credit for later invoices. The same plan is a no-op.
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
-    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
     new_plan = await plans_repo.get_by_code(session, plan_code)
     sub = await _renewed_if_due(session, sub, now)
+    if effective == EFFECTIVE_PERIOD_END:
+        return await _schedule(session, sub, new_plan, now, actor)
     state = subscriptions_repo.domain_state(sub)
     if new_plan.code == sub.plan_code:
         sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
@@ -113,16 +132,7 @@ async def change_plan(
         return change
     if sub.status == SubscriptionStatus.CANCELED:
         sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
-    if new_plan.currency != sub.plan_currency:
-        raise IncompatiblePlanChange(
-            f"plan {new_plan.code} is billed in {new_plan.currency}, "
-            f"the subscription in {sub.plan_currency}"
-        )
-    if new_plan.billing_interval != sub.plan_interval:
-        raise IncompatiblePlanChange(
-            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
-            f"the subscription every {sub.plan_interval}"
-        )
+    _require_compatible(sub, new_plan)
 
     discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
     proration = _proration(sub, new_plan.price_amount, now, proration_behavior, discount)
@@ -156,7 +166,7 @@ async def change_plan(
         subscription_id,
         expected_version=sub.version,
         now=now,
-        values={"plan_id": new_plan.id, "credit_balance": balance},
+        values={"plan_id": new_plan.id, "credit_balance": balance, "scheduled_plan_id": None},
     )
 
     if priced is not None:
@@ -198,6 +208,8 @@ async def change_plan(
             reason="DOWNGRADE",
             now=now,
         )
+        if proration_behavior == PRORATION_ALWAYS:
+            events += await _apply_credit_now(session, subscription_id, credit_granted, now)
 
     if invoice is not None and priced is not None:
         events += opened_invoice_events(invoice, priced.tax)
@@ -211,6 +223,109 @@ async def change_plan(
     )
     await _audit(session, actor, sub, version, change, new_plan.code, now)
     return change
+
+
+async def _apply_credit_now(
+    session: AsyncSession, subscription_id: int, credit: int, now: datetime
+) -> list[ev.DomainEvent]:
+    """``always_invoice`` on a downgrade: the credit just granted pays the OPEN invoices whose
+    collection never started, at once (the subscription row is already locked and versioned by
+    this change); each gets a CREDIT_APPLIED line for the credit it took (its amount still the
+    sum of its lines, checked as they are written); InvoicePaid for each one paid in full."""
+    applied = await invoices_repo.apply_credit_to_open(session, subscription_id, credit, now=now)
+    events: list[ev.DomainEvent] = []
+    for use in applied:
+        await invoice_lines_repo.append_lines(
+            session, use.invoice_id, invoice_lines.credit_line(use.used)
+        )
+        await subscriptions_repo.add_credit_entry(
+            session,
+            subscription_id=subscription_id,
+            amount=-use.used,
+            reason="INVOICE",
+            invoice_id=use.invoice_id,
+            now=now,
+        )
+        if use.amount_left == 0:
+            events.append(ev.invoice_paid(subscription_id, use.invoice_id, 0, use.currency, now))
+    used = sum(use.used for use in applied)
+    if used:
+        await subscriptions_repo.consume_credit(session, subscription_id, used, now=now)
+    return events
+
+
+def _require_compatible(sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan) -> None:
+    if new_plan.currency != sub.plan_currency:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} is billed in {new_plan.currency}, "
+            f"the subscription in {sub.plan_currency}"
+        )
+    if new_plan.billing_interval != sub.plan_interval:
+        raise IncompatiblePlanChange(
+            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
+            f"the subscription every {sub.plan_interval}"
+        )
+
+
+async def _schedule(
+    session: AsyncSession,
+    sub: subscriptions_repo.Subscription,
+    new_plan: plans_repo.Plan | None,
+    now: datetime,
+    actor: audit.Actor | None,
+) -> PlanChange:
+    """Store (or, ``new_plan`` None or the current plan, drop) the change scheduled for the
+    period end; nothing is prorated or invoiced now."""
+    state = subscriptions_repo.domain_state(sub)
+    code = None if new_plan is None else new_plan.code
+    new_state, _ = sub_domain.schedule_plan_change(state, code, now)
+    if new_plan is not None and new_state.scheduled_plan_code is not None:
+        _require_compatible(sub, new_plan)
+    changed = new_state != state
+    version = sub.version
+    if changed:
+        version = await subscriptions_repo.update_versioned(
+            session,
+            sub.id,
+            expected_version=sub.version,
+            now=now,
+            values={
+                "scheduled_plan_id": None
+                if new_state.scheduled_plan_code is None or new_plan is None
+                else new_plan.id
+            },
+        )
+    await audit.record_subscription_change(
+        session,
+        actor,
+        audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,
+        sub.id,
+        before=sub.version,
+        after=version,
+        detail={
+            "fromPlan": sub.plan_code,
+            "scheduledPlan": new_state.scheduled_plan_code,
+            "effectiveAt": sub.current_period_end.isoformat(),
+            "changed": changed,
+        },
+        now=now,
+    )
+    return PlanChange(changed=changed, scheduled=new_state.scheduled_plan_code is not None)
+
+
+async def cancel_scheduled_change(
+    session: AsyncSession,
+    *,
+    subscription_id: int,
+    now: datetime,
+    expected_version: int | None = None,
+    actor: audit.Actor | None = None,
+) -> bool:
+    """Drop the plan change scheduled for the period end; False when none was."""
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
+    return (await _schedule(session, sub, None, now, actor)).changed
 
 
 async def _audit(

@@ -4,8 +4,9 @@ and a reconciliation item when the gateway refused it for good."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
+from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.refund import RefundAnswer, RefundState, apply_refund_answer
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import refunds as refunds_repo
@@ -18,8 +19,7 @@ async def record_refund_answer(
     answer: RefundAnswer,
     *,
     now: datetime,
-    retry_after: timedelta,
-    max_uncertain_answers: int,
+    policy: DunningPolicy,
 ) -> RefundState | None:
     """The refund as it is after ``answer`` (None: no such refund). An answer for a refund
     already settled (recorded by another try of the same key) changes nothing."""
@@ -30,8 +30,7 @@ async def record_refund_answer(
         refund,
         answer,
         now=now,
-        retry_after=retry_after,
-        max_uncertain_answers=max_uncertain_answers,
+        policy=policy,
     )
     if effect.refund == refund:
         return refund

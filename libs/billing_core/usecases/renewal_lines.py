@@ -64,13 +64,15 @@ def _priced_lines(
     rate: TaxRate | None,
     discount: Discount | None = None,
 ) -> list[InvoiceLine]:
-    """The invoice's lines before credit: the plan's period, its discount when the
-    subscription's covers the period, and its tax when it has a rate."""
-    price = plan.due.price_amount
+    """The invoice's lines before credit: the period of the plan it is invoiced at (the new
+    plan from a scheduled change's boundary on), its discount when the subscription's covers
+    the period, and its tax when it has a rate."""
+    price = invoice.plan_price if invoice.plan_code else plan.due.price_amount
+    plan_code = invoice.plan_code or plan.due.state.plan_code
     lines = [
         line_rules.single(
             LineKind.PLAN_PERIOD,
-            line_rules.plan_period_description(plan.due.state.plan_code),
+            line_rules.plan_period_description(plan_code),
             price,
             invoice.period_start,
             invoice.period_end,
@@ -96,8 +98,9 @@ def apply_taxes(
 ) -> RenewalPlan:
     """``plan`` with its invoices discounted by ``discount`` where it covers their period and
     taxed at ``rate`` (unchanged without either): each subtotal the final total, the credit
-    applied again in order from the subscription's balance. Each invoice's lines before credit
-    go into ``priced`` when given."""
+    applied again in order from the subscription's balance (a paused period's VOID or DRAFT
+    invoice takes none and keeps its status). Each invoice's lines before credit go into
+    ``priced`` when given."""
     if (rate is None and discount is None) or not plan.invoices:
         return plan
     balance = plan.due.credit_balance
@@ -107,6 +110,16 @@ def apply_taxes(
         if priced is not None:
             priced[(invoice.subscription_id, invoice.period_index)] = lines
         subtotal = line_rules.total(lines)
+        if invoice.paused:  # VOID or DRAFT: priced the same, no credit taken, never collected
+            invoices.append(
+                replace(
+                    invoice,
+                    subtotal=subtotal,
+                    amount=subtotal,
+                    tax=sum(line.amount for line in lines if line.kind == LineKind.TAX),
+                )
+            )
+            continue
         split = apply_credit(subtotal, balance)
         balance = split.credit_remaining
         opening = invoice_rules.opening(split.amount_due, now)

@@ -40,7 +40,9 @@ async def end_trial_now(
     the trial is dropped: asking to pay now is asking to stay. Anything but TRIALING is 409
     (``IllegalTransition``).
     """
-    sub = await subscriptions_repo.get_at(session, subscription_id, expected_version)
+    sub, now = await subscriptions_repo.get_for_change(
+        session, subscription_id, expected_version, now
+    )
     state = subscriptions_repo.domain_state(sub)
     _new_state, events = sub_domain.end_trial(state, now, early=True)
     period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)

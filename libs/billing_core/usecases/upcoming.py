@@ -31,9 +31,9 @@ def upcoming_invoice(
     sub: Subscription, rate: TaxRate | None = None, discount: Discount | None = None
 ) -> UpcomingInvoice:
     """The renewal invoice the renewer will create when ``sub``'s current period (or trial)
-    ends, with its lines, from the subscription as it is now (plan, credit balance, tax
-    ``rate``, ``discount``). A PAST_DUE subscription is previewed as it will renew once paid (ACTIVE
-    again)."""
+    ends, with its lines, from the subscription as it is now (plan, a plan change scheduled for
+    the period end, credit balance, tax ``rate``, ``discount``). A PAST_DUE subscription is
+    previewed as it will renew once paid (ACTIVE again)."""
     state = domain_state(sub)
     if state.status == SubscriptionStatus.CANCELED:
         raise NoUpcomingInvoice(f"subscription {sub.id} is canceled")
@@ -55,6 +55,7 @@ def upcoming_invoice(
         price_amount=sub.plan_price_amount,
         currency=sub.plan_currency,
         billing_interval=sub.plan_interval,
+        scheduled_price_amount=sub.scheduled_plan_price_amount,
     )
     at = sub.current_period_end
     plan = apply_taxes(renewal_rules.plan_renewal(due, now=at, max_periods=1), rate, at, discount)

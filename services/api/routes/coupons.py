@@ -115,7 +115,9 @@ async def apply_coupon(
     subscription_id: SubscriptionId, body: ApplyCouponRequest, write: SubscriptionsWrite
 ) -> Response:
     async def work(session: AsyncSession, now: datetime) -> Outcome:
-        sub = await subscriptions_repo.get(session, subscription_id)
+        # A redemption never goes back in time: at the request's instant or the row's last
+        # write, whichever is later (subscription.change_instant).
+        sub, now = await subscriptions_repo.get_for_change(session, subscription_id, None, now)
         if sub.status == SubscriptionStatus.CANCELED:
             raise coupons_repo.SubscriptionCanceledForCoupon(
                 f"subscription {subscription_id} is canceled"
@@ -152,4 +154,4 @@ async def apply_coupon(
             ),
         )
 
-    return await write.run(work)
+    return await write.run(work, retry_conflicts=True)

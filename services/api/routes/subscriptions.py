@@ -184,7 +184,7 @@ async def cancel_subscription(
         )
         return await _subscription_outcome(session, subscription_id)
 
-    return await write.run(work)
+    return await write.run(work, retry_conflicts=expected is None)
 
 
 @router.post(
@@ -194,7 +194,9 @@ async def cancel_subscription(
     description="An upgrade creates a PRORATION invoice for the prorated difference (credit "
     "applied first); a downgrade adds credit for later invoices. The same plan is a no-op; "
     "a plan in another currency or interval is refused (422). ?preview=true runs the same "
-    "change and rolls it back: the answer is what the change would do, nothing is written.",
+    "change and rolls it back: the answer is what the change would do, nothing is written. "
+    "effective=period_end schedules the change for the period end instead (nothing prorated; "
+    "DELETE /subscriptions/{id}/scheduled-change drops it).",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def change_plan(
@@ -222,6 +224,7 @@ async def change_plan(
             now=now,
             actor=write.actor,
             proration_behavior=body.proration_behavior,
+            effective=body.effective,
         )
         sub = await subscriptions_repo.get(session, subscription_id)
         return outcome(
@@ -234,13 +237,14 @@ async def change_plan(
                 credit_granted=change.credit_granted,
                 subscription=SubscriptionOut.of(sub),
                 preview=preview,
+                scheduled=change.scheduled,
             ),
             etag=etag(sub.version),
         )
 
     if preview:
         return await rolled_back(get_context(request), work)
-    return await write.run(work)
+    return await write.run(work, retry_conflicts=expected is None)
 
 
 def _encode_cursor(invoice_id: int) -> str:

@@ -43,11 +43,13 @@ async def put_tax_location(
     client: Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_WRITE)],
 ) -> Response:
     ctx = get_context(request)
-    now = ctx.clock.now()
     location = TaxLocation(body.country, body.region)
     async with ctx.sessions.begin() as session:
-        if not await subscriptions_repo.exists(session, subscription_id):
-            raise subscriptions_repo.SubscriptionNotFound(subscription_id)
+        # Never back in time: at the request's instant or the subscription's last write,
+        # whichever is later (subscription.change_instant); 404 for an unknown subscription.
+        _sub, now = await subscriptions_repo.get_for_change(
+            session, subscription_id, None, ctx.clock.now()
+        )
         await tax_repo.set_location(session, subscription_id, location, now=now)
         rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
         await audit.record(

@@ -50,6 +50,9 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
     ("GET", "/subscriptions", Scope.SUBSCRIPTIONS_READ, {}),
     ("POST", "/subscriptions/{id}/end-trial", Scope.SUBSCRIPTIONS_WRITE, {}),
     ("POST", "/subscriptions/{id}/resume-renewal", Scope.SUBSCRIPTIONS_WRITE, {}),
+    ("POST", "/subscriptions/{id}/pause", Scope.SUBSCRIPTIONS_WRITE, {"behavior": "void"}),
+    ("POST", "/subscriptions/{id}/resume", Scope.SUBSCRIPTIONS_WRITE, {}),
+    ("DELETE", "/subscriptions/{id}/scheduled-change", Scope.SUBSCRIPTIONS_WRITE, {}),
     ("GET", "/subscriptions/{id}/upcoming-invoice", Scope.INVOICES_READ, {}),
     ("POST", "/customers", Scope.SUBSCRIPTIONS_WRITE, {"externalId": "shop-42"}),
     ("GET", "/customers", Scope.SUBSCRIPTIONS_READ, {}),
@@ -60,6 +63,7 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
     ("POST", "/coupons", Scope.ADMIN, {"code": "X", "percentOff": 10, "duration": "ONCE"}),
     ("GET", "/coupons/NOPE", Scope.PLANS_READ, {}),
     ("POST", "/subscriptions/{id}/coupon", Scope.SUBSCRIPTIONS_WRITE, {"couponCode": "NOPE"}),
+    ("GET", "/invoices/{id}/pdf", Scope.INVOICES_READ, {}),
 ]
 OPEN = {
     ("GET", "/healthz"),

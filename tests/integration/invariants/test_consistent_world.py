@@ -19,6 +19,7 @@ async def test_a_consistent_world_has_no_violation(scene: Scene) -> None:
         "lines",
         "numbers",
         "stuck",
+        "pauses",
     ]
     assert report.check("periods").checked == 5  # subscriptions
     assert report.check("sequence").checked == 5  # subscriptions with events

@@ -258,6 +258,32 @@ async def test_the_plan_history_also_comes_from_the_topic(scene: Scene) -> None:
     assert without_topic.check("amounts").ids("wrong_subtotal") == [scene.world.invoices[("b", 0)]]
 
 
+async def test_a_plan_change_stamped_before_one_committed_earlier(scene: Scene) -> None:
+    # A second change of b, committed after the first (higher sequence), an hour before it.
+    change = scene.world.find("b", "SubscriptionPlanChanged")
+    await sql(
+        scene,
+        """
+        INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
+                                  payload, occurred_at)
+        SELECT gen_random_uuid(), aggregate_id,
+               (SELECT max(sequence) + 1 FROM outbox_event WHERE aggregate_id = o.aggregate_id),
+               event_type, schema_version,
+               jsonb_set(payload, '{changedAt}', to_jsonb(to_char(
+                   (CAST(payload ->> 'changedAt' AS timestamptz) - interval '1 hour')
+                       AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'))),
+               occurred_at
+        FROM outbox_event o WHERE event_id = :e
+        """,
+        e=change.event_id,
+    )
+    amounts = (await scene.check()).check("amounts")
+    assert amounts.ids("plan_change_out_of_order") == [scene.world.subs["b"]]
+    assert "is before an earlier change's" in str(
+        next(v for v in amounts.violations if v.kind == "plan_change_out_of_order")
+    )
+
+
 async def test_a_credit_balance_that_is_not_its_entries(scene: Scene) -> None:
     sub = scene.world.subs["c"]
     await sql(scene, "UPDATE subscription SET credit_balance = 600 WHERE id = :s", s=sub)

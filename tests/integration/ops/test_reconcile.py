@@ -102,8 +102,7 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
             refund.id,
             RefundAnswer(RefundOutcome.FAILED, error="http 404: No charge 'ch_9'"),
             now=NOW,
-            retry_after=timedelta(minutes=1),
-            max_uncertain_answers=3,
+            policy=DunningPolicy(unknown_retry=timedelta(minutes=1), unknown_max_retries=3),
         )
 
     listed = await billing()
@@ -192,8 +191,7 @@ async def test_billing_status_counts_refunds_voids_waiting_and_open_items(
             first.id,
             RefundAnswer(RefundOutcome.FAILED, error="http 422: Not refundable"),
             now=NOW,
-            retry_after=timedelta(minutes=1),
-            max_uncertain_answers=3,
+            policy=DunningPolicy(unknown_retry=timedelta(minutes=1), unknown_max_retries=3),
         )
     env = {**os.environ, "COLUMNS": "400", "BILLING_LOG_JSON": "false"}
     status = await asyncio.to_thread(

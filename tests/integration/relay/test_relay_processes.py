@@ -179,8 +179,8 @@ async def test_notifier_process_logs_one_email_per_event_to_the_customer(
     async with engine.begin() as conn:
         for sub in subs:
             created = ev.subscription_created(sub, customers[sub], "BASIC", now, now, "UTC")
-            paid = ev.invoice_paid(sub, 10 + sub, 990, "USD", now)
-            await append_events(conn, [created, paid], now)
+            voided = ev.invoice_voided(sub, 10 + sub, now)  # logged only (not sent)
+            await append_events(conn, [created, voided], now)
     async with make_relay() as relay:
         await drain(relay)
     log_path = Path(tempfile.mkstemp(prefix="notifier-", suffix=".log")[1])
@@ -207,11 +207,13 @@ async def test_notifier_process_logs_one_email_per_event_to_the_customer(
     lines = [json.loads(x) for x in log_path.read_text().splitlines() if x.startswith("{")]
     log_path.unlink()
     emails = [x for x in lines if x.get("event") == "email_would_send"]
-    paid = [e for e in emails if e["event_type"] == "InvoicePaid"]
+    voided = [e for e in emails if e["event_type"] == "InvoiceVoided"]
     assert rc == 0
-    assert sorted(e["subscription_id"] for e in paid) == subs
-    assert {e["subject"] for e in paid} == {"Payment received, thank you"}
-    assert {e["to"] for e in paid} == {f"customer-{c}@example.invalid" for c in customers.values()}
+    assert sorted(e["subscription_id"] for e in voided) == subs
+    assert {e["subject"] for e in voided} == {"An invoice was voided"}
+    assert {e["to"] for e in voided} == {
+        f"customer-{c}@example.invalid" for c in customers.values()
+    }
     assert await _processed(engine, "notifier") == 6
 
 

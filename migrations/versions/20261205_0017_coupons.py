@@ -1,7 +1,7 @@
 """coupons: coupon (the terms) and subscription_discount (a subscription's redemption)
 
-Revision ID: 0014
-Revises: 0013
+Revision ID: 0017
+Revises: 0016
 Create Date: 2026-12-05
 
 No coupon is inserted: coupons are created through the API (``POST /coupons``).
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014"
-down_revision: str | None = "0013"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """taxes: tax_rate (the built-in calculator's table) and subscription_tax_location
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0016
+Revises: 0015
 Create Date: 2026-12-05
 
 No rate is inserted: rates are the operator's (``billing_core.domain.tax``); a subscription
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

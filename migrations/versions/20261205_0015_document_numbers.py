@@ -1,7 +1,7 @@
 """document numbers: invoice.number, refund.credit_note_number, document_series counters
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-05
 
 Existing invoices and succeeded refunds are left unnumbered: the renewer's numbering pass gives
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | None = "0011"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,67 @@
+"""Two changes to one subscription in flight at once: the one stamped earlier but applied
+second happens at the first one's instant, never before it (its time never goes back)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.clock import ManualClock
+from billing_core.invariants.checker import check_all
+from billing_core.invariants.ledger import LedgerEvidence
+from tests.integration.api.helpers import rows, subscribe
+
+
+def _instant(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    start = clock.now()
+    sub = await subscribe(client, plan="BASIC_MONTHLY")
+    clock.set(start + timedelta(days=10))
+    upgrade = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}
+    )
+    assert upgrade.status_code == 200, upgrade.text
+    upgraded_at = clock.now()
+    # A downgrade whose request was stamped before the upgrade's, read after it committed.
+    clock.set(start + timedelta(days=5))
+    downgrade = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "BASIC_MONTHLY"}
+    )
+    assert downgrade.status_code == 200, downgrade.text
+
+    events = await rows(
+        engine,
+        "SELECT payload FROM outbox_event WHERE aggregate_id = :s "
+        "AND event_type = 'SubscriptionPlanChanged' ORDER BY sequence",
+        s=sub["id"],
+    )
+    changed_at = [_instant(e["payload"]["changedAt"]) for e in events]
+    assert changed_at == [upgraded_at, upgraded_at]
+    # Back to the same plan at the same instant: the credit is exactly the prorated charge.
+    assert upgrade.json()["due"] > 0
+    assert downgrade.json()["creditGranted"] == upgrade.json()["due"]
+    report = await check_all(engine, now=upgraded_at, ledger=LedgerEvidence({}), topic=None)
+    assert report.check("amounts").ok, report.as_dict()
+
+
+async def test_a_cancel_stamped_before_a_renewal_it_read_cancels_after_the_renewal(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="BASIC_MONTHLY")
+    period_end = _instant(sub["currentPeriodEnd"])
+    clock.set(period_end + timedelta(seconds=30))
+    renewed = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}
+    )  # renews period 1 first, then upgrades at period_end + 30 s
+    assert renewed.status_code == 200, renewed.text
+    clock.set(period_end - timedelta(seconds=30))
+    cancel = await client.post(f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False})
+    assert cancel.status_code == 200, cancel.text
+    assert _instant(cancel.json()["canceledAt"]) == period_end + timedelta(seconds=30)

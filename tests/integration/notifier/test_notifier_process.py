@@ -1,0 +1,171 @@
+"""kill -9 during sending: a real notifier process, real Kafka, PostgreSQL and a real SMTP server
+(the project's own, as a process) that keeps what it receives.
+
+The notifier consumes the events (queueing every e-mail in one transaction), then is killed twice
+while the e-mails are arriving at the server and started again each time. Every
+customer must get their receipt, and no e-mail may arrive twice except where SMTP leaves no
+choice: a message the server accepted just before the kill, before the notifier recorded it as
+sent. Such a resend must be one the notifier says it made without knowing the earlier outcome
+(``email_resending_after_unknown_outcome``), at most one per kill, and it is the same message
+(same Message-ID).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core import cloudevents
+from billing_core.cloudevents import CloudEvent
+from billing_core.domain import events as ev
+from billing_core.repo import notifier_emails
+from services.relay.producer import ensure_topic
+from tests.support.factories import create_invoice, create_subscription
+from tests.support.infra import Services
+from tests.support.mail import mail_server
+from tests.support.processes import Proc, start
+
+NOW = datetime(2026, 12, 1, 8, tzinfo=UTC)
+CUSTOMERS = 80
+
+
+async def receipts_to_send(engine: AsyncEngine) -> list[CloudEvent]:
+    """A customer (with an address), a subscription and a paid invoice each; their InvoicePaid."""
+    events = []
+    async with engine.begin() as conn:
+        for n in range(CUSTOMERS):
+            customer = (
+                await conn.execute(
+                    text(
+                        "INSERT INTO customer (external_id, email, name) VALUES (:x, :e, :n) "
+                        "RETURNING id"
+                    ),
+                    {"x": f"crm-{n}", "e": f"c{n}@example.com", "n": f"Customer {n}"},
+                )
+            ).scalar_one()
+            sub = await create_subscription(conn, customer_id=customer, start=NOW)
+            invoice = await create_invoice(
+                conn,
+                subscription_id=sub,
+                customer_id=customer,
+                amount=990 + n,
+                next_attempt_at=NOW,
+                period_start=NOW,
+                status="PAID",
+            )
+            paid = ev.invoice_paid(sub, invoice, 990 + n, "EUR", NOW)
+            events.append(
+                CloudEvent(
+                    id=uuid.uuid4(),
+                    event_type="InvoicePaid",
+                    source="urn:billing:outbox",
+                    time=NOW,
+                    subscription_id=sub,
+                    sequence=1,
+                    schema_version=1,
+                    data=paid.payload_json().encode(),
+                )
+            )
+    return events
+
+
+async def publish(bootstrap: str, topic: str, events: list[CloudEvent]) -> None:
+    await ensure_topic(bootstrap, topic, partitions=3, replication=1)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for event in events:
+            key, value, headers = cloudevents.encode(event)
+            await producer.send(topic, value=value, key=key, headers=headers)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+async def until(check: object, timeout: float, what: str) -> None:
+    assert callable(check)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def log_lines(procs: list[Proc]) -> list[dict[str, object]]:
+    lines = []
+    for proc in procs:
+        for line in proc.log().splitlines():
+            if line.startswith("{"):
+                lines.append(json.loads(line))
+    return lines
+
+
+@pytest.mark.slow
+async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
+    engine: AsyncEngine,
+    services: Services,
+    database_url: str,
+    kafka_topic: str,
+    tmp_path: Path,
+) -> None:
+    events = await receipts_to_send(engine)
+    await publish(services.kafka_bootstrap, kafka_topic, events)
+    expected = {f"<{e.id}@example.test>" for e in events}
+    with mail_server(tmp_path / "mail") as mail:
+        env = {
+            "BILLING_DATABASE_URL": database_url,
+            "BILLING_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
+            "BILLING_KAFKA_TOPIC": kafka_topic,
+            "BILLING_NOTIFIER_GROUP_ID": f"notifier-{uuid.uuid4().hex[:8]}",
+            "BILLING_NOTIFIER_HEALTH_PORT": "0",
+            "BILLING_NOTIFIER_SMTP_PORT": str(mail.port),
+            "BILLING_NOTIFIER_MAIL_FROM": "Billing <billing@example.test>",
+            "BILLING_NOTIFIER_SEND_BATCH": "10",
+            "BILLING_NOTIFIER_SEND_LEASE_SECONDS": "2",
+            "BILLING_NOTIFIER_SEND_RETRY_SECONDS": "1",
+            "BILLING_LOG_JSON": "true",
+        }
+        procs: list[Proc] = []
+        try:
+            for n, kill_at in enumerate((10, 40)):
+                procs.append(start(f"notifier-{n}", "services.notifier", env, tmp_path))
+                await until(lambda k=kill_at: mail.count() >= k, 120, f"{kill_at} e-mails")
+                procs[-1].kill9()
+            assert len(set(mail.message_ids())) < CUSTOMERS  # the kills came while sending
+            procs.append(start("notifier-last", "services.notifier", env, tmp_path))
+            await until(lambda: set(mail.message_ids()) >= expected, 300, "every receipt")
+            await asyncio.sleep(3)  # longer than a lease: a late resend would show now
+            assert procs[-1].terminate() == 0
+        finally:
+            for proc in procs:
+                proc.kill9()
+        received = Counter(mail.message_ids())
+        messages = mail.messages()
+
+    assert set(received) == expected
+    twice = {message_id for message_id, n in received.items() if n > 1}
+    resent = [
+        line
+        for line in log_lines(procs)
+        if line.get("event") == "email_resending_after_unknown_outcome"
+    ]
+    assert twice <= {str(line["message_id"]) for line in resent}
+    assert len(resent) <= 2  # one message per kill at most
+    assert max(received.values()) <= 2
+    by_recipient = Counter(str(m["X-Billing-Envelope-To"]) for m in messages)
+    assert set(by_recipient) == {f"c{n}@example.com" for n in range(CUSTOMERS)}
+    async with engine.connect() as conn:
+        assert await notifier_emails.counts(conn) == {"sent": CUSTOMERS, "pending": 0, "failed": 0}
+        processed = (await conn.execute(text("SELECT count(*) FROM processed_event"))).scalar_one()
+    assert processed == CUSTOMERS
