@@ -108,7 +108,7 @@ KIND_LABELS = {
 def from_invoice(
     invoice: InvoiceFacts, *, plan_name: str, seller: Party, customer: Party
 ) -> InvoiceDocument:
-    """The document of ``invoice`` as main's schema has it: one line for the period (its
+    """The document of ``invoice`` without line items: one line for the period (its
     subtotal), one for the credit applied (if any). The total is the amount charged."""
     label = KIND_LABELS.get(invoice.kind, invoice.kind.title())
     period = f"{invoice.period_start:%Y-%m-%d} to {invoice.period_end:%Y-%m-%d}"

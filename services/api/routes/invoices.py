@@ -41,8 +41,9 @@ async def get_invoice(request: Request, invoice_id: InvoiceId, _client: Invoices
 @router.get(
     "/invoices/{id}/pdf",
     summary="Download an invoice as a PDF",
-    description="The invoice document: seller, customer, its lines (the period's charge, the "
-    "credit applied), taxes and totals, amounts in the invoice's currency. The seller is "
+    description="The invoice document: seller, customer, its document number (once it has "
+    "one), its line items (the plan's period, proration, discount, credit applied), its tax "
+    "lines and totals, amounts in the invoice's currency. The seller is "
     "`BILLING_SELLER_NAME` and `BILLING_SELLER_DETAILS`.",
     response_class=Response,
     responses={
