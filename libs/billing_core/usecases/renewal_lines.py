@@ -1,13 +1,15 @@
 """The line items, discounts and taxes of a renewal batch's invoices.
 
-Each renewal invoice is one period of the plan the subscription had when it was claimed
-(:func:`billing_core.domain.invoice_lines.period_lines`), less its coupon's discount when the
-subscription's discount covers that period (:mod:`billing_core.domain.coupons`), taxed at the
-subscription's rate when it has one (:mod:`billing_core.domain.tax`, the built-in rate-table
-calculator), less the credit it consumed; the rates and the discounts of the whole batch are
-each read in one statement. :func:`apply_taxes` reprices a planned renewal before its invoices
-are written — a discount lowers and an exclusive tax raises the subtotal, so the credit each
-invoice takes is applied again to the final amounts;
+Each renewal invoice is one period of the plan it was planned at — the subscription's plan
+when it was claimed, or the plan of a change scheduled for the period end from that boundary
+on (``RenewalInvoice.plan_code``, :func:`billing_core.domain.invoice_lines.period_lines`) —,
+less its coupon's discount when the subscription's discount covers that period
+(:mod:`billing_core.domain.coupons`), taxed at the subscription's rate when it has one
+(:mod:`billing_core.domain.tax`, the built-in rate-table calculator), less the credit it
+consumed (a paused period's VOID or DRAFT invoice consumes none); the rates and the discounts
+of the whole batch are each read in one statement. :func:`apply_taxes` reprices a planned
+renewal before its invoices are written — a discount lowers and an exclusive tax raises the
+subtotal, so the credit each invoice takes is applied again to the final amounts;
 :func:`write_batch_lines` writes every invoice's lines in one statement that also verifies each
 invoice's total against its lines (a mismatch raises and rolls the whole batch back).
 """
