@@ -128,6 +128,12 @@ async def apply_coupon(
         # A trial's period 0 is not invoiced yet; otherwise the current period already is.
         first = sub.period_index + (0 if sub.status == SubscriptionStatus.TRIALING else 1)
         discount = coupon_rules.redeem(coupon, starting_period=first)
+        # The first discounted period was read from this version of the row: a renewal that
+        # commits first makes this a VersionConflict (the write runs again on the renewed row),
+        # and one that comes after finds the discount.
+        await subscriptions_repo.update_versioned(
+            session, subscription_id, expected_version=sub.version, now=now, values={}
+        )
         await coupons_repo.set_discount(session, subscription_id, discount, now=now)
         await audit.record(
             session,

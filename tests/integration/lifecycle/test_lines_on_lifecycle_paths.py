@@ -238,3 +238,18 @@ async def test_the_pdf_shows_the_number_the_lines_and_the_tax(
     ):
         assert expected in pdf, (expected, pdf)
     assert renewal["amount"] == 1078
+
+
+async def test_a_redemption_bumps_the_version_and_discounts_from_the_next_period(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    start = clock.now()
+    sub = await subscribe(client)
+    await ten_percent_off(client, sub)
+    after = (await client.get(f"/subscriptions/{sub['id']}")).json()
+    assert after["version"] == sub["version"] + 1
+    await renew_until(engine, clock, start + timedelta(days=32))
+    first, renewal = await invoices(engine, sub["id"])
+    assert [line[0] for line in first["lines"]] == ["PLAN_PERIOD"]
+    assert [(k, a) for k, _, a, _ in renewal["lines"]] == [("PLAN_PERIOD", 990), ("DISCOUNT", -99)]
+    await assert_clean(engine, clock)
