@@ -6,7 +6,10 @@
   counting while reading (chunked uploads).
 * Prometheus: requests by method, route template and status; latency histogram likewise.
 * Any exception no handler took is logged with the request id and answered with a generic
-  500 problem: no stack trace ever reaches a client.
+  500 problem: no stack trace ever reaches a client. One whose cause is that the database (or
+  another server) cannot be reached — a refused or dropped connection, a server starting up or
+  shutting down — is a 503 problem with ``Retry-After``: the request can be retried as it is
+  (writes with their ``Idempotency-Key``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 import uuid
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import structlog
 from prometheus_client import Counter, Histogram
 from starlette.exceptions import HTTPException
@@ -27,10 +31,33 @@ from services.api.problems import (
     PAYLOAD_TOO_LARGE,
     PROBLEM_JSON,
     REQUEST_ID_SCOPE_KEY,
+    UNAVAILABLE,
     problem_body,
 )
 
 log = get_logger(__name__)
+
+RETRY_AFTER_UNAVAILABLE_SECONDS = 1
+# Causes that say a server could not be reached or went away, not that the request was wrong.
+_UNREACHABLE = (
+    OSError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.AdminShutdownError,
+)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` or anything in its cause chain is a connection that failed."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, _UNREACHABLE):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
 
 REQUESTS = Counter(
     "billing_api_requests_total", "HTTP requests answered.", ["method", "route", "status"]
@@ -159,10 +186,15 @@ class RequestContextMiddleware:
                     await self._send_problem(send_wrapper, scope, request_id, 413, limit)
                 else:
                     await self.app(scope, receive_wrapper, send_wrapper)
-            except Exception:
-                log.exception("unhandled_error", method=method, path=scope.get("path"))
+            except Exception as exc:
+                status = 503 if _unreachable(exc) else 500
+                log.exception(
+                    "unhandled_error" if status == 500 else "server_unreachable",
+                    method=method,
+                    path=scope.get("path"),
+                )
                 if not state["started"]:
-                    await self._send_problem(send_wrapper, scope, request_id, 500, limit)
+                    await self._send_problem(send_wrapper, scope, request_id, status, limit)
             finally:
                 count, latency = _series(method, _route_label(scope), state["status"])
                 count.inc()
@@ -181,6 +213,14 @@ class RequestContextMiddleware:
                 instance=scope.get("path"),
                 request_id=request_id,
             )
+        elif status == 503:
+            body = problem_body(
+                UNAVAILABLE,
+                "A server this request needs cannot be reached right now; retry it shortly "
+                "(a write with the same Idempotency-Key).",
+                instance=scope.get("path"),
+                request_id=request_id,
+            )
         else:
             body = problem_body(
                 INTERNAL,
@@ -196,6 +236,11 @@ class RequestContextMiddleware:
                     (b"content-type", PROBLEM_JSON.encode()),
                     (b"content-length", str(len(body)).encode()),
                     *([(b"connection", b"close")] if status == 413 else []),
+                    *(
+                        [(b"retry-after", str(RETRY_AFTER_UNAVAILABLE_SECONDS).encode())]
+                        if status == 503
+                        else []
+                    ),
                 ],
             }
         )

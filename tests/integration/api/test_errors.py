@@ -41,7 +41,7 @@ async def test_unexpected_error_is_a_generic_problem(app: FastAPI, api_key: str)
     assert "RuntimeError" not in response.text
 
 
-async def test_database_down_readyz_503_and_requests_500_without_trace(
+async def test_database_down_readyz_503_and_requests_503_to_retry_without_trace(
     api_settings: ApiSettings, clock: ManualClock
 ) -> None:
     unreachable = f"postgresql+asyncpg://billing@127.0.0.1:{free_port()}/nowhere"
@@ -54,7 +54,8 @@ async def test_database_down_readyz_503_and_requests_500_without_trace(
         assert (await client.get("/healthz")).status_code == 200
         assert_problem(await client.get("/readyz"), 503, "service-unavailable")
         failing = await client.get("/plans")
-        assert_problem(failing, 500, "internal-error")
+        assert_problem(failing, 503, "service-unavailable")
+        assert failing.headers["retry-after"] == "1"
         assert "asyncpg" not in failing.text
         assert "Connect" not in failing.text
 
