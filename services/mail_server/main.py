@@ -5,16 +5,26 @@ a ``X-Billing-Envelope-To`` header added on top naming the envelope recipients),
 Maildir does it: written under ``DIR/tmp/``, flushed, then renamed, so a reader never sees half a
 message. The server answers 250 to the end of the data only after the file is in place, so a
 message it acknowledged is on disk. Development and tests only: no authentication, no relaying.
+
+Like a mailbox provider that collapses copies of one message (Gmail does, by Message-ID), a
+message whose Message-ID and envelope recipients it already holds is acknowledged but not stored
+again (``mail_duplicate_collapsed``, counted in ``duplicates``): a sender that crashed after the
+server accepted a message and before it recorded that sends the same bytes again, and the
+recipient still sees one e-mail. The marker of a stored message (``ids/``) names its file, and a
+marker whose file is missing (a crash between the two) does not count.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
 import signal
 import time
+from email import policy
+from email.parser import BytesHeaderParser
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +49,34 @@ class MaildirHandler:
         self.directory = directory
         self._tmp = directory / "tmp"
         self._new = directory / "new"
-        self._tmp.mkdir(parents=True, exist_ok=True)
-        self._new.mkdir(parents=True, exist_ok=True)
+        self._ids = directory / "ids"
+        for sub in (self._tmp, self._new, self._ids):
+            sub.mkdir(parents=True, exist_ok=True)
         self._seq = itertools.count(1)
         self.received = 0
+        self.duplicates = 0
+        self._storing = asyncio.Lock()  # one message stored at a time: a copy sees the first
 
-    def _store(self, envelope: Envelope) -> Path:
-        name = f"{time.time_ns()}.{os.getpid()}.{next(self._seq)}.eml"
+    def _marker(self, envelope: Envelope, content: bytes) -> Path | None:
+        """Where the marker of this message for these recipients lives (None: no Message-ID)."""
+        message_id = BytesHeaderParser(policy=policy.compat32).parsebytes(content)["Message-ID"]
+        if not message_id:
+            return None
+        key = "\n".join([str(message_id).strip(), *sorted(envelope.rcpt_tos)])
+        return self._ids / hashlib.sha256(key.encode()).hexdigest()
+
+    def _held(self, marker: Path | None) -> bool:
+        if marker is None or not marker.exists():
+            return False
+        return (self._new / marker.read_text()).exists()
+
+    def _store(self, envelope: Envelope) -> Path | None:
+        """The stored file, or None when the mailbox already holds this message."""
         content = envelope.original_content or b""
+        marker = self._marker(envelope, content)
+        if self._held(marker):
+            return None
+        name = f"{time.time_ns()}.{os.getpid()}.{next(self._seq)}.eml"
         header = f"X-Billing-Envelope-To: {', '.join(envelope.rcpt_tos)}\r\n".encode()
         tmp = self._tmp / name
         with tmp.open("wb") as out:
@@ -55,6 +85,8 @@ class MaildirHandler:
             os.fsync(out.fileno())
         final = self._new / name
         tmp.rename(final)
+        if marker is not None:
+            marker.write_text(name)
         return final
 
     async def handle_RCPT(
@@ -69,7 +101,17 @@ class MaildirHandler:
         return "250 OK"
 
     async def handle_DATA(self, server: Any, session: Session, envelope: Envelope) -> str:
-        path = await asyncio.to_thread(self._store, envelope)
+        async with self._storing:
+            path = await asyncio.to_thread(self._store, envelope)
+        if path is None:
+            self.duplicates += 1
+            log.info(
+                "mail_duplicate_collapsed",
+                mail_from=envelope.mail_from,
+                rcpt_to=list(envelope.rcpt_tos),
+                duplicates=self.duplicates,
+            )
+            return "250 Message accepted for delivery (already in the mailbox)"
         self.received += 1
         log.info(
             "mail_received",
@@ -102,4 +144,4 @@ def serve(host: str, port: int, directory: Path) -> None:
             time.sleep(0.2)
     finally:
         controller.stop()
-        log.info("mail_server_stopped", received=handler.received)
+        log.info("mail_server_stopped", received=handler.received, duplicates=handler.duplicates)

@@ -13,7 +13,9 @@ What a crash can do:
 * after acceptance, before the row is marked: the row is sent again when its lease is over. SMTP
   has no way to ask a server whether it already has a message, so this window cannot be closed
   from the sending side; it is one message per crash at most, the same bytes with the same
-  Message-ID, and it is logged (``email_resending_after_unknown_outcome``).
+  Message-ID, and it is logged (``email_resending_after_unknown_outcome``). Mailboxes that
+  collapse copies of one Message-ID (Gmail does; so does the project's development server)
+  show the customer one e-mail.
 
 A server that does not answer is tried again every ``BILLING_NOTIFIER_SEND_RETRY_SECONDS`` (no
 message reached it: nothing is given up); a temporary refusal (4xx) is retried with a doubling

@@ -78,6 +78,12 @@ class MailServer:
                 ids.append(str(parser.parse(file)["Message-ID"]))
         return ids
 
+    def collapsed(self) -> int:
+        """How many copies of a message already in the mailbox the server acknowledged without
+        storing them again (its ``mail_duplicate_collapsed`` log lines)."""
+        log = self.directory / "server.log"
+        return log.read_text().count("mail_duplicate_collapsed") if log.exists() else 0
+
     def messages(self) -> list[EmailMessage]:
         """Every message received so far, in the order received."""
         found = []

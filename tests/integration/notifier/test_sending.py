@@ -241,7 +241,7 @@ async def test_a_permanent_refusal_gives_the_email_up(
     assert mail.messages() == []
 
 
-async def test_a_sender_that_died_after_the_server_accepted_is_resent_and_says_so(
+async def test_a_sender_that_died_after_the_server_accepted_resends_and_the_mailbox_has_it_once(
     engine: AsyncEngine,
     sessions: async_sessionmaker[AsyncSession],
     database_url: str,
@@ -267,5 +267,42 @@ async def test_a_sender_that_died_after_the_server_accepted_is_resent_and_says_s
         await conn.execute(text("UPDATE notifier_email SET next_attempt_at = now()"))
     assert await sender.send_due() == 1
     assert sender.resent_after_unknown_outcome == 1
-    ids = mail.message_ids()
-    assert ids == [claimed.message_id, claimed.message_id]  # the same message, twice
+    # The same message went twice; the mailbox collapsed the copy by its Message-ID.
+    assert mail.message_ids() == [claimed.message_id]
+    assert mail.collapsed() == 1
+
+
+async def test_the_mailbox_collapses_a_copy_by_message_id_and_recipients_only(
+    mail: MailServer,
+) -> None:
+    def message(message_id: str | None, body: str) -> bytes:
+        head = f"Message-ID: {message_id}\r\n" if message_id else ""
+        return f"{head}Subject: hello\r\n\r\n{body}\r\n".encode()
+
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=mail.port, start_tls=False)
+    await smtp.connect()
+    await smtp.sendmail("b@example.test", ["a@example.com"], message("<m1@example.test>", "one"))
+    await smtp.sendmail("b@example.test", ["a@example.com"], message("<m1@example.test>", "one"))
+    await smtp.sendmail("b@example.test", ["z@example.com"], message("<m1@example.test>", "one"))
+    await smtp.sendmail("b@example.test", ["a@example.com"], message("<m2@example.test>", "two"))
+    await smtp.sendmail("b@example.test", ["a@example.com"], message(None, "no id"))
+    await smtp.sendmail("b@example.test", ["a@example.com"], message(None, "no id"))
+    await smtp.quit()
+
+    assert mail.collapsed() == 1  # only the second m1 to a@: same id, same recipient
+    assert [str(m["X-Billing-Envelope-To"]) for m in mail.messages()] == [
+        "a@example.com",
+        "z@example.com",
+        "a@example.com",
+        "a@example.com",
+        "a@example.com",
+    ]
+    # A marker whose message file is gone (a crash between the two) does not count as held.
+    first = sorted((mail.directory / "new").glob("*.eml"))[0]
+    first.unlink()
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=mail.port, start_tls=False)
+    await smtp.connect()
+    await smtp.sendmail("b@example.test", ["a@example.com"], message("<m1@example.test>", "one"))
+    await smtp.quit()
+    assert mail.collapsed() == 1
+    assert mail.message_ids().count("<m1@example.test>") == 2  # to z@, and a@ stored again
