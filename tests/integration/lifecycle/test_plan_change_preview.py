@@ -73,7 +73,7 @@ async def test_a_refused_change_is_refused_in_preview_too(client: httpx.AsyncCli
     for path in ("change-plan?preview=true", "change-plan"):
         assert_problem(
             await client.post(
-                f"/subscriptions/{sub['id']}/{path}", json={"planCode": "BASIC_YEARLY"}
+                f"/subscriptions/{sub['id']}/{path}", json={"planCode": "TEAM_MONTHLY_USD"}
             ),
             422,
             "plan-change-not-allowed",
