@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
@@ -257,3 +258,46 @@ async def test_a_paused_subscription_cannot_change_interval_now_but_can_schedule
     scheduled = await change(client, sub, "BASIC_YEARLY", effective="period_end")
     assert scheduled.status_code == 200, scheduled.text
     assert scheduled.json()["subscription"]["scheduledChange"]["planCode"] == "BASIC_YEARLY"
+
+
+async def test_the_credit_is_at_the_discounted_price_and_the_new_period_discounted_then_taxed(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) "
+                "VALUES ('US', 'NY', 88750, false, 'Sales tax')"
+            )
+        )
+    made = await client.post(
+        "/coupons",
+        json={"code": "HALF2", "percentOff": 50, "duration": "REPEATING", "durationInPeriods": 2},
+        headers={"Idempotency-Key": str(uuid.uuid4())},
+    )
+    assert made.status_code == 201, made.text
+    sub = await subscribe(client, plan="BASIC_MONTHLY", couponCode="HALF2")
+    put = await client.put(
+        f"/subscriptions/{sub['id']}/tax-location", json={"country": "US", "region": "NY"}
+    )
+    assert put.status_code == 200, put.text
+    clock.advance(timedelta(days=15))
+    at = clock.now()
+    credit = unused(BASIC_MONTHLY // 2, sub, at)  # what period 0 cost: half price
+
+    response = await change(client, sub, "BASIC_YEARLY")
+    assert response.status_code == 200, response.text
+    assert response.json()["creditGranted"] == credit
+    new = (await invoices(engine, sub["id"]))[1]
+    # Period 1 is still covered by the coupon: 9900 - 4950, taxed 8.875 % on top, rounded per
+    # line as every invoice's tax is (878.625 -> 879, -439.3125 -> -439).
+    assert await lines(engine, new["id"]) == [
+        ("PLAN_PERIOD", BASIC_YEARLY),
+        ("DISCOUNT", -4950),
+        ("TAX", 440),
+        ("CREDIT_APPLIED", -credit),
+    ]
+    assert (new["subtotal"], new["amount"]) == (4950 + 440, 4950 + 440 - credit)
+    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    for name in ("periods", "amounts", "lines"):
+        assert report.check(name).ok, report.check(name).violations
