@@ -115,8 +115,9 @@ subscription = Table(
     Column("plan_id", BigInteger, ForeignKey("plan.id"), nullable=False),
     Column("status", String(20), nullable=False),
     Column("time_zone", Text, nullable=False, server_default=text("'UTC'")),
-    # Period n (0-based) is [boundary(anchor, n), boundary(anchor, n+1)) in time_zone; computing
-    # every boundary from the fixed anchor is what keeps monthly periods from drifting.
+    # Period n (0-based) is [boundary(anchor, k), boundary(anchor, k+1)) in time_zone, with
+    # k = n - anchor_period_index; computing every boundary from the fixed anchor is what keeps
+    # monthly periods from drifting.
     Column("billing_anchor", TZ, nullable=False),
     Column("period_index", Integer, nullable=False, server_default=text("0")),
     # The index of the period that starts at billing_anchor (0 until a plan change to another

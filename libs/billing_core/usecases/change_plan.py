@@ -122,7 +122,8 @@ async def change_plan(
     subscription's coupon covers it) gives ``due``: positive (upgrade) becomes a PRORATION
     invoice for [now, period end) — its lines taxed at the subscription's rate if it has a tax
     location —, paid first from the credit balance and collected like any other; negative
-    (downgrade) becomes credit for later invoices. The same plan is a no-op.
+    (downgrade) becomes credit for later invoices. The same plan is a no-op. A plan with
+    another billing interval starts a new period now instead (:func:`_change_interval`).
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
     sub, now = await subscriptions_repo.get_for_change(
