@@ -337,6 +337,16 @@ class PlanChangeOut(_Camel):
         description="true: the change is scheduled for the period end (effective: period_end), "
         "not applied now.",
     )
+    period_invoice_id: int | None = Field(
+        default=None,
+        description="A plan with another billing interval, now: the new period starts at the "
+        "change and this is its RENEWAL invoice (null: none, or a preview).",
+    )
+    period_invoice_amount: int = Field(
+        default=0,
+        description="What that RENEWAL invoice charges once the credit balance (the unused "
+        "part of the old period included) paid its part (0 without one).",
+    )
 
 
 class InvoiceLineOut(_Camel):

@@ -115,10 +115,14 @@ subscription = Table(
     Column("plan_id", BigInteger, ForeignKey("plan.id"), nullable=False),
     Column("status", String(20), nullable=False),
     Column("time_zone", Text, nullable=False, server_default=text("'UTC'")),
-    # Period n (0-based) is [boundary(anchor, n), boundary(anchor, n+1)) in time_zone; computing
-    # every boundary from the fixed anchor is what keeps monthly periods from drifting.
+    # Period n (0-based) is [boundary(anchor, k), boundary(anchor, k+1)) in time_zone, with
+    # k = n - anchor_period_index; computing every boundary from the fixed anchor is what keeps
+    # monthly periods from drifting.
     Column("billing_anchor", TZ, nullable=False),
     Column("period_index", Integer, nullable=False, server_default=text("0")),
+    # The index of the period that starts at billing_anchor (0 until a plan change to another
+    # interval moves the anchor): period n is counted from the anchor as n - anchor_period_index.
+    Column("anchor_period_index", Integer, nullable=False, server_default=text("0")),
     Column("current_period_start", TZ, nullable=False),
     Column("current_period_end", TZ, nullable=False),
     Column("cancel_at_period_end", Boolean, nullable=False, server_default=text("false")),
@@ -146,6 +150,10 @@ subscription = Table(
     Column("updated_at", TZ, nullable=False, server_default=NOW),
     CheckConstraint(_in("status", SUBSCRIPTION_STATUSES), name="status"),
     CheckConstraint("period_index >= 0", name="period_index_non_negative"),
+    CheckConstraint(
+        "anchor_period_index >= 0 AND anchor_period_index <= period_index",
+        name="anchor_period_index",
+    ),
     CheckConstraint("current_period_end > current_period_start", name="period_order"),
     CheckConstraint("credit_balance >= 0", name="credit_non_negative"),
     CheckConstraint("pause_behavior IN ('void', 'keep_as_draft')", name="pause_behavior"),

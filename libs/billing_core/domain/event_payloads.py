@@ -128,6 +128,19 @@ class SubscriptionPlanChangedV1(EventPayload):
         "period boundary `changedAt` — the period starting then is the first one at the new "
         "plan (`prorationDue` 0).",
     )
+    newPeriodStart: Instant | None = Field(
+        default=None,
+        description="Set when the change started a new period (a plan with another billing "
+        "interval): the billing anchor moved here (`changedAt`) and the period "
+        "[`newPeriodStart`, `newPeriodEnd`) is the first one at the new interval — invoiced in "
+        "full at once by a RENEWAL invoice (InvoiceCreated follows) when `effective` is `now`, "
+        "with the unused part of the old period credited (`prorationDue` = minus that credit); "
+        "by the renewer at the boundary when `period_end`. Null: the period is unchanged.",
+    )
+    newPeriodEnd: Instant | None = Field(
+        default=None,
+        description="The end of the new period (null: no new period, see `newPeriodStart`).",
+    )
 
 
 class SubscriptionCanceledV1(EventPayload):

@@ -106,6 +106,7 @@ def subscription_plan_changed(
     changed_at: datetime,
     *,
     effective: str = "now",
+    new_period: tuple[datetime, datetime] | None = None,
 ) -> DomainEvent:
     return DomainEvent(
         p.SubscriptionPlanChangedV1(
@@ -115,6 +116,8 @@ def subscription_plan_changed(
             prorationDue=due,
             changedAt=changed_at,
             effective=effective,
+            newPeriodStart=None if new_period is None else new_period[0],
+            newPeriodEnd=None if new_period is None else new_period[1],
         )
     )
 

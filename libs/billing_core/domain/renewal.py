@@ -16,7 +16,14 @@ before the pause's resume time, if any) is invoiced all the same — never a ski
 VOID or DRAFT as the pause says, at the plan's price and without consuming credit. A plan change
 scheduled for the period end (``state.scheduled_plan_code``) is applied at the first period
 boundary the planner crosses (SubscriptionPlanChanged, ``changedAt`` = that boundary): that
-period and the later ones are invoiced at the new plan's price.
+period and the later ones are invoiced at the new plan's price. When that plan bills at another
+interval, the billing anchor moves to that boundary (``anchor_period_index`` = the period
+starting there) and the periods from it on are counted in the new interval
+(:mod:`billing_core.domain.interval_change`).
+
+Periods are counted from the anchor: period ``n`` is ``n - anchor_period_index`` intervals from
+``billing_anchor`` (``anchor_period_index`` is 0 until a plan change to another interval moved
+the anchor).
 """
 
 from __future__ import annotations
@@ -59,8 +66,12 @@ class DueSubscription:
     price_amount: int
     currency: str
     billing_interval: str
-    # The plan of a change scheduled for the period end (``state.scheduled_plan_code``): its price.
+    # The plan of a change scheduled for the period end (``state.scheduled_plan_code``): its price
+    # and interval.
     scheduled_price_amount: int | None = None
+    scheduled_billing_interval: str | None = None
+    # The index of the period that starts at ``billing_anchor`` (0 until an anchor moved).
+    anchor_period_index: int = 0
 
     @property
     def id(self) -> int:
@@ -112,6 +123,10 @@ class RenewedSubscription:
     canceled_at: datetime | None
     # The scheduled plan change was applied (the subscription takes its scheduled plan).
     plan_changed: bool = False
+    # The billing anchor and the index of the period starting there (moved when the applied
+    # scheduled change bills at another interval; None: as they were).
+    billing_anchor: datetime | None = None
+    anchor_period_index: int | None = None
 
 
 @dataclass(slots=True)
@@ -164,7 +179,10 @@ def plan_renewal(
             due.billing_anchor
             if trialing and due.period_index == 0
             else period_rules.period_end(
-                due.billing_anchor, interval, due.period_index, due.time_zone
+                due.billing_anchor,
+                interval,
+                due.period_index - due.anchor_period_index,
+                due.time_zone,
             )
         )
     except Exception as exc:
@@ -186,7 +204,13 @@ def plan_renewal(
     trailing: list[DomainEvent] = []
     leading: list[DomainEvent] = []
     canceled = False
-    price, plan_changed = due.price_amount, False
+    # The price periods are invoiced at, and how they are counted (both change at a scheduled
+    # plan change).
+    price, plan_changed, counting = (
+        due.price_amount,
+        False,
+        _Counting(due.billing_anchor, due.anchor_period_index, interval),
+    )
     # A trial's end comes first: ACTIVE with period 0 (whose index the trial already holds) to
     # invoice next, or CANCELED without a charge when a cancel was scheduled during the trial.
     trial_converted = False
@@ -208,18 +232,12 @@ def plan_renewal(
                 canceled = True
                 break
             index += 1
-        start, end = (
-            end,
-            period_rules.period_end(due.billing_anchor, interval, index, due.time_zone),
-        )
+        start = end
         if state.scheduled_plan_code is not None and due.scheduled_price_amount is not None:
-            # A change scheduled for the period end: the period starting now is the first one
-            # at the new plan (the same interval and currency: checked when it was scheduled).
-            state, events = subscription_rules.change_plan(
-                state, state.scheduled_plan_code, start, at_period_end=True
-            )
+            state, events, counting = _apply_scheduled_change(due, state, start, index, counting)
             leading.extend(events)
             price, plan_changed = due.scheduled_price_amount, True
+        end = counting.period_end(index, due.time_zone)
         if (due.id, start) in existing:
             already_invoiced.append(index)
             continue
@@ -238,8 +256,48 @@ def plan_renewal(
         credit_balance=balance,
         canceled_at=now if canceled else None,
         plan_changed=plan_changed,
+        billing_anchor=counting.anchor,
+        anchor_period_index=counting.anchor_index,
     )
     return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing, leading)
+
+
+@dataclass(frozen=True, slots=True)
+class _Counting:
+    """How periods are counted: period ``anchor_index`` starts at ``anchor``, each one
+    ``interval`` long."""
+
+    anchor: datetime
+    anchor_index: int
+    interval: period_rules.Interval
+
+    def period_end(self, index: int, time_zone: str) -> datetime:
+        return period_rules.period_end(
+            self.anchor, self.interval, index - self.anchor_index, time_zone
+        )
+
+
+def _apply_scheduled_change(
+    due: DueSubscription,
+    state: SubscriptionState,
+    start: datetime,
+    index: int,
+    counting: _Counting,
+) -> tuple[SubscriptionState, list[DomainEvent], _Counting]:
+    """The change scheduled for the period end, applied at the boundary ``start`` of period
+    ``index``: that period is the first one at the new plan (the same currency: checked when
+    it was scheduled). At another interval the anchor moves to ``start`` and that period is the
+    first one of the new interval."""
+    assert state.scheduled_plan_code is not None
+    new_interval = period_rules.Interval(due.scheduled_billing_interval or counting.interval)
+    new_period: period_rules.Period | None = None
+    if new_interval != counting.interval:
+        counting = _Counting(start, index, new_interval)
+        new_period = period_rules.period_bounds(start, new_interval, 0, due.time_zone)
+    state, events = subscription_rules.change_plan(
+        state, state.scheduled_plan_code, start, at_period_end=True, new_period=new_period
+    )
+    return state, events, counting
 
 
 def _period_invoice(

@@ -15,6 +15,7 @@ from enum import StrEnum
 from billing_core.domain import events as ev
 from billing_core.domain.errors import DomainError, IllegalTransition, SubscriptionCanceledError
 from billing_core.domain.events import DomainEvent
+from billing_core.domain.period import Period
 
 
 class SubscriptionStatus(StrEnum):
@@ -155,10 +156,12 @@ def change_plan(
     *,
     proration_due: int = 0,
     at_period_end: bool = False,
+    new_period: Period | None = None,
 ) -> Transition:
     """The plan changes at ``now`` (and a change scheduled for the period end is dropped: this
     one replaces it). ``at_period_end``: the renewer applying a scheduled change at the period
-    boundary ``now``."""
+    boundary ``now``. ``new_period``: the change starts that period at ``now`` (a plan with
+    another interval, :mod:`billing_core.domain.interval_change`)."""
     _require_not_canceled(state, "change plan")
     if new_plan_code == state.plan_code:
         return state, []
@@ -171,6 +174,7 @@ def change_plan(
             proration_due,
             now,
             effective="period_end" if at_period_end else "now",
+            new_period=None if new_period is None else (new_period.start, new_period.end),
         )
     ]
 

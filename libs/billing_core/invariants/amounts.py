@@ -11,7 +11,9 @@
   ``SubscriptionPlanChanged`` whose ``changedAt`` is before ``t``, else the old plan of the first
   change, else the subscription's current plan. A change scheduled for the period end
   (``effective: period_end``) is applied by the renewer at the period boundary ``changedAt = t``
-  itself, so it prices the period starting at ``t`` too (its lines, discount and tax included).
+  itself, so it prices the period starting at ``t`` too (its lines, discount and tax included);
+  so does a change to another billing interval, which starts a new period at its instant
+  (``newPeriodStart = changedAt``, ``billing_core.domain.interval_change``).
   Changes are ordered by ``changedAt``, then by their sequence number (commit order) for
   changes at one instant (A -> B -> A at one instant ends at A).
   Plan changes come from the outbox and, when a topic is read, from the topic (the outbox is
@@ -50,7 +52,10 @@ _CHANGES = """
             SELECT CAST(event_id AS text) AS event_id, aggregate_id AS subscription_id,
                    sequence, CAST(payload ->> 'changedAt' AS timestamptz) AS changed_at,
                    payload ->> 'oldPlanCode' AS old_code, payload ->> 'newPlanCode' AS new_code,
-                   coalesce(payload ->> 'effective' = 'period_end', false) AS at_period_end
+                   coalesce(payload ->> 'effective' = 'period_end', false)
+                   OR coalesce(CAST(payload ->> 'newPeriodStart' AS timestamptz)
+                               = CAST(payload ->> 'changedAt' AS timestamptz), false)
+                       AS at_period_end
             FROM outbox_event WHERE event_type = 'SubscriptionPlanChanged'
             UNION ALL
             SELECT * FROM unnest(
@@ -180,7 +185,7 @@ async def check_amounts(
         "changed_ats": [c.changed_at for c in plan_changes],
         "old_codes": [c.old_plan_code for c in plan_changes],
         "new_codes": [c.new_plan_code for c in plan_changes],
-        "at_period_ends": [c.at_period_end for c in plan_changes],
+        "at_period_ends": [c.prices_period_at_change for c in plan_changes],
     }
     seen: set[int] = set()
     for r in await conn.execute(_WRONG_SUBTOTAL, params):

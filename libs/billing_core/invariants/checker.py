@@ -52,7 +52,12 @@ async def check_all(
         conn = await raw.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
             checks: list[Check] = [
-                await check_periods(conn, now=now, renewal_tolerance=renewal_tolerance),
+                await check_periods(
+                    conn,
+                    now=now,
+                    renewal_tolerance=renewal_tolerance,
+                    plan_changes=topic.plan_changes if topic else (),
+                ),
                 await check_charges(
                     conn,
                     ledger,

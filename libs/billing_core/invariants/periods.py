@@ -8,7 +8,14 @@ The rule, from how invoices are created:
   RENEWAL invoice of period n+1 and sets ``period_index = n+1`` with that period's bounds, in
   one transaction, one period at a time when catching up — or, with ``cancel_at_period_end``,
   cancels without creating an invoice;
-* cancelling, dunning (PAST_DUE) and plan changes never move ``period_index``;
+* cancelling, dunning (PAST_DUE) and plan changes never move ``period_index`` — except a
+  change to a plan with another billing interval (``billing_core.domain.interval_change``):
+  it starts period n+1 at its instant and creates that period's RENEWAL invoice in the same
+  transaction. Period n is cut short there (its unused part was credited), so period n+1
+  starts inside period n: an overlap that is not one when a SubscriptionPlanChanged started a
+  new period at that instant (``newPeriodStart``, from the outbox or the topic) or the
+  subscription's billing anchor is that instant (``anchor_period_index > 0``: the latest such
+  change, which needs no event);
 * a subscription with a trial is created TRIALING with no invoice: its current period is the
   trial, ending at ``trial_end`` (its billing anchor), with ``period_index = 0``. When the trial
   ends (the renewer, or ``end-trial``) period 0 is invoiced and becomes the current period in
@@ -31,6 +38,7 @@ ACTIVE one whose period ended (or a TRIALING one whose trial ended) longer ago t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,6 +46,7 @@ from sqlalchemy import Row, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from billing_core.invariants.report import Check
+from billing_core.invariants.topic import PlanChangeSeen
 
 _COUNTS = text(
     "SELECT (SELECT count(*) FROM subscription), "
@@ -58,17 +67,36 @@ _DUPLICATES = text(
     """
 )
 
-# Consecutive renewals (by period index) that skip an index or leave a hole or an overlap.
+# Consecutive renewals (by period index) that skip an index or leave a hole or an overlap; a
+# period that starts inside the one before at a change to another interval (a restart: from the
+# outbox, the topic, or the subscription's moved anchor) cuts that one short and is no overlap.
 _DISCONTINUITIES = text(
     """
+    WITH restarts AS (
+        SELECT aggregate_id AS subscription_id,
+               CAST(payload ->> 'newPeriodStart' AS timestamptz) AS at
+        FROM outbox_event
+        WHERE event_type = 'SubscriptionPlanChanged' AND payload ->> 'newPeriodStart' IS NOT NULL
+        UNION
+        SELECT * FROM unnest(CAST(:restart_subscriptions AS bigint[]),
+                             CAST(:restart_ats AS timestamptz[]))
+        UNION
+        SELECT id, billing_anchor FROM subscription WHERE anchor_period_index > 0
+    )
     SELECT subscription_id, prev_index, period_index, prev_end, period_start FROM (
         SELECT subscription_id, period_index, period_start,
-               lag(period_index) OVER w AS prev_index, lag(period_end) OVER w AS prev_end
+               lag(period_index) OVER w AS prev_index, lag(period_end) OVER w AS prev_end,
+               lag(period_start) OVER w AS prev_start
         FROM invoice WHERE kind = 'RENEWAL'
         WINDOW w AS (PARTITION BY subscription_id ORDER BY period_index, id)
     ) r
     WHERE prev_index IS NOT NULL AND period_index <> prev_index
       AND (period_index <> prev_index + 1 OR period_start <> prev_end)
+      AND NOT (period_index = prev_index + 1
+               AND prev_start < period_start AND period_start < prev_end
+               AND EXISTS (SELECT 1 FROM restarts x
+                           WHERE x.subscription_id = r.subscription_id
+                             AND x.at = r.period_start))
     ORDER BY subscription_id, period_index
     """
 )
@@ -112,7 +140,11 @@ _OVERDUE = text(
 
 
 async def check_periods(
-    conn: AsyncConnection, *, now: datetime, renewal_tolerance: timedelta
+    conn: AsyncConnection,
+    *,
+    now: datetime,
+    renewal_tolerance: timedelta,
+    plan_changes: Sequence[PlanChangeSeen] = (),
 ) -> Check:
     check = Check(
         "periods",
@@ -129,7 +161,12 @@ async def check_periods(
             r.subscription_id,
             f"{len(r.ids)} renewal invoices for {r.period}: {list(r.ids)}",
         )
-    for r in await conn.execute(_DISCONTINUITIES):
+    restarts = [c for c in plan_changes if c.new_period_start is not None]
+    params = {
+        "restart_subscriptions": [c.subscription_id for c in restarts],
+        "restart_ats": [c.new_period_start for c in restarts],
+    }
+    for r in await conn.execute(_DISCONTINUITIES, params):
         if r.period_index != r.prev_index + 1:
             missing = f"periods {r.prev_index + 1}..{r.period_index - 1} have no invoice"
             check.add("period_gap", "subscription", r.subscription_id, missing)

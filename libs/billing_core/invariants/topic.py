@@ -32,6 +32,15 @@ class PlanChangeSeen:
     # Scheduled for the period end: applied at the period boundary ``changed_at``, so the
     # period starting then is already at the new plan.
     at_period_end: bool = False
+    # A change to another interval started a new period there (``newPeriodStart``; with
+    # ``effective: now`` it cuts the period it falls in short: that one was credited).
+    new_period_start: datetime | None = None
+
+    @property
+    def prices_period_at_change(self) -> bool:
+        """Whether the period starting at ``changed_at`` is at the new plan: a change applied
+        at a period boundary, or one that started a new period at its instant."""
+        return self.at_period_end or self.new_period_start == self.changed_at
 
 
 @dataclass
@@ -78,6 +87,9 @@ class TopicEvidence:
                     str(payload["oldPlanCode"]),
                     str(payload["newPlanCode"]),
                     payload.get("effective") == "period_end",
+                    None
+                    if payload.get("newPeriodStart") is None
+                    else parse_time(str(payload["newPeriodStart"])),
                 )
             )
 

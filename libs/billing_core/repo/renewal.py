@@ -47,7 +47,8 @@ _CLAIM = """
            s.canceled_at, s.credit_balance, s.version,
            s.pause_behavior, s.paused_at, s.pause_resumes_at,
            p.code AS plan_code, p.price_amount, p.currency, p.billing_interval,
-           sp.code AS scheduled_plan_code, sp.price_amount AS scheduled_price_amount
+           sp.code AS scheduled_plan_code, sp.price_amount AS scheduled_price_amount,
+           sp.billing_interval AS scheduled_billing_interval, s.anchor_period_index
     FROM subscription s
     JOIN plan p ON p.id = s.plan_id
     LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id
@@ -116,15 +117,20 @@ _UPDATE_SUBSCRIPTIONS = text(
         -- a plan change scheduled for the period end, applied
         plan_id = CASE WHEN u.plan_changed THEN s.scheduled_plan_id ELSE s.plan_id END,
         scheduled_plan_id = CASE WHEN u.plan_changed OR u.status = 'CANCELED' THEN NULL
-                                 ELSE s.scheduled_plan_id END
+                                 ELSE s.scheduled_plan_id END,
+        -- moved by a scheduled change to another interval (else written as it was)
+        billing_anchor = coalesce(u.billing_anchor, s.billing_anchor),
+        anchor_period_index = coalesce(u.anchor_period_index, s.anchor_period_index)
     FROM unnest(
         CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
         CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),
         CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
         CAST(:credit_balances AS bigint[]), CAST(:canceled_ats AS timestamptz[]),
-        CAST(:event_counts AS int[]), CAST(:plan_changes AS boolean[])
+        CAST(:event_counts AS int[]), CAST(:plan_changes AS boolean[]),
+        CAST(:anchors AS timestamptz[]), CAST(:anchor_period_indexes AS int[])
     ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
-           credit_balance, canceled_at, event_count, plan_changed)
+           credit_balance, canceled_at, event_count, plan_changed, billing_anchor,
+           anchor_period_index)
     WHERE s.id = u.id AND s.version = u.expected_version
     RETURNING s.id, s.event_seq - u.event_count AS reserved_after
     """
@@ -177,6 +183,8 @@ async def claim_due(
             currency=row["currency"],
             billing_interval=row["billing_interval"],
             scheduled_price_amount=row["scheduled_price_amount"],
+            scheduled_billing_interval=row["scheduled_billing_interval"],
+            anchor_period_index=row["anchor_period_index"],
         )
         for row in result.mappings()
     ]
@@ -262,6 +270,8 @@ async def write_subscriptions(
             "canceled_ats": [w.canceled_at for w in writes],
             "event_counts": [event_counts.get(w.id, 0) for w in writes],
             "plan_changes": [w.plan_changed for w in writes],
+            "anchors": [w.billing_anchor for w in writes],
+            "anchor_period_indexes": [w.anchor_period_index for w in writes],
             "now": now,
         },
     )

@@ -79,6 +79,9 @@ class Subscription:
     # A plan change scheduled for the period end: its plan (null: none).
     scheduled_plan_code: str | None = None
     scheduled_plan_price_amount: int | None = None
+    scheduled_plan_interval: str | None = None
+    # The index of the period that starts at billing_anchor (0 until an anchor moved).
+    anchor_period_index: int = 0
 
 
 def _pause(row: Mapping[Any, Any]) -> Pause | None:
@@ -148,6 +151,8 @@ _SELECT = select(
     _s.c.pause_resumes_at,
     _sp.c.code.label("scheduled_plan_code"),
     _sp.c.price_amount.label("scheduled_plan_price_amount"),
+    _sp.c.billing_interval.label("scheduled_plan_interval"),
+    _s.c.anchor_period_index,
 ).select_from(
     _s.join(_p, _p.c.id == _s.c.plan_id).outerjoin(_sp, _sp.c.id == _s.c.scheduled_plan_id)
 )
@@ -164,6 +169,7 @@ _PLAN_COLUMNS = {
     "plan_interval": "p.billing_interval",
     "scheduled_plan_code": "sp.code",
     "scheduled_plan_price_amount": "sp.price_amount",
+    "scheduled_plan_interval": "sp.billing_interval",
 }
 # The same read as _SELECT, by hand for the driver: columns in Subscription's field order.
 _FETCH = (

@@ -1,4 +1,6 @@
-"""Change a subscription's plan mid-period, prorated on the time left in the current period."""
+"""Change a subscription's plan mid-period, prorated on the time left in the current period;
+to a plan with another billing interval, a new period starts at the change
+(:mod:`billing_core.domain.interval_change`)."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.domain import events as ev
+from billing_core.domain import interval_change as interval_rules
 from billing_core.domain import invoice_lines
 from billing_core.domain import subscription as sub_domain
-from billing_core.domain.coupons import Discount, discounted_proration
+from billing_core.domain.coupons import Discount, discount_lines, discounted_proration
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
-from billing_core.domain.period import Period
+from billing_core.domain.period import Interval, Period
 from billing_core.domain.proration import Proration
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.domain.tax import TaxedLines, taxed_at
@@ -48,7 +51,8 @@ MAX_CATCH_UP = 24
 
 
 class IncompatiblePlanChange(DomainError):
-    """The new plan bills in another currency or at another interval."""
+    """The new plan bills in another currency, or at another interval while that cannot start a
+    new period (collection paused)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,10 @@ class PlanChange:
     credit_granted: int = 0
     invoice_amount: int = 0
     scheduled: bool = False  # stored for the period end, not applied now
+    # A plan with another interval: the new period's RENEWAL invoice and what it charges once
+    # the credit balance paid its part (invoice_id stays None: no PRORATION invoice).
+    period_invoice_id: int | None = None
+    period_invoice_amount: int = 0
 
 
 async def _renewed_if_due(
@@ -114,7 +122,8 @@ async def change_plan(
     subscription's coupon covers it) gives ``due``: positive (upgrade) becomes a PRORATION
     invoice for [now, period end) — its lines taxed at the subscription's rate if it has a tax
     location —, paid first from the credit balance and collected like any other; negative
-    (downgrade) becomes credit for later invoices. The same plan is a no-op.
+    (downgrade) becomes credit for later invoices. The same plan is a no-op. A plan with
+    another billing interval starts a new period now instead (:func:`_change_interval`).
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
     sub, now = await subscriptions_repo.get_for_change(
@@ -132,9 +141,14 @@ async def change_plan(
         return change
     if sub.status == SubscriptionStatus.CANCELED:
         sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
-    _require_compatible(sub, new_plan)
-
+    _require_same_currency(sub, new_plan)
     discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+    if new_plan.billing_interval != sub.plan_interval and sub.status != SubscriptionStatus.TRIALING:
+        # In a trial nothing was charged and the trial ends at the anchor: the new plan's
+        # interval simply counts from there. Otherwise a new period starts now.
+        return await _change_interval(
+            session, sub, new_plan, now, proration_behavior, discount, actor
+        )
     proration = _proration(sub, new_plan.price_amount, now, proration_behavior, discount)
     balance = sub.credit_balance
     invoice: invoices_repo.Invoice | None = None
@@ -254,17 +268,130 @@ async def _apply_credit_now(
     return events
 
 
-def _require_compatible(sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan) -> None:
+def _require_same_currency(sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan) -> None:
     if new_plan.currency != sub.plan_currency:
         raise IncompatiblePlanChange(
             f"plan {new_plan.code} is billed in {new_plan.currency}, "
             f"the subscription in {sub.plan_currency}"
         )
-    if new_plan.billing_interval != sub.plan_interval:
+
+
+async def _change_interval(
+    session: AsyncSession,
+    sub: subscriptions_repo.Subscription,
+    new_plan: plans_repo.Plan,
+    now: datetime,
+    behavior: str,
+    discount: Discount | None,
+    actor: audit.Actor | None,
+) -> PlanChange:
+    """A plan with another interval, now: the anchor moves to ``now`` and period n + 1 starts
+    there (:func:`billing_core.domain.interval_change.change_interval`). The unused part of
+    period n becomes credit (none with ``prorationBehavior: none``; a DOWNGRADE credit entry),
+    and the new period's RENEWAL invoice — the new plan's period less the coupon's discount
+    when it covers n + 1, taxed at the subscription's rate — takes the credit balance first and
+    is collected like any renewal. ``always_invoice``: what credit is left then pays the OPEN
+    invoices whose collection never started, at once."""
+    if sub.pause_behavior is not None:
         raise IncompatiblePlanChange(
-            f"plan {new_plan.code} renews every {new_plan.billing_interval}, "
-            f"the subscription every {sub.plan_interval}"
+            f"plan {new_plan.code} renews every {new_plan.billing_interval}: a change to "
+            "another interval starts a new period, which cannot be done while collection is "
+            "paused (resume first, or schedule the change for the period end)"
         )
+    change = interval_rules.change_interval(
+        subscriptions_repo.domain_state(sub),
+        interval_rules.CurrentPeriod(
+            index=sub.period_index,
+            period=Period(sub.current_period_start, sub.current_period_end),
+            price=sub.plan_price_amount,
+            time_zone=sub.time_zone,
+        ),
+        new_plan_code=new_plan.code,
+        new_price=new_plan.price_amount,
+        new_interval=Interval(new_plan.billing_interval),
+        at=now,
+        discount=discount,
+        credit_unused=behavior != PRORATION_NONE,
+    )
+    period, index = change.new_period, change.anchor_period_index
+    rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
+    priced = taxed_at(
+        rate,
+        [
+            invoice_lines.single(
+                invoice_lines.LineKind.PLAN_PERIOD,
+                invoice_lines.plan_period_description(new_plan.code),
+                new_plan.price_amount,
+                period.start,
+                period.end,
+            ),
+            *discount_lines(discount, new_plan.price_amount, index, period.start, period.end),
+        ],
+    )
+    split = apply_credit(priced.total, sub.credit_balance + change.credit)
+    version = await subscriptions_repo.update_versioned(
+        session,
+        sub.id,
+        expected_version=sub.version,
+        now=now,
+        values={
+            "plan_id": new_plan.id,
+            "scheduled_plan_id": None,
+            "billing_anchor": change.anchor,
+            "anchor_period_index": index,
+            "period_index": index,
+            "current_period_start": period.start,
+            "current_period_end": period.end,
+            "credit_balance": split.credit_remaining,
+        },
+    )
+    if change.credit:
+        await subscriptions_repo.add_credit_entry(
+            session, subscription_id=sub.id, amount=change.credit, reason="DOWNGRADE", now=now
+        )
+    invoice = await invoices_repo.insert_invoice(
+        session,
+        subscription_id=sub.id,
+        customer_id=sub.customer_id,
+        kind="RENEWAL",
+        period_index=index,
+        period_start=period.start,
+        period_end=period.end,
+        subtotal=priced.total,
+        credit_applied=split.credit_used,
+        currency=new_plan.currency,
+        now=now,
+    )
+    lines = [*priced.lines, *invoice_lines.credit_line(split.credit_used)]
+    invoice_lines.check_total(
+        lines,
+        subtotal=invoice.subtotal,
+        credit_applied=invoice.credit_applied,
+        amount=invoice.amount,
+    )
+    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
+    if split.credit_used:
+        await subscriptions_repo.add_credit_entry(
+            session,
+            subscription_id=sub.id,
+            amount=-split.credit_used,
+            reason="INVOICE",
+            invoice_id=invoice.id,
+            now=now,
+        )
+    events = change.events + opened_invoice_events(invoice, priced.tax)
+    if behavior == PRORATION_ALWAYS and split.credit_remaining:
+        events += await _apply_credit_now(session, sub.id, split.credit_remaining, now)
+    await outbox.append_events(session, events, now)
+    result = PlanChange(
+        changed=True,
+        due=-change.credit,
+        credit_granted=change.credit,
+        period_invoice_id=invoice.id,
+        period_invoice_amount=invoice.amount,
+    )
+    await _audit(session, actor, sub, version, result, new_plan.code, now)
+    return result
 
 
 async def _schedule(
@@ -280,7 +407,8 @@ async def _schedule(
     code = None if new_plan is None else new_plan.code
     new_state, _ = sub_domain.schedule_plan_change(state, code, now)
     if new_plan is not None and new_state.scheduled_plan_code is not None:
-        _require_compatible(sub, new_plan)
+        # Another interval is fine: the renewer moves the anchor to the boundary.
+        _require_same_currency(sub, new_plan)
     changed = new_state != state
     version = sub.version
     if changed:
@@ -351,6 +479,7 @@ async def _audit(
             "due": change.due,
             "invoiceId": change.invoice_id,
             "creditGranted": change.credit_granted,
+            "periodInvoiceId": change.period_invoice_id,
         },
         now=now,
     )

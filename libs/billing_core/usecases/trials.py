@@ -72,6 +72,7 @@ async def end_trial_now(
             "status": "ACTIVE",
             "cancel_at_period_end": False,
             "billing_anchor": now,
+            "anchor_period_index": 0,
             "trial_end": now,
             "period_index": 0,
             "current_period_start": period.start,

@@ -56,6 +56,8 @@ def upcoming_invoice(
         currency=sub.plan_currency,
         billing_interval=sub.plan_interval,
         scheduled_price_amount=sub.scheduled_plan_price_amount,
+        scheduled_billing_interval=sub.scheduled_plan_interval,
+        anchor_period_index=sub.anchor_period_index,
     )
     at = sub.current_period_end
     plan = apply_taxes(renewal_rules.plan_renewal(due, now=at, max_periods=1), rate, at, discount)

@@ -193,10 +193,12 @@ async def cancel_subscription(
     summary="Change plan, prorated on the time left in the current period",
     description="An upgrade creates a PRORATION invoice for the prorated difference (credit "
     "applied first); a downgrade adds credit for later invoices. The same plan is a no-op; "
-    "a plan in another currency or interval is refused (422). ?preview=true runs the same "
-    "change and rolls it back: the answer is what the change would do, nothing is written. "
-    "effective=period_end schedules the change for the period end instead (nothing prorated; "
-    "DELETE /subscriptions/{id}/scheduled-change drops it).",
+    "a plan in another currency is refused (422). A plan with another billing interval starts "
+    "a new period now: the anchor moves to the change, the unused part of the current period "
+    "is credited and the new period is invoiced in full (periodInvoiceId). ?preview=true runs "
+    "the same change and rolls it back: the answer is what the change would do, nothing is "
+    "written. effective=period_end schedules the change for the period end instead (nothing "
+    "prorated; DELETE /subscriptions/{id}/scheduled-change drops it).",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
 async def change_plan(
@@ -238,6 +240,8 @@ async def change_plan(
                 subscription=SubscriptionOut.of(sub),
                 preview=preview,
                 scheduled=change.scheduled,
+                period_invoice_id=None if preview else change.period_invoice_id,
+                period_invoice_amount=change.period_invoice_amount,
             ),
             etag=etag(sub.version),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 from sqlalchemy import text
@@ -60,6 +61,47 @@ async def test_a_missing_period_between_two_invoiced_ones(scene: Scene) -> None:
     periods = (await scene.check(ledger=ledger)).check("periods")
     assert periods.ids("period_gap") == [sub]
     assert "periods 1..1 have no invoice" in str(periods.violations[0])
+
+
+async def test_a_period_starting_inside_the_one_before_is_an_overlap_unless_a_restart(
+    scene: Scene,
+) -> None:
+    """A change to another billing interval starts its period inside the one before (cut short
+    there and credited): only then is it no overlap."""
+    name = "a"
+    sub, n = scene.world.subs[name], scene.world.current[name]
+    inv = scene.world.invoices[(name, n)]
+    start = period_bounds(scene.world.anchors[name], Interval.MONTH, n, "UTC").start
+    cut = start - timedelta(days=1)
+    await sql(scene, "UPDATE invoice SET period_start = :cut WHERE id = :i", cut=cut, i=inv)
+    await sql(
+        scene, "UPDATE subscription SET current_period_start = :cut WHERE id = :s", cut=cut, s=sub
+    )
+    periods = (await scene.check()).check("periods")
+    assert periods.kinds() == {"period_overlap": 1} and periods.ids("period_overlap") == [sub]
+
+    # The same periods after a change to another interval that started period n at ``cut``.
+    await sql(
+        scene,
+        "INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, "
+        "occurred_at) VALUES (gen_random_uuid(), :s, 1000, 'SubscriptionPlanChanged', "
+        "CAST(:payload AS jsonb), :cut)",
+        s=sub,
+        cut=cut,
+        payload=json.dumps(
+            {
+                "subscriptionId": sub,
+                "oldPlanCode": "BASIC_MONTHLY",
+                "newPlanCode": "BASIC_MONTHLY",
+                "prorationDue": 0,
+                "changedAt": cut.isoformat(),
+                "effective": "now",
+                "newPeriodStart": cut.isoformat(),
+                "newPeriodEnd": period_bounds(cut, Interval.MONTH, 0, "UTC").end.isoformat(),
+            }
+        ),
+    )
+    assert (await scene.check()).check("periods").ok
 
 
 async def test_an_active_subscription_not_renewed_in_time(scene: Scene) -> None:

@@ -73,7 +73,7 @@ async def test_a_refused_change_is_refused_in_preview_too(client: httpx.AsyncCli
     for path in ("change-plan?preview=true", "change-plan"):
         assert_problem(
             await client.post(
-                f"/subscriptions/{sub['id']}/{path}", json={"planCode": "BASIC_YEARLY"}
+                f"/subscriptions/{sub['id']}/{path}", json={"planCode": "TEAM_MONTHLY_USD"}
             ),
             422,
             "plan-change-not-allowed",
@@ -107,3 +107,43 @@ async def test_proration_none_charges_and_credits_nothing_until_the_renewal(
         422,
         "validation-error",
     )
+
+
+@pytest.mark.parametrize(
+    ("start_plan", "new_plan", "behavior"),
+    [
+        ("BASIC_MONTHLY", "PRO_YEARLY", "create_prorations"),
+        ("PRO_YEARLY", "BASIC_MONTHLY", "always_invoice"),
+        ("BASIC_YEARLY", "PRO_MONTHLY", "none"),
+    ],
+)
+async def test_the_preview_of_a_change_to_another_interval_is_what_the_change_then_does(
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    clock: ManualClock,
+    start_plan: str,
+    new_plan: str,
+    behavior: str,
+) -> None:
+    sub = await subscribe(client, plan=start_plan)
+    clock.advance(timedelta(days=20, hours=6))
+    body = {"planCode": new_plan, "prorationBehavior": behavior}
+    before = await written(engine)
+    preview = await client.post(f"/subscriptions/{sub['id']}/change-plan?preview=true", json=body)
+    assert preview.status_code == 200, preview.text
+    assert await written(engine) == before
+
+    real = await client.post(f"/subscriptions/{sub['id']}/change-plan", json=body)
+    assert real.status_code == 200, real.text
+    previewed, done = preview.json(), real.json()
+    assert previewed["periodInvoiceId"] is None and done["periodInvoiceId"] is not None
+    assert without(previewed, "preview", "periodInvoiceId") == without(
+        done, "preview", "periodInvoiceId"
+    )
+    # The new period (anchor at the change) and what its invoice charges, as previewed.
+    assert previewed["subscription"]["currentPeriodStart"] == done["subscription"]["billingAnchor"]
+    amount = await scalar(
+        engine, "SELECT amount FROM invoice WHERE id = :i", i=done["periodInvoiceId"]
+    )
+    assert previewed["periodInvoiceAmount"] == amount
+    assert (previewed["creditGranted"] == 0) == (behavior == "none")

@@ -158,12 +158,12 @@ async def test_a_scheduled_change_can_be_replaced_dropped_or_superseded(
 
 async def test_scheduling_refusals(client: httpx.AsyncClient) -> None:
     sub = await subscribe(client, plan="PRO_MONTHLY")
-    yearly = await client.post(
+    usd = await client.post(
         f"/subscriptions/{sub['id']}/change-plan",
-        json={"planCode": "BASIC_YEARLY", "effective": "period_end"},
+        json={"planCode": "TEAM_MONTHLY_USD", "effective": "period_end"},
         headers=key(),
     )
-    assert_problem(yearly, 422, "plan-change-not-allowed")
+    assert_problem(usd, 422, "plan-change-not-allowed")
     await client.post(
         f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
     )
