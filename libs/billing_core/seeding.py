@@ -1,16 +1,19 @@
 """Bulk seeding of realistic subscriptions (``billing seed``, demos, benchmarks, tests).
 
 :func:`seed_subscriptions` creates N ACTIVE subscriptions on the plans of the ``plan`` table,
-with customer ids, a mix of IANA time zones (including zones with daylight saving time) and billing
-anchors chosen so that ``current_period_end`` falls in a given window: spread over 24 hours "as on
-the 1st of the month", or all within a few minutes for a demo. Every period field is computed by
-the domain's drift-free period functions, so the renewer continues the rows exactly. Rows go in
-with ``COPY`` (asyncpg), in chunks, reporting progress through a callback.
+each of its own customer (ids ``first_customer_id`` on, created first by :func:`seed_customers`
+in one set-based statement, with an e-mail address when asked for), a mix of IANA time zones
+(including zones with daylight saving time) and billing anchors chosen so that
+``current_period_end`` falls in a given window: spread over 24 hours "as on the 1st of the
+month", or all within a few minutes for a demo. Every period field is computed by the domain's
+drift-free period functions, so the renewer continues the rows exactly. Rows go in with
+``COPY`` (asyncpg), in chunks, reporting progress through a callback.
 
 :func:`seed_filler_sql` adds many subscriptions in one ``INSERT ... SELECT generate_series``
-statement, entirely inside PostgreSQL: UTC, monthly plans, periods computed by PostgreSQL's own
-month arithmetic (which clamps to the month's last day exactly like the domain does in UTC). It
-exists to build large tables quickly (e.g. millions of subscriptions that are not due).
+statement, entirely inside PostgreSQL (their customers too, the same way): UTC, monthly plans,
+periods computed by PostgreSQL's own month arithmetic (which clamps to the month's last day
+exactly like the domain does in UTC). It exists to build large tables quickly (e.g. millions of
+subscriptions that are not due).
 
 :func:`seed_history` writes what the seeded subscriptions imply happened before: every period
 0..current invoiced and paid, and the seeded credit in the credit ledger. Those payments were
@@ -77,6 +80,8 @@ class SeedSpec:
     max_past_periods: int = 11  # how old the monthly subscriptions are, at most
     random_seed: int = 0
     chunk_size: int = 20_000
+    # Customers' e-mail addresses: customer-<id>@<this domain> (None: no address).
+    email_domain: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,37 @@ class _Plan:
     id: int
     price_amount: int
     interval: period_rules.Interval
+
+
+# Customers with the ids [$1, $2], each its id as external id (as the migrations gave customer
+# numbers in use before customers existed), with an address at domain $3 if given; ids taken
+# are left as they are.
+_CUSTOMERS = """
+INSERT INTO customer (id, external_id, email)
+SELECT g, g::text, 'customer-' || g || '@' || $3::text
+FROM generate_series($1::bigint, $2::bigint) AS g
+ON CONFLICT DO NOTHING
+"""
+
+# Customers created through the API take ids from the sequence: it moves past the seeded ones.
+_SEQUENCE_PAST_CUSTOMERS = """
+SELECT setval(pg_get_serial_sequence('customer', 'id'), top.id)
+FROM (SELECT max(id) AS id FROM customer) AS top, customer_id_seq AS seq
+WHERE top.id >= seq.last_value + CASE WHEN seq.is_called THEN 1 ELSE 0 END
+"""
+
+
+async def seed_customers(
+    conn: asyncpg.Connection, *, first_id: int, count: int, email_domain: str | None = None
+) -> int:
+    """Customers ``first_id`` .. ``first_id + count - 1`` in one statement (those that exist
+    are kept), each with the address ``customer-<id>@<email_domain>`` when a domain is given;
+    the id sequence then moves past them. Returns how many were inserted."""
+    if count <= 0:
+        return 0
+    status: str = await conn.execute(_CUSTOMERS, first_id, first_id + count - 1, email_domain)
+    await conn.execute(_SEQUENCE_PAST_CUSTOMERS)
+    return _count(status)
 
 
 def asyncpg_dsn(database_url: str) -> str:
@@ -162,6 +198,9 @@ async def seed_subscriptions(
     if spec.due_from.tzinfo is None:
         raise ValueError("due_from must be timezone-aware")
     plans = await _plans(conn, spec.plan_codes)
+    await seed_customers(
+        conn, first_id=spec.first_customer_id, count=spec.count, email_domain=spec.email_domain
+    )
     # Hold every zone: ZoneInfo(tz) then stays a cache hit for the domain's period functions.
     zones = [ZoneInfo(tz) for tz in spec.time_zones]
     rng = random.Random(spec.random_seed)
@@ -262,9 +301,11 @@ async def seed_filler_sql(
     first_customer_id: int = 1,
     random_seed: float = 0.5,  # setseed(): in [-1, 1]
 ) -> int:
-    """Insert ``count`` UTC monthly ACTIVE subscriptions due in the window, in one statement."""
+    """Insert ``count`` UTC monthly ACTIVE subscriptions due in the window, in one statement
+    (and their customers, in another)."""
     if count <= 0:
         return 0
+    await seed_customers(conn, first_id=first_customer_id, count=count)
     await conn.execute("SELECT setseed($1::float8)", random_seed)
     status = await conn.execute(
         """
