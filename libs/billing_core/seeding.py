@@ -292,6 +292,81 @@ async def seed_tax_mix(
     return int(status.rsplit(maxsplit=1)[-1])
 
 
+# The seeded lifecycle mix: the subscriptions of customers from $1 on that are plain ACTIVE
+# renewals (no cancel scheduled, no pause, no scheduled change), each picked with chance $2.
+_PLAIN = """
+    s.customer_id >= $1 AND s.status = 'ACTIVE' AND NOT s.cancel_at_period_end
+    AND s.pause_behavior IS NULL AND s.scheduled_plan_id IS NULL AND random() < $2
+"""
+
+# In a 14-day trial ending when its period was due (the trial end is the billing anchor: the
+# renewer invoices period 0 then), its SubscriptionTrialWillEnd already written 3 days before.
+_TRIALS = f"""
+UPDATE subscription s
+SET status = 'TRIALING', billing_anchor = s.current_period_end, period_index = 0,
+    current_period_start = s.current_period_end - interval '14 days',
+    trial_end = s.current_period_end,
+    trial_will_end_sent_at = s.current_period_end - interval '3 days'
+WHERE {_PLAIN}
+"""
+
+# Collection paused since its current period started, until resumed on request: half void,
+# half keep_as_draft (the renewer creates the next period's invoice VOID or DRAFT).
+_PAUSES = f"""
+UPDATE subscription s
+SET pause_behavior = CASE WHEN s.id % 2 = 0 THEN 'void' ELSE 'keep_as_draft' END,
+    paused_at = s.current_period_start
+WHERE {_PLAIN}
+"""
+
+# A change to another plan of the same currency and interval, scheduled for the period end
+# (plans without such a neighbour are not picked).
+_SCHEDULED_CHANGES = f"""
+UPDATE subscription s
+SET scheduled_plan_id = alt.id
+FROM plan p,
+     LATERAL (SELECT p2.id FROM plan p2
+              WHERE p2.active AND p2.id <> p.id AND p2.currency = p.currency
+                AND p2.billing_interval = p.billing_interval
+              ORDER BY p2.id LIMIT 1) AS alt
+WHERE p.id = s.plan_id AND {_PLAIN}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleMix:
+    trials: int
+    pauses: int
+    scheduled_changes: int
+
+
+async def seed_lifecycle_mix(
+    conn: asyncpg.Connection,
+    *,
+    trial_share: float,
+    pause_share: float,
+    scheduled_change_share: float,
+    first_customer_id: int = 1,
+    random_seed: float = 0.25,
+) -> LifecycleMix:
+    """Turn shares of the plain ACTIVE subscriptions of customers from ``first_customer_id``
+    on (disjoint groups, each a share of all of them) into trials ending when they are due,
+    paused ones (void or keep_as_draft) and ones with a plan change scheduled for the period
+    end, with set-based UPDATEs. Seeded subscriptions have no history of these (no events)."""
+    shares = (trial_share, pause_share, scheduled_change_share)
+    if any(not 0 <= share <= 1 for share in shares) or sum(shares) > 1:
+        raise ValueError("shares must be in [0, 1] and add up to at most 1")
+    await conn.execute("SELECT setseed($1::float8)", random_seed)
+    done: list[int] = []
+    left = 1.0
+    for sql, share in zip((_TRIALS, _PAUSES, _SCHEDULED_CHANGES), shares, strict=True):
+        # Each group is picked among what the earlier ones left: its chance there is larger.
+        chance = 0.0 if left <= 0 else min(1.0, share / left)
+        done.append(_count(await conn.execute(sql, first_customer_id, chance)))
+        left -= share
+    return LifecycleMix(*done)
+
+
 async def seed_filler_sql(
     conn: asyncpg.Connection,
     *,
