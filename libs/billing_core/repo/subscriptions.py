@@ -438,10 +438,10 @@ async def insert_new_unless_claimed(
     return Claimed(bool(locked), created, stored)
 
 
-def _unknown_customer(exc: asyncpg.ForeignKeyViolationError, sub: Subscription) -> Exception:
-    """:class:`UnknownCustomer` when ``exc`` is the customer's foreign key (the statement wrote
-    nothing), else ``exc`` itself."""
-    if exc.constraint_name in _CUSTOMER_FOREIGN_KEYS:
+def _unknown_customer(exc: Exception, sub: Subscription) -> Exception:
+    """:class:`UnknownCustomer` when ``exc`` (a foreign key violation) is the customer's (the
+    statement wrote nothing), else ``exc`` itself."""
+    if getattr(exc, "constraint_name", None) in _CUSTOMER_FOREIGN_KEYS:
         return UnknownCustomer(sub.customer_id)
     return exc
 
