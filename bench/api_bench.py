@@ -107,12 +107,16 @@ def build(method: str, path: str, host: str, token: str, body: bytes = b"", **ex
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
+# The customers the POSTs subscribe (created before the runs; a subscription names a customer).
+CUSTOMERS = 100_000
+
+
 def make_request(scenario: str, host: str, token: str, ids: list[int], rng: random.Random) -> bytes:
     if scenario == "healthz":
         return build("GET", "/healthz", host, token)
     if scenario == "get":
         return build("GET", f"/subscriptions/{rng.choice(ids)}", host, token)
-    body = json.dumps({"customerId": rng.randint(1, 10**9), "planCode": "PRO_MONTHLY"}).encode()
+    body = json.dumps({"customerId": rng.randint(1, CUSTOMERS), "planCode": "PRO_MONTHLY"}).encode()
     return build(
         "POST", "/subscriptions", host, token, body, **{"Idempotency-Key": str(uuid.uuid4())}
     )
@@ -288,11 +292,23 @@ async def subscription_ids(url: str) -> list[int]:
 
 
 def migrated_database(url: str) -> None:
-    """A new, empty database at ``url`` with every migration applied."""
+    """A new, empty database at ``url`` with every migration applied, and :data:`CUSTOMERS`
+    customers (ids 1..CUSTOMERS)."""
     from billing_core.db import migrate  # noqa: PLC0415
 
     asyncio.run(fresh_database(url))
     migrate.upgrade(url)
+    asyncio.run(_customers(url))
+
+
+async def _customers(url: str) -> None:
+    from billing_core.seeding import seed_customers  # noqa: PLC0415
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await seed_customers(conn, first_id=1, count=CUSTOMERS)
+    finally:
+        await conn.close()
 
 
 class ApiServer(NamedTuple):

@@ -33,6 +33,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from billing_core import cloudevents
 from billing_core.db import migrate
+from billing_core.seeding import seed_customers
 from services.relay.producer import ensure_topic, new_producer
 from services.relay.settings import RelaySettings
 
@@ -65,6 +66,7 @@ async def reset(url: str) -> None:
     conn = await asyncpg.connect(_dsn(url))
     try:
         await conn.execute("TRUNCATE outbox_event, subscription RESTART IDENTITY CASCADE")
+        await seed_customers(conn, first_id=1, count=SUBSCRIPTIONS)
         await conn.execute(
             """
             INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,

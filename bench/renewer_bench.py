@@ -1,16 +1,20 @@
 """Renewer benchmark (``make bench-renewer``): throughput against the database's own floor.
 
 1. Seeds N due subscriptions (default 1 000 000, due times spread over 24 h, realistic plans and
-   time zones; half of them with a tax location: VAT inside the price, sales tax on top, or
-   0 %) into a template database, with a progress bar.
+   time zones, each of its own customer; half of them with a tax location: VAT inside the
+   price, sales tax on top, or 0 %; and a lifecycle mix: 5 % in a trial that ends when due,
+   3 % paused (void or keep_as_draft), 3 % with a plan change scheduled for the period end)
+   into a template database, with a progress bar.
 2. Throughput, on a copy of that database, in interleaved repetitions (the machine is shared
    and noisy; medians are reported), each variant taking the next slice of the same backlog:
    * the renewer's batch function with 1, 2 (one renewer process's default concurrency) and 4
      (two renewers) batches in flight, each on its own connection;
-   * the floor: the same writes (lock + taxed invoice and its lines + advance + outbox) as ONE
-     hand-written SQL statement per batch of the same size, from asyncpg;
+   * the floor: the same writes (lock + taxed invoice and its lines + advance + outbox, the
+     trials' ends, the paused periods' VOID or DRAFT invoices and the scheduled changes by the
+     renewer's rules) as ONE hand-written SQL statement per batch of the same size, from
+     asyncpg;
    * the article's row-by-row approach (batches of 500, one statement per row and write;
-     untaxed).
+     plain renewals: untaxed, the mix renewed as if it were plain).
 3. The whole backlog of a fresh copy drained by renewer processes (``python -m
    services.renewer``): total time for N.
 4. The cost of one batch claim (lock 1 000 due rows, roll back) with 50 k, 500 k and 5 M
@@ -56,6 +60,7 @@ from billing_core.seeding import (
     SeedSpec,
     asyncpg_dsn,
     seed_filler_sql,
+    seed_lifecycle_mix,
     seed_subscriptions,
     seed_tax_mix,
 )
@@ -127,7 +132,8 @@ async def drop(urls: Urls, *names: str) -> None:
         await admin.close()
 
 
-async def seed_template(urls: Urls, count: int) -> tuple[float, datetime]:
+async def seed_template(urls: Urls, args: argparse.Namespace) -> tuple[float, datetime]:
+    count = args.subscriptions
     await recreate(urls, TEMPLATE)
     await asyncio.to_thread(migrate.upgrade, urls.sa(TEMPLATE))
     conn = await asyncpg.connect(urls.pg(TEMPLATE))
@@ -155,6 +161,17 @@ async def seed_template(urls: Urls, count: int) -> tuple[float, datetime]:
             )
             # Half the backlog is taxed: VAT inside the price, sales tax on top, or 0 %.
             await seed_tax_mix(conn, share=0.5)
+            # Trials ending when due, paused periods, plan changes scheduled for the period end.
+            mix = await seed_lifecycle_mix(
+                conn,
+                trial_share=args.trial_share,
+                pause_share=args.pause_share,
+                scheduled_change_share=args.change_share,
+            )
+        console.print(
+            f"lifecycle mix: {mix.trials:,} trials, {mix.pauses:,} paused, "
+            f"{mix.scheduled_changes:,} scheduled plan changes"
+        )
         seconds = time.perf_counter() - started
         await conn.execute("VACUUM ANALYZE subscription")
     finally:
@@ -460,7 +477,7 @@ async def main(args: argparse.Namespace) -> None:
     urls = Urls(CoreSettings().database_url)
     started = time.perf_counter()
     try:
-        seed_seconds, _ = await seed_template(urls, args.subscriptions)
+        seed_seconds, _ = await seed_template(urls, args)
         variants = await throughput(urls, args)
         drain_seconds, drained = await drain_with_processes(urls, args)
         scaling = await claim_scaling(urls, args)
@@ -495,6 +512,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--scale-due", type=int, default=10_000)
     parser.add_argument("--claim-reps", type=int, default=15)
+    parser.add_argument("--trial-share", type=float, default=0.05, help="in a trial ending due")
+    parser.add_argument("--pause-share", type=float, default=0.03, help="paused")
+    parser.add_argument(
+        "--change-share", type=float, default=0.03, help="a plan change scheduled for period end"
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--keep", action="store_true", help="keep the benchmark databases")
     return parser.parse_args()

@@ -345,8 +345,12 @@ def seed(
     due_in_s: int = typer.Option(60, help="They come due from now..."),
     window_s: int = typer.Option(86_400, help="...spread over this many seconds."),
     first_customer_id: int = typer.Option(1, help="Customer ids start here."),
+    email_domain: str | None = typer.Option(
+        None, help="Give each customer the address customer-<id>@<this domain>."
+    ),
 ) -> None:
-    """Seed realistic subscriptions (plans, time zones, due times) with their paid history."""
+    """Seed realistic subscriptions (plans, time zones, due times), one customer each, with
+    their paid history."""
     import asyncio  # noqa: PLC0415
     from datetime import timedelta  # noqa: PLC0415
 
@@ -363,6 +367,7 @@ def seed(
             due_from=now + timedelta(seconds=due_in_s),
             due_window=timedelta(seconds=max(window_s, 1)),
             first_customer_id=first_customer_id,
+            email_domain=email_domain,
         )
     )
     typer.echo(f"seeded {inserted} subscriptions")

@@ -1,16 +1,19 @@
 """Bulk seeding of realistic subscriptions (``billing seed``, demos, benchmarks, tests).
 
 :func:`seed_subscriptions` creates N ACTIVE subscriptions on the plans of the ``plan`` table,
-with customer ids, a mix of IANA time zones (including zones with daylight saving time) and billing
-anchors chosen so that ``current_period_end`` falls in a given window: spread over 24 hours "as on
-the 1st of the month", or all within a few minutes for a demo. Every period field is computed by
-the domain's drift-free period functions, so the renewer continues the rows exactly. Rows go in
-with ``COPY`` (asyncpg), in chunks, reporting progress through a callback.
+each of its own customer (ids ``first_customer_id`` on, created first by :func:`seed_customers`
+in one set-based statement, with an e-mail address when asked for), a mix of IANA time zones
+(including zones with daylight saving time) and billing anchors chosen so that
+``current_period_end`` falls in a given window: spread over 24 hours "as on the 1st of the
+month", or all within a few minutes for a demo. Every period field is computed by the domain's
+drift-free period functions, so the renewer continues the rows exactly. Rows go in with
+``COPY`` (asyncpg), in chunks, reporting progress through a callback.
 
 :func:`seed_filler_sql` adds many subscriptions in one ``INSERT ... SELECT generate_series``
-statement, entirely inside PostgreSQL: UTC, monthly plans, periods computed by PostgreSQL's own
-month arithmetic (which clamps to the month's last day exactly like the domain does in UTC). It
-exists to build large tables quickly (e.g. millions of subscriptions that are not due).
+statement, entirely inside PostgreSQL (their customers too, the same way): UTC, monthly plans,
+periods computed by PostgreSQL's own month arithmetic (which clamps to the month's last day
+exactly like the domain does in UTC). It exists to build large tables quickly (e.g. millions of
+subscriptions that are not due).
 
 :func:`seed_history` writes what the seeded subscriptions imply happened before: every period
 0..current invoiced and paid, and the seeded credit in the credit ledger. Those payments were
@@ -77,6 +80,8 @@ class SeedSpec:
     max_past_periods: int = 11  # how old the monthly subscriptions are, at most
     random_seed: int = 0
     chunk_size: int = 20_000
+    # Customers' e-mail addresses: customer-<id>@<this domain> (None: no address).
+    email_domain: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +96,37 @@ class _Plan:
     id: int
     price_amount: int
     interval: period_rules.Interval
+
+
+# Customers with the ids [$1, $2], each its id as external id (as the migrations gave customer
+# numbers in use before customers existed), with an address at domain $3 if given; ids taken
+# are left as they are.
+_CUSTOMERS = """
+INSERT INTO customer (id, external_id, email)
+SELECT g, g::text, 'customer-' || g || '@' || $3::text
+FROM generate_series($1::bigint, $2::bigint) AS g
+ON CONFLICT DO NOTHING
+"""
+
+# Customers created through the API take ids from the sequence: it moves past the seeded ones.
+_SEQUENCE_PAST_CUSTOMERS = """
+SELECT setval(pg_get_serial_sequence('customer', 'id'), top.id)
+FROM (SELECT max(id) AS id FROM customer) AS top, customer_id_seq AS seq
+WHERE top.id >= seq.last_value + CASE WHEN seq.is_called THEN 1 ELSE 0 END
+"""
+
+
+async def seed_customers(
+    conn: asyncpg.Connection, *, first_id: int, count: int, email_domain: str | None = None
+) -> int:
+    """Customers ``first_id`` .. ``first_id + count - 1`` in one statement (those that exist
+    are kept), each with the address ``customer-<id>@<email_domain>`` when a domain is given;
+    the id sequence then moves past them. Returns how many were inserted."""
+    if count <= 0:
+        return 0
+    status: str = await conn.execute(_CUSTOMERS, first_id, first_id + count - 1, email_domain)
+    await conn.execute(_SEQUENCE_PAST_CUSTOMERS)
+    return _count(status)
 
 
 def asyncpg_dsn(database_url: str) -> str:
@@ -162,6 +198,9 @@ async def seed_subscriptions(
     if spec.due_from.tzinfo is None:
         raise ValueError("due_from must be timezone-aware")
     plans = await _plans(conn, spec.plan_codes)
+    await seed_customers(
+        conn, first_id=spec.first_customer_id, count=spec.count, email_domain=spec.email_domain
+    )
     # Hold every zone: ZoneInfo(tz) then stays a cache hit for the domain's period functions.
     zones = [ZoneInfo(tz) for tz in spec.time_zones]
     rng = random.Random(spec.random_seed)
@@ -253,6 +292,81 @@ async def seed_tax_mix(
     return int(status.rsplit(maxsplit=1)[-1])
 
 
+# The seeded lifecycle mix: the subscriptions of customers from $1 on that are plain ACTIVE
+# renewals (no cancel scheduled, no pause, no scheduled change), each picked with chance $2.
+_PLAIN = """
+    s.customer_id >= $1 AND s.status = 'ACTIVE' AND NOT s.cancel_at_period_end
+    AND s.pause_behavior IS NULL AND s.scheduled_plan_id IS NULL AND random() < $2
+"""
+
+# In a 14-day trial ending when its period was due (the trial end is the billing anchor: the
+# renewer invoices period 0 then), its SubscriptionTrialWillEnd already written 3 days before.
+_TRIALS = f"""
+UPDATE subscription s
+SET status = 'TRIALING', billing_anchor = s.current_period_end, period_index = 0,
+    current_period_start = s.current_period_end - interval '14 days',
+    trial_end = s.current_period_end,
+    trial_will_end_sent_at = s.current_period_end - interval '3 days'
+WHERE {_PLAIN}
+"""
+
+# Collection paused since its current period started, until resumed on request: half void,
+# half keep_as_draft (the renewer creates the next period's invoice VOID or DRAFT).
+_PAUSES = f"""
+UPDATE subscription s
+SET pause_behavior = CASE WHEN s.id % 2 = 0 THEN 'void' ELSE 'keep_as_draft' END,
+    paused_at = s.current_period_start
+WHERE {_PLAIN}
+"""
+
+# A change to another plan of the same currency and interval, scheduled for the period end
+# (plans without such a neighbour are not picked).
+_SCHEDULED_CHANGES = f"""
+UPDATE subscription s
+SET scheduled_plan_id = alt.id
+FROM plan p,
+     LATERAL (SELECT p2.id FROM plan p2
+              WHERE p2.active AND p2.id <> p.id AND p2.currency = p.currency
+                AND p2.billing_interval = p.billing_interval
+              ORDER BY p2.id LIMIT 1) AS alt
+WHERE p.id = s.plan_id AND {_PLAIN}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleMix:
+    trials: int
+    pauses: int
+    scheduled_changes: int
+
+
+async def seed_lifecycle_mix(
+    conn: asyncpg.Connection,
+    *,
+    trial_share: float,
+    pause_share: float,
+    scheduled_change_share: float,
+    first_customer_id: int = 1,
+    random_seed: float = 0.25,
+) -> LifecycleMix:
+    """Turn shares of the plain ACTIVE subscriptions of customers from ``first_customer_id``
+    on (disjoint groups, each a share of all of them) into trials ending when they are due,
+    paused ones (void or keep_as_draft) and ones with a plan change scheduled for the period
+    end, with set-based UPDATEs. Seeded subscriptions have no history of these (no events)."""
+    shares = (trial_share, pause_share, scheduled_change_share)
+    if any(not 0 <= share <= 1 for share in shares) or sum(shares) > 1:
+        raise ValueError("shares must be in [0, 1] and add up to at most 1")
+    await conn.execute("SELECT setseed($1::float8)", random_seed)
+    done: list[int] = []
+    left = 1.0
+    for sql, share in zip((_TRIALS, _PAUSES, _SCHEDULED_CHANGES), shares, strict=True):
+        # Each group is picked among what the earlier ones left: its chance there is larger.
+        chance = 0.0 if left <= 0 else min(1.0, share / left)
+        done.append(_count(await conn.execute(sql, first_customer_id, chance)))
+        left -= share
+    return LifecycleMix(*done)
+
+
 async def seed_filler_sql(
     conn: asyncpg.Connection,
     *,
@@ -262,9 +376,11 @@ async def seed_filler_sql(
     first_customer_id: int = 1,
     random_seed: float = 0.5,  # setseed(): in [-1, 1]
 ) -> int:
-    """Insert ``count`` UTC monthly ACTIVE subscriptions due in the window, in one statement."""
+    """Insert ``count`` UTC monthly ACTIVE subscriptions due in the window, in one statement
+    (and their customers, in another)."""
     if count <= 0:
         return 0
+    await seed_customers(conn, first_id=first_customer_id, count=count)
     await conn.execute("SELECT setseed($1::float8)", random_seed)
     status = await conn.execute(
         """

@@ -74,6 +74,7 @@ IDEMPOTENCY_MISMATCH = ProblemKind(
     422, "idempotency-key-reused", "Idempotency-Key reused with a different request"
 )
 UNKNOWN_PLAN = ProblemKind(422, "unknown-plan", "Unknown plan")
+UNKNOWN_CUSTOMER = ProblemKind(422, "unknown-customer", "Unknown customer")
 PLAN_CHANGE_NOT_ALLOWED = ProblemKind(422, "plan-change-not-allowed", "Plan change not allowed")
 BUSINESS_RULE = ProblemKind(422, "business-rule-violated", "Business rule violated")
 SUBSCRIPTION_NOT_FOUND = ProblemKind(404, "subscription-not-found", "Subscription not found")
@@ -105,6 +106,7 @@ _BY_STATUS = {
 # so subclasses come before their bases; DomainError itself is the catch-all.
 DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (subscriptions_repo.SubscriptionNotFound, SUBSCRIPTION_NOT_FOUND),
+    (subscriptions_repo.UnknownCustomer, UNKNOWN_CUSTOMER),
     (api_clients_repo.ApiKeyNotFound, API_KEY_NOT_FOUND),
     (api_clients_repo.ApiKeyAmbiguous, BUSINESS_RULE),
     (api_clients_repo.ApiKeyInactive, STATE_CONFLICT),

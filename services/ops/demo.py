@@ -1,8 +1,10 @@
 """``billing demo``: a small "1st of the month" on the running system, end to end.
 
-It seeds subscriptions that all come due within a minute or two, makes a few customers' cards
-decline (so dunning runs), then watches the system invoice them, charge at the gateway's limit,
-retry, cancel and publish events — and ends with a summary table and a PNG plot.
+It seeds subscriptions that all come due within a minute or two, each of its own customer with
+an e-mail address (so the notifier sends their receipts and payment failures to the development
+SMTP server), makes a few customers' cards decline (so dunning runs), then watches the system
+invoice them, charge at the gateway's limit, retry, cancel and publish events — and ends with a
+summary table and a PNG plot.
 
 On a terminal the counts are a live table; otherwise (a pipe, CI, a log file) one plain line of
 the key counts every few seconds. The summary and the plot are written however the run ends —
@@ -36,6 +38,9 @@ from services.ops.seed import seed
 
 PROGRESS_EVERY_S = 5.0  # plain progress lines (no terminal): one every this many seconds
 SAMPLE_TIMEOUT_S = 30.0
+# The demo's customers have addresses here (customer-<id>@example.test): the notifier e-mails
+# them receipts and payment failures, which `make up`'s development SMTP server keeps.
+EMAIL_DOMAIN = "example.test"
 DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 UNAVAILABLE = "unavailable"
 
@@ -120,6 +125,7 @@ async def run_demo(
             due_window=due_within,
             first_customer_id=first,
             random_seed=first,
+            email_domain=EMAIL_DOMAIN,
             show_progress=console.is_terminal,
         )
     except DATABASE_ERRORS as exc:

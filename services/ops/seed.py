@@ -1,4 +1,5 @@
-"""``billing seed``: N realistic subscriptions coming due, with their paid history.
+"""``billing seed``: N realistic subscriptions coming due, each of its own customer (created
+first, set-based, with an e-mail address when a domain is given), with their paid history.
 
 The history (:func:`billing_core.seeding.seed_history`) is every period up to the current one
 invoiced and paid, each payment recorded as imported (``payment_attempt.source = 'IMPORT'``):
@@ -26,6 +27,7 @@ async def seed(
     random_seed: int = 0,
     credit_share: float = 0.05,
     cancel_share: float = 0.02,
+    email_domain: str | None = None,
     show_progress: bool = True,
 ) -> int:
     conn = await asyncpg.connect(asyncpg_dsn(database_url))
@@ -39,6 +41,7 @@ async def seed(
             credit_share=credit_share,
             cancel_share=cancel_share,
             random_seed=random_seed,
+            email_domain=email_domain,
         )
         with Progress(
             "[progress.description]{task.description}",

@@ -45,6 +45,7 @@ from billing_core.invariants.ledger import fetch_ledger
 from billing_core.invariants.report import Report
 from billing_core.invariants.topic import read_topic
 from billing_core.repo import api_clients
+from tests.support.factories import ensure_customers
 from tests.support.processes import ROOT, Proc, free_port, start
 
 WORKERS = ("renewer", "collector", "relay")
@@ -180,6 +181,7 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
             end = boundary(anchor, Interval.MONTH, 1, tz)
         rows.append({"customer": 100_000 + i, "tz": tz, "anchor": anchor, "end": end})
     async with engine.begin() as conn:
+        await ensure_customers(conn, [r["customer"] for r in (*rows, *trials)])
         plan = (
             await conn.execute(text("SELECT id, price_amount FROM plan WHERE code = 'PRO_MONTHLY'"))
         ).one()

@@ -45,16 +45,23 @@ def test_make_up_logs_are_json_lines_with_a_logger_name(system: System) -> None:
     key = system.cli("create-api-key", "logs").stdout.strip().splitlines()[-1]
     auth = {"Authorization": f"Bearer {key}"}
     deadline = time.monotonic() + RUN_SECONDS
-    customer = 1
+    n = 1
     while time.monotonic() < deadline:  # some traffic: requests, invoices, charges, webhooks
+        customer = httpx.post(
+            f"{system.api_url}/customers",
+            json={"externalId": f"logs-{n}"},
+            headers={**auth, "Idempotency-Key": f"logs-customer-{n}"},
+            timeout=10,
+        )
+        assert customer.status_code == 201, customer.text
         httpx.post(
             f"{system.api_url}/subscriptions",
-            json={"customerId": customer, "planCode": "PRO_MONTHLY"},
-            headers={**auth, "Idempotency-Key": f"logs-{customer}"},
+            json={"customerId": customer.json()["id"], "planCode": "PRO_MONTHLY"},
+            headers={**auth, "Idempotency-Key": f"logs-{n}"},
             timeout=10,
         )
         httpx.get(f"{system.api_url}/nowhere", headers=auth, timeout=10)
-        customer += 1
+        n += 1
         time.sleep(0.5)
     assert system.stop()
 

@@ -409,3 +409,89 @@ def test_pauses_go_down_only_when_none_is_left(scratch_url: str) -> None:
     migrate.upgrade(scratch_url, "0011")
     asyncio.run(run("TRUNCATE subscription CASCADE"))
     migrate.downgrade(scratch_url, "base")
+
+
+def test_customer_numbers_in_use_become_customers_then_foreign_keys(scratch_url: str) -> None:
+    """0018 gives every customer number still bare (on a subscription, an invoice or a payment
+    method on file, written after 0009) a customer row, moves new customers' ids past them and
+    then makes subscription, invoice and gateway_customer reference customer; going down drops
+    the references only."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0017")
+
+    async def before() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            await conn.execute(
+                "INSERT INTO customer (external_id, email) VALUES ('crm-1', 'a@example.test')"
+            )
+            sub = await conn.fetchval(
+                "INSERT INTO subscription (customer_id, plan_id, status, time_zone, "
+                "billing_anchor, current_period_start, current_period_end) SELECT 70, id, "
+                "'ACTIVE', 'Asia/Tokyo', now(), now(), now() + interval '30 days' FROM plan "
+                "ORDER BY id LIMIT 1 RETURNING id"
+            )
+            await conn.execute(
+                "INSERT INTO invoice (subscription_id, customer_id, kind, period_index, "
+                "period_start, period_end, subtotal, amount, currency, status) "
+                "VALUES ($1, 71, 'RENEWAL', 0, now(), now() + interval '30 days', 0, 0, "
+                "'EUR', 'PAID')",
+                sub,
+            )
+            await conn.execute(
+                "INSERT INTO gateway_customer (customer_id, gateway, gateway_customer_id, "
+                "payment_method_id, created_at, updated_at) "
+                "VALUES (1200, 'stripe', 'cus_1', 'pm_1', now(), now())"
+            )
+        finally:
+            await conn.close()
+
+    async def unknown_customer_subscribes() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            await conn.execute(
+                "INSERT INTO subscription (customer_id, plan_id, status, billing_anchor, "
+                "current_period_start, current_period_end) SELECT 999999, id, 'ACTIVE', now(), "
+                "now(), now() + interval '30 days' FROM plan ORDER BY id LIMIT 1"
+            )
+        finally:
+            await conn.close()
+
+    async def after() -> tuple[list[asyncpg.Record], int]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            found = list(
+                await conn.fetch("SELECT id, external_id, time_zone FROM customer ORDER BY id")
+            )
+            new_id = await conn.fetchval(
+                "INSERT INTO customer (external_id) VALUES ('crm-new') RETURNING id"
+            )
+            return found, int(new_id)
+        finally:
+            await conn.close()
+
+    async def empty() -> None:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            await conn.execute("TRUNCATE customer, gateway_customer, subscription CASCADE")
+        finally:
+            await conn.close()
+
+    asyncio.run(before())
+    migrate.upgrade(scratch_url)
+    found, new_id = asyncio.run(after())
+    assert [tuple(r) for r in found] == [
+        (1, "crm-1", "UTC"),
+        (70, "70", "Asia/Tokyo"),
+        (71, "71", "UTC"),
+        (1200, "1200", "UTC"),
+    ]
+    assert new_id == 1201
+    with pytest.raises(asyncpg.ForeignKeyViolationError):
+        asyncio.run(unknown_customer_subscribes())
+
+    migrate.downgrade(scratch_url, "0017")
+    asyncio.run(unknown_customer_subscribes())  # no reference below 0018
+    asyncio.run(empty())
+    migrate.upgrade(scratch_url)
+    migrate.downgrade(scratch_url, "base")

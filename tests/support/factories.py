@@ -14,6 +14,30 @@ async def plan_id(conn: AsyncConnection, code: str) -> int:
     )
 
 
+# Customers written straight with SQL take the ids the tests give them; the id sequence then
+# moves past them, so a customer created through the API later gets a fresh id.
+_ENSURE_CUSTOMERS = text(
+    """
+    INSERT INTO customer (id, external_id)
+    SELECT id, id::text FROM unnest(CAST(:ids AS bigint[])) AS id
+    ON CONFLICT DO NOTHING
+    """
+)
+_SEQUENCE_PAST_CUSTOMERS = text(
+    """
+    SELECT setval(pg_get_serial_sequence('customer', 'id'), top.id)
+    FROM (SELECT max(id) AS id FROM customer) AS top, customer_id_seq AS seq
+    WHERE top.id >= seq.last_value + CASE WHEN seq.is_called THEN 1 ELSE 0 END
+    """
+)
+
+
+async def ensure_customers(conn: AsyncConnection, customer_ids: list[int]) -> None:
+    """A customer row (external id: the number) for each of ``customer_ids`` that has none."""
+    await conn.execute(_ENSURE_CUSTOMERS, {"ids": customer_ids})
+    await conn.execute(_SEQUENCE_PAST_CUSTOMERS)
+
+
 async def create_subscription(
     conn: AsyncConnection,
     *,
@@ -26,6 +50,7 @@ async def create_subscription(
     credit_balance: int = 0,
 ) -> int:
     pid = await plan_id(conn, plan_code)
+    await ensure_customers(conn, [customer_id])
     return int(
         (
             await conn.execute(
@@ -67,6 +92,7 @@ async def create_invoice(
     attempt_count: int = 0,
     period_index: int = 0,
 ) -> int:
+    await ensure_customers(conn, [customer_id])
     return int(
         (
             await conn.execute(
@@ -110,7 +136,9 @@ async def create_invoice(
 async def due_subscriptions_with_invoices(
     conn: AsyncConnection, n: int, *, now: datetime, amount: int = 990, first_customer: int = 1
 ) -> list[int]:
-    """``n`` subscriptions, each with one OPEN invoice due at ``now`` (set-based)."""
+    """``n`` subscriptions, each with one OPEN invoice due at ``now`` (set-based), of
+    customers ``first_customer`` .. ``first_customer + n - 1``."""
+    await ensure_customers(conn, list(range(first_customer, first_customer + n)))
     rows = await conn.execute(
         text(
             """

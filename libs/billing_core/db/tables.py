@@ -88,9 +88,10 @@ plan = Table(
     CheckConstraint(_in("billing_interval", INTERVALS), name="billing_interval"),
 )
 
-# A customer: who subscriptions bill. ``subscription.customer_id`` (and the other tables'
-# customer ids) hold its id; customers that existed only as those numbers before this table
-# were given a row by the migration (their external id is that number).
+# A customer: who subscriptions bill. ``subscription.customer_id``, ``invoice.customer_id`` and
+# ``gateway_customer.customer_id`` reference it (the notifier's own tables keep the number it
+# learned from events); customers that existed only as those numbers before this table were
+# given a row by the migrations (their external id is that number).
 customer = Table(
     "customer",
     metadata,
@@ -111,7 +112,7 @@ subscription = Table(
     "subscription",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("customer_id", BigInteger, nullable=False),
+    Column("customer_id", BigInteger, ForeignKey("customer.id"), nullable=False),
     Column("plan_id", BigInteger, ForeignKey("plan.id"), nullable=False),
     Column("status", String(20), nullable=False),
     Column("time_zone", Text, nullable=False, server_default=text("'UTC'")),
@@ -188,7 +189,7 @@ invoice = Table(
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
     Column("subscription_id", BigInteger, ForeignKey("subscription.id"), nullable=False),
-    Column("customer_id", BigInteger, nullable=False),
+    Column("customer_id", BigInteger, ForeignKey("customer.id"), nullable=False),
     Column("kind", String(20), nullable=False),
     Column("period_index", Integer, nullable=False),
     Column("period_start", TZ, nullable=False),
@@ -532,12 +533,14 @@ reconciliation_item = Table(
     Index("ix_reconciliation_item_invoice_id", "invoice_id"),
 )
 
-# Where the payment gateway keeps a customer's card (ids only, never card data): our customer id
-# (a bare BIGINT, as on subscription) -> the gateway's customer and default payment method.
+# Where the payment gateway keeps a customer's card (ids only, never card data): our customer
+# -> the gateway's customer and default payment method.
 gateway_customer = Table(
     "gateway_customer",
     metadata,
-    Column("customer_id", BigInteger, primary_key=True, autoincrement=False),
+    Column(
+        "customer_id", BigInteger, ForeignKey("customer.id"), primary_key=True, autoincrement=False
+    ),
     Column("gateway", String(20), nullable=False),
     Column("gateway_customer_id", String(255), nullable=False),
     Column("payment_method_id", String(255), nullable=False),

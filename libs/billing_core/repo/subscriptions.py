@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
@@ -37,6 +38,22 @@ class SubscriptionNotFound(DomainError):
     def __init__(self, subscription_id: int) -> None:
         super().__init__(f"subscription {subscription_id} not found")
         self.subscription_id = subscription_id
+
+
+class UnknownCustomer(DomainError):
+    """A new subscription names a customer id that has no customer row."""
+
+    def __init__(self, customer_id: int) -> None:
+        super().__init__(
+            f"customer {customer_id} does not exist: create it first (POST /customers)"
+        )
+        self.customer_id = customer_id
+
+
+# The foreign keys a new subscription's statement meets when its customer does not exist.
+_CUSTOMER_FOREIGN_KEYS = frozenset(
+    {"fk_subscription_customer_id_customer", "fk_invoice_customer_id_customer"}
+)
 
 
 class VersionConflict(DomainError):
@@ -370,17 +387,21 @@ async def insert_new(
 ) -> None:
     """Insert ``sub`` (ids already drawn) with its first ``invoice`` (none for a trial), that
     invoice's ``lines``, ``events`` and ``audit_entry`` in one round trip on a driver
-    connection, and ``record`` (the API's stored response) with them."""
+    connection, and ``record`` (the API's stored response) with them. :class:`UnknownCustomer`
+    when ``sub``'s customer does not exist (the statement wrote nothing)."""
     params = (
         *_new_parameters(sub, invoice, lines, events, now),
         *audit.parameters(audit_entry, now),
     )
-    if record is None:
-        row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
-    else:
-        row = await conn.fetchrow(
-            _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
-        )
+    try:
+        if record is None:
+            row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
+        else:
+            row = await conn.fetchrow(
+                _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
+            )
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise _unknown_customer(exc, sub) from exc
     if tuple(row) != _written(invoice, events):
         raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows/line total")
 
@@ -399,16 +420,20 @@ async def insert_new_unless_claimed(
     """:func:`insert_new` with ``record`` as one whole keyed request, on a connection outside
     any transaction (the statement is its own): only if the key's lock is free and nothing is
     stored under the key. Raises ``asyncpg.UniqueViolationError`` when a first request with
-    the key committed while this one started (see ``_INSERT_NEW_UNLESS_CLAIMED``)."""
+    the key committed while this one started (see ``_INSERT_NEW_UNLESS_CLAIMED``), and
+    :class:`UnknownCustomer` as :func:`insert_new` does."""
     if conn.is_in_transaction():
         raise RuntimeError("insert_new_unless_claimed is a whole transaction by itself")
-    row = await conn.fetchrow(
-        _INSERT_NEW_UNLESS_CLAIMED,
-        *_new_parameters(sub, invoice, lines, events, now),
-        *audit.parameters(audit_entry, now),
-        *idempotency.record_parameters(record),
-        idempotency.lock_id(record.client_id, record.key),
-    )
+    try:
+        row = await conn.fetchrow(
+            _INSERT_NEW_UNLESS_CLAIMED,
+            *_new_parameters(sub, invoice, lines, events, now),
+            *audit.parameters(audit_entry, now),
+            *idempotency.record_parameters(record),
+            idempotency.lock_id(record.client_id, record.key),
+        )
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise _unknown_customer(exc, sub) from exc
     locked, subs, invoices, written_events, audits, line_total, records = row[:7]
     created = subs == 1
     if (subs, invoices, written_events, audits, line_total, records) != (
@@ -417,6 +442,14 @@ async def insert_new_unless_claimed(
         raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:7])}")
     stored = None if row[7] is None else idempotency.stored_response(row[7:])
     return Claimed(bool(locked), created, stored)
+
+
+def _unknown_customer(exc: Exception, sub: Subscription) -> Exception:
+    """:class:`UnknownCustomer` when ``exc`` (a foreign key violation) is the customer's (the
+    statement wrote nothing), else ``exc`` itself."""
+    if getattr(exc, "constraint_name", None) in _CUSTOMER_FOREIGN_KEYS:
+        return UnknownCustomer(sub.customer_id)
+    return exc
 
 
 async def get(session: AsyncSession, subscription_id: int) -> Subscription:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
 from billing_core.repo import audit, gateway_customers
+from billing_core.repo import customers as customers_repo
 from billing_core.repo.api_clients import ApiClient
 from services.api.auth import actor_of, requires
 from services.api.context import get_context
@@ -31,8 +32,9 @@ CustomerId = Annotated[
     summary="Set the customer's gateway customer and default payment method",
     description="The Stripe customer and payment method the collector charges off-session for "
     "this customer's invoices (the next charge uses it). 201 when the customer had none, 200 "
-    "when it replaced one. Idempotent: the same body gives the same state.",
-    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 403, 413, 422)},
+    "when it replaced one; 404 customer-not-found when no such customer exists. Idempotent: the "
+    "same body gives the same state.",
+    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 403, 404, 413, 422)},
 )
 async def put_payment_method(
     request: Request,
@@ -44,6 +46,7 @@ async def put_payment_method(
     now = ctx.clock.now()
     actor = actor_of(request, client.id)
     async with ctx.sessions.begin() as session:
+        await customers_repo.get(session, customer_id)  # 404 customer-not-found
         saved, created = await gateway_customers.put(
             session,
             customer_id=customer_id,

@@ -73,7 +73,8 @@ async def _subscription_outcome(
     summary="Subscribe a customer to a plan",
     description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
     "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
-    "a TRIALING one and no invoice. Requires an Idempotency-Key header.",
+    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
+    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
     responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
 )
 async def create_subscription(

@@ -10,12 +10,37 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tests.support.factories import ensure_customers
+
 PROBLEM_JSON = "application/problem+json"
 
 
+async def known_customers(engine: AsyncEngine, *customer_ids: int) -> None:
+    """Customers with these very ids (tests whose other data names a customer number)."""
+    async with engine.begin() as conn:
+        await ensure_customers(conn, list(customer_ids))
+
+
+async def new_customer(client: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:
+    """A customer created through the API (a fresh externalId unless given)."""
+    response = await client.post(
+        "/customers", json={"externalId": f"crm-{uuid.uuid4().hex[:12]}", **fields}
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
 async def subscribe(
-    client: httpx.AsyncClient, *, plan: str = "BASIC_MONTHLY", customer: int = 42, **extra: Any
+    client: httpx.AsyncClient,
+    *,
+    plan: str = "BASIC_MONTHLY",
+    customer: int | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
+    """A subscription created through the API, of ``customer`` (default: a new customer)."""
+    if customer is None:
+        customer = (await new_customer(client))["id"]
     response = await client.post(
         "/subscriptions",
         json={"customerId": customer, "planCode": plan, **extra},

@@ -17,7 +17,13 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
-from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.api.helpers import (
+    assert_problem,
+    known_customers,
+    rows,
+    scalar,
+    subscribe,
+)
 
 
 def key() -> dict[str, str]:
@@ -34,6 +40,7 @@ async def test_every_write_route_writes_exactly_one_audit_row(
     client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     client_id = await scalar(engine, "SELECT id FROM api_client")
+    await known_customers(engine, 9)
     created = await client.post(
         "/subscriptions", json={"customerId": 9, "planCode": "BASIC_MONTHLY"}, headers=key()
     )
@@ -98,6 +105,7 @@ async def test_a_subscribe_by_the_general_path_writes_its_audit_row_too(
     """A key whose stored response expired is not decided by the one-statement subscribe: the
     request runs again in a transaction of its own, with its audit row."""
     headers = key()
+    await known_customers(engine, 3)
     body = {"customerId": 3, "planCode": "BASIC_MONTHLY"}
     assert (await client.post("/subscriptions", json=body, headers=headers)).status_code == 201
     clock.advance(timedelta(days=2))  # past the 24 h retention
@@ -152,7 +160,8 @@ def plain_tracebacks() -> Iterator[None]:
 async def test_the_audit_row_and_the_write_roll_back_together(
     client: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    sub = await subscribe(client)
+    await known_customers(engine, 8)
+    sub = await subscribe(client, customer=8)
     before = await rows(engine, "SELECT * FROM subscription")
     async with failing_audit(engine):
         await _every_write_fails(client, sub["id"])
@@ -190,7 +199,7 @@ async def test_history_is_the_subscriptions_timeline(
         f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False}, headers=key()
     )
     assert canceled.status_code == 200
-    other = await subscribe(client, customer=77)
+    other = await subscribe(client)
 
     response = await client.get(f"/subscriptions/{sub['id']}/history")
     assert response.status_code == 200, response.text
@@ -219,6 +228,7 @@ async def test_the_lifecycle_and_customer_writes_write_their_audit_rows(
 ) -> None:
     """End-trial, resume-renewal and a new customer: one row each, like every other write."""
     trial_end = (clock.now() + timedelta(days=14)).isoformat()
+    await known_customers(engine, 11)
     created = await client.post(
         "/subscriptions",
         json={"customerId": 11, "planCode": "BASIC_MONTHLY", "trialEnd": trial_end},

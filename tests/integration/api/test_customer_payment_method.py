@@ -9,7 +9,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
-from tests.integration.api.helpers import assert_problem, rows
+from tests.integration.api.helpers import assert_problem, known_customers, rows
 
 PATH = "/customers/42/payment-method"
 BODY = {"gatewayCustomerId": "cus_PZrgY7FgXqFqUd", "paymentMethodId": "pm_1OkjqQ2eZvKYlo2C"}
@@ -18,6 +18,7 @@ BODY = {"gatewayCustomerId": "cus_PZrgY7FgXqFqUd", "paymentMethodId": "pm_1OkjqQ
 async def test_set_then_replace_then_read(
     client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
+    await known_customers(engine, 42)
     created = await client.put(PATH, json=BODY)
     assert created.status_code == 201, created.text
     assert created.json() == {
@@ -62,9 +63,12 @@ async def test_card_data_is_refused_and_never_echoed(
 
 
 async def test_unknown_customer_is_404_and_auth_is_required(
-    client: httpx.AsyncClient, anonymous: httpx.AsyncClient
+    client: httpx.AsyncClient, anonymous: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
     assert_problem(await client.get("/customers/7/payment-method"), 404, "not-found")
+    # No payment method for a customer that does not exist: nothing is stored.
+    assert_problem(await client.put(PATH, json=BODY), 404, "customer-not-found")
+    assert await rows(engine, "SELECT * FROM gateway_customer") == []
     assert_problem(await anonymous.put(PATH, json=BODY), 401, "unauthorized")
     assert_problem(
         await client.put("/customers/0/payment-method", json=BODY), 422, "validation-error"

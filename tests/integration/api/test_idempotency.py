@@ -8,6 +8,7 @@ import uuid
 from datetime import timedelta
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -19,9 +20,15 @@ from services.api.admin import create_api_key_async
 from services.api.idempotency import request_fingerprint
 from services.api.settings import ApiSettings
 from tests.integration.api.conftest import asgi_client
-from tests.integration.api.helpers import assert_problem, scalar, subscribe
+from tests.integration.api.helpers import assert_problem, known_customers, scalar, subscribe
 
 BODY = {"customerId": 5, "planCode": "BASIC_MONTHLY"}
+
+
+@pytest.fixture(autouse=True)
+async def _customers(engine: AsyncEngine) -> None:
+    """The customers the bodies here name (BODY's, and 6 for a different request)."""
+    await known_customers(engine, 5, 6)
 
 
 async def test_same_key_same_request_replays_byte_for_byte(

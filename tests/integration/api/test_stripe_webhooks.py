@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from tests.integration.api.conftest import STRIPE_SECRETS
-from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.api.helpers import assert_problem, known_customers, rows, scalar, subscribe
 
 PATH = "/webhooks/stripe"
 
@@ -81,7 +81,8 @@ async def deliver(
 
 
 async def open_invoice(client: httpx.AsyncClient, engine: AsyncEngine) -> int:
-    sub = await subscribe(client)
+    await known_customers(engine, 42)  # the customer the intents' metadata names
+    sub = await subscribe(client, customer=42)
     return int(
         await scalar(engine, "SELECT id FROM invoice WHERE subscription_id = :s", s=sub["id"])
     )

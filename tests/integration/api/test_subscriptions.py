@@ -9,7 +9,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
-from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.api.helpers import assert_problem, new_customer, rows, scalar, subscribe
 
 
 def key() -> dict[str, str]:
@@ -28,9 +28,10 @@ async def events_of(engine: AsyncEngine, subscription_id: int) -> list[str]:
 async def test_create_subscription_opens_first_period_and_invoice(
     client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
+    customer = (await new_customer(client))["id"]
     response = await client.post(
         "/subscriptions",
-        json={"customerId": 7, "planCode": "BASIC_MONTHLY", "timeZone": "Europe/Paris"},
+        json={"customerId": customer, "planCode": "BASIC_MONTHLY", "timeZone": "Europe/Paris"},
         headers=key(),
     )
     assert response.status_code == 201, response.text
@@ -38,7 +39,7 @@ async def test_create_subscription_opens_first_period_and_invoice(
     assert response.headers["location"] == f"/subscriptions/{body['id']}"
     assert response.headers["etag"] == '"0"'
     assert body["status"] == "ACTIVE"
-    assert body["customerId"] == 7
+    assert body["customerId"] == customer
     assert body["plan"] == {
         "code": "BASIC_MONTHLY",
         "name": "Basic, monthly",
@@ -71,7 +72,7 @@ async def test_created_response_is_what_was_stored(
     created = await client.post(
         "/subscriptions",
         json={
-            "customerId": 8,
+            "customerId": (await new_customer(client))["id"],
             "planCode": "PRO_YEARLY",
             "timeZone": "America/New_York",
             "startAt": (clock.now() - timedelta(days=40)).isoformat(),
@@ -154,6 +155,51 @@ async def test_create_rejects_bad_input(client: httpx.AsyncClient, engine: Async
     )
     assert_problem(future, 422, "business-rule-violated")
     assert await scalar(engine, "SELECT count(*) FROM subscription") == 0
+
+
+async def test_an_unknown_customer_is_refused_and_nothing_is_written(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """A customerId that is no customer is 422 unknown-customer (a field of the body, like an
+    unknown plan), with and without a coupon; nothing is written, not even the key's response,
+    so the same key then subscribes a customer that exists."""
+    coupon = await client.post(
+        "/coupons", json={"code": "TEN", "percentOff": 10, "duration": "FOREVER"}, headers=key()
+    )
+    assert coupon.status_code == 201, coupon.text
+    same_key = key()
+    plain = await client.post(
+        "/subscriptions", json={"customerId": 404, "planCode": "BASIC_MONTHLY"}, headers=same_key
+    )
+    assert "customer 404" in assert_problem(plain, 422, "unknown-customer")["detail"]
+    with_coupon = await client.post(
+        "/subscriptions",
+        json={"customerId": 404, "planCode": "BASIC_MONTHLY", "couponCode": "TEN"},
+        headers=key(),
+    )
+    assert_problem(with_coupon, 422, "unknown-customer")
+    for table in ("subscription", "invoice", "outbox_event"):
+        assert await scalar(engine, f"SELECT count(*) FROM {table}") == 0, table
+    assert (
+        await scalar(engine, "SELECT count(*) FROM audit_event WHERE subject_type = 'subscription'")
+        == 0
+    )
+    assert (
+        await scalar(
+            engine, "SELECT count(*) FROM idempotency_key WHERE request_path = '/subscriptions'"
+        )
+        == 0
+    )
+    assert await scalar(engine, "SELECT times_redeemed FROM coupon WHERE code = 'TEN'") == 0
+
+    customer = (await new_customer(client))["id"]
+    created = await client.post(
+        "/subscriptions",
+        json={"customerId": customer, "planCode": "BASIC_MONTHLY"},
+        headers=same_key,
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["customerId"] == customer
 
 
 async def test_oversize_body_is_413(client: httpx.AsyncClient, api_key: str) -> None:

@@ -89,8 +89,8 @@ async def test_a_plan_change_invoice_is_taxed_at_the_subscriptions_rate(
                 "('FR', '', 200000, true, 'VAT'), ('US', 'NY', 88750, false, 'Sales tax')"
             )
         )
-    on_top = await subscribe(client, plan="BASIC_MONTHLY", customer=1)
-    inside = await subscribe(client, plan="BASIC_MONTHLY", customer=2)
+    on_top = await subscribe(client, plan="BASIC_MONTHLY")
+    inside = await subscribe(client, plan="BASIC_MONTHLY")
     for sub, body in ((on_top, {"country": "US", "region": "NY"}), (inside, {"country": "FR"})):
         r = await client.put(f"/subscriptions/{sub['id']}/tax-location", json=body)
         assert r.status_code == 200, r.text

@@ -9,13 +9,14 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.integration.api.conftest import ApiServer
-from tests.integration.api.helpers import scalar
+from tests.integration.api.helpers import known_customers, scalar
 
 
 async def test_concurrent_identical_posts_over_http_create_one_subscription(
     api_server: ApiServer, api_key: str, engine: AsyncEngine
 ) -> None:
     headers = {"Authorization": f"Bearer {api_key}", "Idempotency-Key": str(uuid.uuid4())}
+    await known_customers(engine, 99)
     body = {"customerId": 99, "planCode": "PRO_MONTHLY"}
     limits = httpx.Limits(max_connections=20)
     async with httpx.AsyncClient(base_url=api_server.base_url, limits=limits, timeout=30) as c:

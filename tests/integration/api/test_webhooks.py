@@ -14,7 +14,7 @@ from services.api.app import create_app
 from services.api.settings import ApiSettings
 from services.api.signatures import compute, sign_header
 from tests.integration.api.conftest import SECRETS, asgi_client
-from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.api.helpers import assert_problem, known_customers, rows, scalar, subscribe
 
 PATH = "/webhooks/payments"
 
@@ -60,7 +60,8 @@ async def deliver(
 
 
 async def open_invoice(client: httpx.AsyncClient, engine: AsyncEngine) -> tuple[int, int]:
-    sub = await subscribe(client)
+    await known_customers(engine, 42)  # the customer the gateway's events name
+    sub = await subscribe(client, customer=42)
     invoice_id = await scalar(
         engine, "SELECT id FROM invoice WHERE subscription_id = :s", s=sub["id"]
     )

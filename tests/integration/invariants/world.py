@@ -25,6 +25,7 @@ from billing_core.domain.period import Interval, period_bounds, period_index_at
 from billing_core.domain.proration import prorate
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.repo.invoice_lines import insert_lines
+from tests.support.factories import ensure_customers
 
 PRICES = {"BASIC_MONTHLY": 990, "PRO_MONTHLY": 2990}
 
@@ -108,6 +109,8 @@ class World:
     ) -> int:
         index = period_index_at(anchor, Interval.MONTH, "UTC", self.now)
         period = period_bounds(anchor, Interval.MONTH, index, "UTC")
+        customer = 100 + len(self.subs)
+        await ensure_customers(conn, [customer])
         sub = int(
             (
                 await conn.execute(
@@ -122,7 +125,7 @@ class World:
                         """
                     ),
                     {
-                        "customer": 100 + len(self.subs),
+                        "customer": customer,
                         "plan": plan,
                         "anchor": anchor,
                         "index": index,

@@ -17,7 +17,7 @@ from billing_core.clock import ManualClock
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from services.renewer.loop import Renewer
-from tests.integration.api.helpers import assert_problem, rows, scalar
+from tests.integration.api.helpers import assert_problem, new_customer, rows, scalar
 
 
 def iso(at: datetime) -> str:
@@ -36,9 +36,11 @@ async def coupon(client: httpx.AsyncClient, **terms: Any) -> dict[str, Any]:
 
 
 async def subscribe(client: httpx.AsyncClient, **body: Any) -> httpx.Response:
+    """POST /subscriptions for a new customer (created through the API first)."""
+    customer = (await new_customer(client))["id"]
     return await client.post(
         "/subscriptions",
-        json={"customerId": 42, "planCode": "BASIC_MONTHLY", **body},
+        json={"customerId": customer, "planCode": "BASIC_MONTHLY", **body},
         headers=key(),
     )
 

@@ -20,7 +20,7 @@ from billing_core.invariants.topic import read_topic
 from billing_core.settings import CoreSettings
 from billing_core.usecases.renew import renew_due_batch
 from services.renewer.loop import Renewer
-from tests.integration.api.helpers import assert_problem, rows, scalar
+from tests.integration.api.helpers import assert_problem, new_customer, rows, scalar
 from tests.integration.relay.conftest import RelayFactory, drain
 from tests.integration.relay.helpers import consume
 
@@ -30,9 +30,11 @@ def iso(at: datetime) -> str:
 
 
 async def subscribe(client: httpx.AsyncClient, **body: Any) -> httpx.Response:
+    """POST /subscriptions for a new customer (created through the API first)."""
+    customer = (await new_customer(client))["id"]
     return await client.post(
         "/subscriptions",
-        json={"customerId": 42, "planCode": "BASIC_MONTHLY", **body},
+        json={"customerId": customer, "planCode": "BASIC_MONTHLY", **body},
         headers={"Idempotency-Key": str(uuid.uuid4())},
     )
 

@@ -127,7 +127,18 @@ async def test_without_a_tty_it_prints_progress_lines_then_on_timeout_its_summar
     assert_png(plot)
     async with engine.connect() as conn:
         seeded = (await conn.execute(text("SELECT count(*) FROM subscription"))).scalar_one()
+        # Each of its own customer, with an address the notifier sends its e-mails to.
+        addresses = (
+            await conn.execute(
+                text(
+                    "SELECT c.id, c.email FROM subscription s "
+                    "JOIN customer c ON c.id = s.customer_id ORDER BY c.id"
+                )
+            )
+        ).all()
     assert seeded == 20
+    assert len({customer for customer, _ in addresses}) == 20
+    assert all(email == f"customer-{customer}@example.test" for customer, email in addresses)
 
 
 async def test_a_simulator_that_stops_answering_leaves_a_summary_a_plot_and_one_line(

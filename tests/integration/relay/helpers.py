@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
+from tests.support.factories import ensure_customers
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 async def create_subscriptions(engine: AsyncEngine, n: int) -> list[int]:
     async with engine.begin() as conn:
+        await ensure_customers(conn, list(range(1001, 1001 + n)))
         rows = await conn.execute(
             text(
                 """

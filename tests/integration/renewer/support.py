@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core.domain import period as period_rules
 from billing_core.usecases.renew import BatchResult, renew_due_batch
+from tests.support.factories import ensure_customers
 
 
 async def plan_row(conn: AsyncConnection, code: str) -> dict[str, Any]:
@@ -43,6 +44,7 @@ async def create_subscription(
         current = period_rules.period_bounds(
             anchor, period_rules.Interval(plan["billing_interval"]), period_index, time_zone
         )
+        await ensure_customers(conn, [customer_id])
         return int(
             (
                 await conn.execute(

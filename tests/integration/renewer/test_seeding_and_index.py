@@ -102,6 +102,40 @@ async def test_sql_filler_rows_follow_the_domain_periods(pg: asyncpg.Connection)
     assert NOW + timedelta(days=3) <= lo and hi <= NOW + timedelta(days=23)
 
 
+async def test_seeded_subscriptions_each_have_their_customer_created_first(
+    pg: asyncpg.Connection,
+) -> None:
+    """Both seeders create their subscriptions' customers (set-based), with an address when
+    a domain is given; customers created afterwards get ids past the seeded ones."""
+    await seed_subscriptions(
+        pg,
+        SeedSpec(
+            count=50,
+            due_from=NOW,
+            due_window=timedelta(hours=1),
+            first_customer_id=1000,
+            email_domain="example.test",
+        ),
+    )
+    await seed_filler_sql(
+        pg, count=30, due_from=NOW, due_window=timedelta(days=1), first_customer_id=2000
+    )
+    customers = await pg.fetch(
+        "SELECT c.id, c.external_id, c.email FROM subscription s "
+        "JOIN customer c ON c.id = s.customer_id ORDER BY c.id"
+    )
+    assert [r["id"] for r in customers] == [*range(1000, 1050), *range(2000, 2030)]
+    assert all(r["external_id"] == str(r["id"]) for r in customers)
+    assert [r["email"] for r in customers[:2]] == [
+        "customer-1000@example.test",
+        "customer-1001@example.test",
+    ]
+    assert all(r["email"] is None for r in customers[50:])
+    assert await pg.fetchval("SELECT count(*) FROM customer") == 80
+    created = await pg.fetchval("INSERT INTO customer (external_id) VALUES ('crm-1') RETURNING id")
+    assert created == 2030
+
+
 def test_place_handles_month_end_and_dst_gaps() -> None:
     from billing_core.seeding import place  # noqa: PLC0415
 

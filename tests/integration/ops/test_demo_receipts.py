@@ -1,0 +1,100 @@
+"""``billing demo`` beside the whole system (as ``make up`` runs it, the notifier pointed at a
+mail server of the test's own): the demo's customers have addresses, so every invoice the run
+paid is a receipt in the mail server's directory, to ``customer-<id>@example.test``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from billing_core.db import migrate
+from billing_core.seeding import asyncpg_dsn
+from tests.support.db import recreate_database
+from tests.support.infra import Services, checkout_database_name
+from tests.support.mail import MailServer, mail_server
+from tests.support.system import System
+
+pytestmark = pytest.mark.slow  # the whole system in real time: `make test`, not test-fast
+
+SUBSCRIPTIONS = 20
+RECEIPT = "Payment received, thank you"
+
+
+@pytest.fixture
+def mail(tmp_path: Path) -> Iterator[MailServer]:
+    with mail_server(tmp_path / "mail") as server:
+        yield server
+
+
+@pytest.fixture
+def system(services: Services, mail: MailServer, tmp_path: Path) -> Iterator[System]:
+    name = f"{checkout_database_name()}_demo_mail"
+    asyncio.run(recreate_database(services.admin_database_url, name))
+    url = services.database_url(name)
+    migrate.upgrade(url)
+    running = System(
+        database_url=url,
+        redis_url=services.redis_url,
+        kafka_bootstrap=services.kafka_bootstrap,
+        log_dir=tmp_path / "system",
+        extra_env={"BILLING_NOTIFIER_SMTP_PORT": str(mail.port)},
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+async def _paid(url: str) -> dict[int, int]:
+    """Each invoice the run paid (an InvoicePaid written, not imported history): its customer."""
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT i.id, i.customer_id FROM outbox_event o "
+            "JOIN invoice i ON i.id = CAST(o.payload ->> 'invoiceId' AS bigint) "
+            "WHERE o.event_type = 'InvoicePaid'"
+        )
+        return {int(r["id"]): int(r["customer_id"]) for r in rows}
+    finally:
+        await conn.close()
+
+
+def test_the_demos_customers_get_their_receipts_by_e_mail(
+    system: System, mail: MailServer, tmp_path: Path
+) -> None:
+    demo = system.cli(
+        "demo",
+        "--subscriptions",
+        str(SUBSCRIPTIONS),
+        "--due-within-s",
+        "2",
+        "--decline-share",
+        "0",
+        "--timeout-s",
+        "180",
+        "--gateway-url",
+        system.gateway_url,
+        "--plot",
+        str(tmp_path / "demo.png"),
+        *[f"--wait-for={url}" for url in system.ports.health_urls().values()],
+        timeout=300,
+    )
+    assert demo.returncode == 0, f"{demo.stdout}\n{demo.stderr}\n{system.log_tail()}"
+    paid = asyncio.run(_paid(system.overrides["BILLING_DATABASE_URL"]))
+    assert len(paid) >= SUBSCRIPTIONS // 2, paid  # the simulator declines a few cards
+
+    expected = sorted(f"customer-{customer}@example.test" for customer in paid.values())
+    deadline = time.monotonic() + 120
+    receipts: list[str] = []
+    while time.monotonic() < deadline:
+        receipts = sorted(str(m["To"]) for m in mail.messages() if str(m["Subject"]) == RECEIPT)
+        if len(receipts) >= len(expected):
+            break
+        time.sleep(1)
+    assert receipts == expected, system.log_tail()
