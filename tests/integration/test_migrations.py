@@ -412,12 +412,12 @@ def test_pauses_go_down_only_when_none_is_left(scratch_url: str) -> None:
 
 
 def test_customer_numbers_in_use_become_customers_then_foreign_keys(scratch_url: str) -> None:
-    """0018 gives every customer number still bare (on a subscription, an invoice or a payment
+    """0019 gives every customer number still bare (on a subscription, an invoice or a payment
     method on file, written after 0009) a customer row, moves new customers' ids past them and
     then makes subscription, invoice and gateway_customer reference customer; going down drops
     the references only."""
     migrate.downgrade(scratch_url, "base")
-    migrate.upgrade(scratch_url, "0017")
+    migrate.upgrade(scratch_url, "0018")
 
     async def before() -> None:
         conn = await asyncpg.connect(_dsn(scratch_url))
@@ -490,8 +490,8 @@ def test_customer_numbers_in_use_become_customers_then_foreign_keys(scratch_url:
     with pytest.raises(asyncpg.ForeignKeyViolationError):
         asyncio.run(unknown_customer_subscribes())
 
-    migrate.downgrade(scratch_url, "0017")
-    asyncio.run(unknown_customer_subscribes())  # no reference below 0018
+    migrate.downgrade(scratch_url, "0018")
+    asyncio.run(unknown_customer_subscribes())  # no reference below 0019
     asyncio.run(empty())
     migrate.upgrade(scratch_url)
     migrate.downgrade(scratch_url, "base")

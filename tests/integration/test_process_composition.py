@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -11,6 +13,16 @@ from billing_core.db.engine import create_engine, database_answers
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from billing_core.settings import CoreSettings
+
+
+@pytest.fixture(autouse=True)
+def garbage_collector_as_it_was() -> Iterator[None]:
+    """A process freezes its startup objects and makes full collections rare (``serve``); the
+    test process must not keep that for the tests after these."""
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
 
 
 async def test_a_process_runs_its_parts_in_order_and_tears_down(settings: CoreSettings) -> None:

@@ -1,7 +1,7 @@
 """customer foreign keys: subscriptions, invoices and payment methods reference a customer
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-05
 
 0009 created the customer table, but ``subscription.customer_id``, ``invoice.customer_id`` and
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0018"
-down_revision: str | None = "0017"
+revision: str = "0019"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
