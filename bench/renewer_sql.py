@@ -146,7 +146,8 @@ events AS (
                                     'oldPlanCode', n.old_plan_code, 'newPlanCode', n.new_plan_code,
                                     'prorationDue', 0,
                                     'changedAt', {iso_utc_sql("i.period_start")},
-                                    'effective', 'period_end')
+                                    'effective', 'period_end',
+                                    'newPeriodStart', NULL, 'newPeriodEnd', NULL)
              END),
             (3, 'InvoiceCreated',
              jsonb_build_object('subscriptionId', i.subscription_id, 'invoiceId', i.id,
