@@ -34,7 +34,12 @@ from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain.errors import DomainError
-from billing_core.domain.invoice_lines import InvoiceLine, LineKind, single
+from billing_core.domain.invoice_lines import (
+    InvoiceLine,
+    LineKind,
+    plan_period_description,
+    single,
+)
 from billing_core.domain.money import format_minor
 from billing_core.domain.period import Period
 from billing_core.domain.proration import Proration, prorate
@@ -180,6 +185,27 @@ def discount_lines(
     if off == 0:
         return []
     return [single(LineKind.DISCOUNT, discount.coupon.label, -off, period_start, period_end)]
+
+
+def plan_period_lines(
+    plan_code: str,
+    price: int,
+    discount: Discount | None,
+    period_index: int,
+    period: Period,
+) -> list[InvoiceLine]:
+    """A period of a plan before tax and credit: its ``PLAN_PERIOD`` line at ``price`` and,
+    when ``discount`` covers period ``period_index``, its ``DISCOUNT`` line."""
+    return [
+        single(
+            LineKind.PLAN_PERIOD,
+            plan_period_description(plan_code),
+            price,
+            period.start,
+            period.end,
+        ),
+        *discount_lines(discount, price, period_index, period.start, period.end),
+    ]
 
 
 def discounted_proration(

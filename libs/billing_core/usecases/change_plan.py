@@ -13,7 +13,7 @@ from billing_core.domain import events as ev
 from billing_core.domain import interval_change as interval_rules
 from billing_core.domain import invoice_lines
 from billing_core.domain import subscription as sub_domain
-from billing_core.domain.coupons import Discount, discount_lines, discounted_proration
+from billing_core.domain.coupons import Discount, discounted_proration, plan_period_lines
 from billing_core.domain.credit import apply_credit, credit_from_proration
 from billing_core.domain.errors import DomainError
 from billing_core.domain.period import Interval, Period
@@ -27,6 +27,7 @@ from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo import tax as tax_repo
+from billing_core.usecases.period_invoice import insert_period_invoice
 from billing_core.usecases.renew import renew_due_batch
 from billing_core.usecases.subscribe import opened_invoice_events
 
@@ -316,17 +317,7 @@ async def _change_interval(
     period, index = change.new_period, change.anchor_period_index
     rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
     priced = taxed_at(
-        rate,
-        [
-            invoice_lines.single(
-                invoice_lines.LineKind.PLAN_PERIOD,
-                invoice_lines.plan_period_description(new_plan.code),
-                new_plan.price_amount,
-                period.start,
-                period.end,
-            ),
-            *discount_lines(discount, new_plan.price_amount, index, period.start, period.end),
-        ],
+        rate, plan_period_lines(new_plan.code, new_plan.price_amount, discount, index, period)
     )
     split = apply_credit(priced.total, sub.credit_balance + change.credit)
     version = await subscriptions_repo.update_versioned(
@@ -349,36 +340,16 @@ async def _change_interval(
         await subscriptions_repo.add_credit_entry(
             session, subscription_id=sub.id, amount=change.credit, reason="DOWNGRADE", now=now
         )
-    invoice = await invoices_repo.insert_invoice(
+    invoice = await insert_period_invoice(
         session,
-        subscription_id=sub.id,
-        customer_id=sub.customer_id,
-        kind="RENEWAL",
+        sub,
         period_index=index,
-        period_start=period.start,
-        period_end=period.end,
-        subtotal=priced.total,
-        credit_applied=split.credit_used,
+        period=period,
+        priced=priced,
+        split=split,
         currency=new_plan.currency,
         now=now,
     )
-    lines = [*priced.lines, *invoice_lines.credit_line(split.credit_used)]
-    invoice_lines.check_total(
-        lines,
-        subtotal=invoice.subtotal,
-        credit_applied=invoice.credit_applied,
-        amount=invoice.amount,
-    )
-    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
-    if split.credit_used:
-        await subscriptions_repo.add_credit_entry(
-            session,
-            subscription_id=sub.id,
-            amount=-split.credit_used,
-            reason="INVOICE",
-            invoice_id=invoice.id,
-            now=now,
-        )
     events = change.events + opened_invoice_events(invoice, priced.tax)
     if behavior == PRORATION_ALWAYS and split.credit_remaining:
         events += await _apply_credit_now(session, sub.id, split.credit_remaining, now)

@@ -22,9 +22,10 @@ from datetime import datetime
 
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import invoice_lines as line_rules
-from billing_core.domain.coupons import Discount, discount_lines
+from billing_core.domain.coupons import Discount, plan_period_lines
 from billing_core.domain.credit import apply_credit
 from billing_core.domain.invoice_lines import InvoiceLine, LineKind
+from billing_core.domain.period import Period
 from billing_core.domain.renewal import RenewalInvoice, RenewalPlan
 from billing_core.domain.tax import TaxRate, tax_lines
 from billing_core.repo import coupons as coupons_repo
@@ -71,18 +72,13 @@ def _priced_lines(
     the period, and its tax when it has a rate."""
     price = invoice.plan_price if invoice.plan_code else plan.due.price_amount
     plan_code = invoice.plan_code or plan.due.state.plan_code
-    lines = [
-        line_rules.single(
-            LineKind.PLAN_PERIOD,
-            line_rules.plan_period_description(plan_code),
-            price,
-            invoice.period_start,
-            invoice.period_end,
-        ),
-        *discount_lines(
-            discount, price, invoice.period_index, invoice.period_start, invoice.period_end
-        ),
-    ]
+    lines = plan_period_lines(
+        plan_code,
+        price,
+        discount,
+        invoice.period_index,
+        Period(invoice.period_start, invoice.period_end),
+    )
     if rate is None:
         return lines
     # The rate-table calculator's rules for this one rate (the batch's rates were looked up

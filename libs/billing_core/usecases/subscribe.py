@@ -10,7 +10,7 @@ from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import invoice_lines as line_rules
-from billing_core.domain.coupons import Discount, discount_lines
+from billing_core.domain.coupons import Discount, plan_period_lines
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.period import Interval, period_bounds, zone
@@ -105,16 +105,7 @@ def new_subscription(
         period=(period.start, period.end),
         now=now,
     )
-    lines = [
-        line_rules.single(
-            line_rules.LineKind.PLAN_PERIOD,
-            line_rules.plan_period_description(plan.code),
-            plan.price_amount,
-            period.start,
-            period.end,
-        ),
-        *discount_lines(discount, plan.price_amount, 0, period.start, period.end),
-    ]
+    lines = plan_period_lines(plan.code, plan.price_amount, discount, 0, period)
     amount = line_rules.total(lines)
     opening = invoice_rules.opening(amount, now)
     invoice = invoices_repo.Invoice(

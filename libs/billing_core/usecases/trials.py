@@ -6,19 +6,16 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain import subscription as sub_domain
-from billing_core.domain.coupons import discount_lines
+from billing_core.domain.coupons import plan_period_lines
 from billing_core.domain.credit import apply_credit
-from billing_core.domain.invoice_lines import LineKind
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.tax import taxed_at
 from billing_core.repo import audit, outbox
 from billing_core.repo import coupons as coupons_repo
-from billing_core.repo import invoice_lines as invoice_lines_repo
-from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo import tax as tax_repo
+from billing_core.usecases.period_invoice import insert_period_invoice
 from billing_core.usecases.subscribe import opened_invoice_events
 
 
@@ -48,19 +45,8 @@ async def end_trial_now(
     period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
     rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
     discount = (await coupons_repo.discounts_for(session, [subscription_id])).get(subscription_id)
-    price = sub.plan_price_amount
     priced = taxed_at(
-        rate,
-        [
-            line_rules.single(
-                LineKind.PLAN_PERIOD,
-                line_rules.plan_period_description(sub.plan_code),
-                price,
-                period.start,
-                period.end,
-            ),
-            *discount_lines(discount, price, 0, period.start, period.end),
-        ],
+        rate, plan_period_lines(sub.plan_code, sub.plan_price_amount, discount, 0, period)
     )
     split = apply_credit(priced.total, sub.credit_balance)
     version = await subscriptions_repo.update_versioned(
@@ -80,36 +66,16 @@ async def end_trial_now(
             "credit_balance": split.credit_remaining,
         },
     )
-    invoice = await invoices_repo.insert_invoice(
+    invoice = await insert_period_invoice(
         session,
-        subscription_id=subscription_id,
-        customer_id=sub.customer_id,
-        kind="RENEWAL",
+        sub,
         period_index=0,
-        period_start=period.start,
-        period_end=period.end,
-        subtotal=priced.total,
-        credit_applied=split.credit_used,
+        period=period,
+        priced=priced,
+        split=split,
         currency=sub.plan_currency,
         now=now,
     )
-    lines = [*priced.lines, *line_rules.credit_line(split.credit_used)]
-    line_rules.check_total(
-        lines,
-        subtotal=invoice.subtotal,
-        credit_applied=invoice.credit_applied,
-        amount=invoice.amount,
-    )
-    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
-    if split.credit_used:
-        await subscriptions_repo.add_credit_entry(
-            session,
-            subscription_id=subscription_id,
-            amount=-split.credit_used,
-            reason="INVOICE",
-            invoice_id=invoice.id,
-            now=now,
-        )
     await outbox.append_events(session, events + opened_invoice_events(invoice, priced.tax), now)
     await audit.record_subscription_change(
         session,
