@@ -186,6 +186,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.state.context = context
     problems.install(app)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
+    # The routes join the application's own router, in this order: a request is matched
+    # against one list, where each included router would be one more level walked per request.
     for module in (
         subscriptions,
         subscription_search,
@@ -205,7 +207,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         stripe_webhooks,
         health,
     ):
-        app.include_router(module.router)
+        app.router.routes.extend(module.router.routes)
     if settings.console_enabled:
         app.include_router(console_routes.router)
         app.mount("/console/static", StaticFiles(directory=console_routes.STATIC), name="console")
