@@ -19,6 +19,7 @@ from billing_core.db import migrate
 from billing_core.invariants.topic import read_topic
 from tests.support.db import recreate_database
 from tests.support.infra import Services, checkout_database_name
+from tests.support.mail import mail_server
 from tests.support.system import System
 
 SUBSCRIPTIONS = 3000
@@ -41,15 +42,18 @@ def system(services: Services, tmp_path_factory: pytest.TempPathFactory) -> Iter
     asyncio.run(recreate_database(services.admin_database_url, name))
     url = services.database_url(name)
     migrate.upgrade(url)
-    system = System(
-        database_url=url,
-        redis_url=services.redis_url,
-        kafka_bootstrap=services.kafka_bootstrap,
-        log_dir=tmp_path_factory.mktemp("system"),
-    )
-    system.start()
-    yield system
-    system.stop()
+    # The demo's customers have addresses: their receipts go to a mail server of this run's own.
+    with mail_server(tmp_path_factory.mktemp("mail")) as mail:
+        system = System(
+            database_url=url,
+            redis_url=services.redis_url,
+            kafka_bootstrap=services.kafka_bootstrap,
+            log_dir=tmp_path_factory.mktemp("system"),
+            extra_env={"BILLING_NOTIFIER_SMTP_PORT": str(mail.port)},
+        )
+        system.start()
+        yield system
+        system.stop()
 
 
 def wait_webhooks_settled(system: System, timeout: float) -> str:
