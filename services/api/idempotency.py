@@ -128,12 +128,14 @@ class IdempotentWrite:
                 "This operation requires an Idempotency-Key header (e.g. a UUID).",
             )
 
-    async def run(self, work: Work, *, retry_conflicts: bool = False) -> Response:
-        """``work`` in one transaction. ``retry_conflicts``: the request named no version (no
-        If-Match, no expectedVersion), so a write that met a concurrent one on the same
-        subscription (``VersionConflict``: a renewal, a payment result) runs again, in a new
-        transaction on the row as it now is, instead of answering 409; at most
+    async def run(self, work: Work, *, expected_version: int | None = None) -> Response:
+        """``work`` in one transaction. ``expected_version``: the version the request named
+        (If-Match or expectedVersion); a write that then meets a concurrent one answers 409.
+        A request that named none wants the change on the row as it is: a write that met a
+        concurrent one on the same subscription (``VersionConflict``: a renewal, a payment
+        result) runs again, in a new transaction on the row as it now is; at most
         ``CONFLICT_ATTEMPTS`` times."""
+        retry_conflicts = expected_version is None
         attempt = 1
         while True:
             try:

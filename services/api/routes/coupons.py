@@ -160,4 +160,4 @@ async def apply_coupon(
             ),
         )
 
-    return await write.run(work, retry_conflicts=True)
+    return await write.run(work)

@@ -57,7 +57,7 @@ async def pause_subscription(
         )
         return await _answer(session, subscription_id)
 
-    return await write.run(work, retry_conflicts=expected is None)
+    return await write.run(work, expected_version=expected)
 
 
 @router.post(
@@ -88,4 +88,4 @@ async def resume_subscription(
         )
         return await _answer(session, subscription_id)
 
-    return await write.run(work, retry_conflicts=expected is None)
+    return await write.run(work, expected_version=expected)

@@ -45,4 +45,4 @@ async def cancel_scheduled_change(
         sub = await subscriptions_repo.get(session, subscription_id)
         return outcome(200, SubscriptionOut.of(sub), etag=etag(sub.version))
 
-    return await write.run(work, retry_conflicts=expected is None)
+    return await write.run(work, expected_version=expected)

@@ -185,7 +185,7 @@ async def cancel_subscription(
         )
         return await _subscription_outcome(session, subscription_id)
 
-    return await write.run(work, retry_conflicts=expected is None)
+    return await write.run(work, expected_version=expected)
 
 
 @router.post(
@@ -249,7 +249,7 @@ async def change_plan(
 
     if preview:
         return await rolled_back(get_context(request), work)
-    return await write.run(work, retry_conflicts=expected is None)
+    return await write.run(work, expected_version=expected)
 
 
 def _encode_cursor(invoice_id: int) -> str:

@@ -50,4 +50,4 @@ async def end_trial(
             etag=etag(sub.version),
         )
 
-    return await write.run(work, retry_conflicts=expected is None)
+    return await write.run(work, expected_version=expected)
