@@ -369,6 +369,7 @@ class Collector:
             log.warning("void_request_release_failed", invoice_id=invoice.id, error=repr(exc))
 
     async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
+        metrics.CHECK_GROUP.observe(len(invoices))
         async with self._reads() as session:
             ours = await still_ours_to_charge(session, invoices)
         return [invoice.id in ours for invoice in invoices]
