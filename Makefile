@@ -73,8 +73,11 @@ bench-gateway-sim: venv ## Gateway simulator capacity vs. a bare Starlette endpo
 bench-relay: venv infra-up ## Relay benchmark: events/s vs a bare producer, lag at 1 000 events/s
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.relay_bench
 
-bench-collector: venv infra-up ## Collector: drain time vs backlog/200 s, ceiling at 1 000/s, plot
-	$(BIN)/python -m bench.collector_bench
+# A shorter run at 200/s only: make bench-collector COLLECTOR_BENCH_ARGS="--invoices 4000 --fast-invoices 0"
+COLLECTOR_BENCH_ARGS ?=
+
+bench-collector: venv infra-up ## Collector: drain time vs backlog/200 s, ceiling at 1 000/s, plot (COLLECTOR_BENCH_ARGS: its options)
+	$(BIN)/python -m bench.collector_bench $(COLLECTOR_BENCH_ARGS)
 
 bench-api: venv infra-up ## API throughput/latency vs the same server's /healthz
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.api_bench --runs 3 --seconds 5

@@ -117,7 +117,7 @@ class GlobalRateLimiter:
         limit: int,
         guard_ms: int = 20,
         max_late_ms: int = 10,
-        horizon_ms: int = 100,
+        horizon_ms: int = 200,
         max_batch: int = 256,
         closed_backoff_s: float = 0.5,
     ) -> None:

@@ -69,6 +69,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         key_prefix=settings.gateway_key_prefix,
         group_max=settings.collector_group_max,
         group_wait_seconds=settings.collector_group_wait_ms / 1000,
+        check_lead_seconds=settings.collector_check_lead_ms / 1000,
     )
     refunds = RefundSender(
         sessions=session_factory(engine),

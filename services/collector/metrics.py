@@ -60,6 +60,11 @@ RECORD_GROUP = Histogram(
     "Results recorded together in one transaction",
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
 )
+CHECK_GROUP = Histogram(
+    "billing_collector_check_group_invoices",
+    "Pre-call checks read together in one statement",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500),
+)
 REFUNDS = Counter(
     "billing_collector_refunds_total",
     "Refund calls by outcome (SUCCEEDED, FAILED: refused for good, UNKNOWN: asked again)",

@@ -83,6 +83,7 @@ class Collector:
         group_max: int = 20,
         group_wait_seconds: float = 0.2,
         check_fresh_seconds: float = 0.25,
+        check_lead_seconds: float = 0.03,
         clock_offset: timedelta = timedelta(0),
     ) -> None:
         # Leases are read and written on the database's clock, moved by the shared offset.
@@ -114,9 +115,12 @@ class Collector:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._slot_freed = asyncio.Event()
         # The calls in flight record their results, and read their pre-call checks, in groups:
-        # a few statements per group instead of a few per call.
+        # a few statements per group instead of a few per call. A check waits for others until
+        # ``check_lead`` before the earliest send slot in its group (slots are reserved up to
+        # the limiter's horizon ahead, so the checks of a few grants are read together).
         self._results = Batcher(self._record_group, max_size=group_max, max_wait=group_wait_seconds)
-        self._checks = Batcher(self._check_group, max_size=group_max, max_wait=0)
+        self._checks = Batcher(self._check_group, max_size=group_max, max_wait=check_fresh_seconds)
+        self._check_lead = check_lead_seconds
         # A slot missed (window full, check too slow) is retried with the same check while it
         # is this fresh; an older one is read again.
         self._check_fresh = check_fresh_seconds
@@ -327,21 +331,24 @@ class Collector:
             metrics.WINDOW.set(self._window.size)
 
     async def _checked_by(self, slot: Slot, invoice: LeasedInvoice) -> bool:
-        """The check, read while waiting for ``slot``: whichever takes longer."""
-        check = asyncio.ensure_future(self._still_ours(invoice))
+        """The check, read while waiting for ``slot`` (with the other checks due before it,
+        ``check_lead`` ahead of it): whichever takes longer."""
+        read_by = asyncio.get_running_loop().time() + slot.send_at - time.monotonic()
+        check = asyncio.ensure_future(self._still_ours(invoice, read_by - self._check_lead))
         try:
             await self._limiter.wait_until(slot)
             return await check
         finally:
             check.cancel()
 
-    async def _still_ours(self, invoice: LeasedInvoice) -> bool:
+    async def _still_ours(self, invoice: LeasedInvoice, read_by: float) -> bool:
         """Looked at once the send slot is known, at most a horizon before it (the wait in the
-        queue for a slot may be long): a cancel meanwhile voided the invoice, and the card must
-        not be charged. A check that fails (database down) skips the call: the lease runs out
-        and the invoice is tried again, with the same key."""
+        queue for a slot may be long), read by ``read_by`` (the event loop's clock): a cancel
+        meanwhile voided the invoice, and the card must not be charged. A check that fails
+        (database down) skips the call: the lease runs out and the invoice is tried again, with
+        the same key."""
         try:
-            ours = await self._checks.submit(invoice)
+            ours = await self._checks.submit(invoice, close_by=read_by)
         except Exception as exc:
             log.warning("lease_check_failed_skipping_call", invoice_id=invoice.id, error=repr(exc))
             return False
@@ -362,6 +369,7 @@ class Collector:
             log.warning("void_request_release_failed", invoice_id=invoice.id, error=repr(exc))
 
     async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
+        metrics.CHECK_GROUP.observe(len(invoices))
         async with self._reads() as session:
             ours = await still_ours_to_charge(session, invoices)
         return [invoice.id in ours for invoice in invoices]

@@ -36,7 +36,11 @@ class CollectorSettings(CoreSettings):
         default=10, ge=0, le=499, description="A slot found later than this is dropped."
     )
     collector_rate_limit_horizon_ms: int = Field(
-        default=100, ge=1, le=5000, description="How far ahead slots are reserved per round trip."
+        default=200,
+        ge=1,
+        le=5000,
+        description="How far ahead slots are reserved per round trip (and so how many calls' "
+        "pre-call checks are read together).",
     )
     collector_rate_limit_key: str = Field(default="billing:gateway:permits")
     collector_batch_size: int = Field(default=100, ge=1, le=10_000)
@@ -61,6 +65,13 @@ class CollectorSettings(CoreSettings):
         le=1000,
         description="How long a result waits for others to be recorded with it (fewer "
         "statements per call at low rates; the lease is far longer).",
+    )
+    collector_check_lead_ms: int = Field(
+        default=30,
+        ge=0,
+        le=1000,
+        description="Pre-call checks wait for others to be read with them until this long "
+        "before the earliest of their send slots (the time a read may take).",
     )
     collector_lease_seconds: int = Field(default=120, ge=5)
     collector_poll_interval_seconds: float = Field(default=1.0, gt=0)

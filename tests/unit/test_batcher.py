@@ -105,3 +105,49 @@ async def test_with_a_gap_a_steady_trickle_still_gathers_within_max_wait() -> No
 def test_a_gap_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least one item"):
         Batcher(Doubler(), max_size=5, max_wait=0.1, max_gap=0)
+
+
+async def test_an_items_close_by_closes_its_group_before_max_wait() -> None:
+    """An item that needs its answer by a time is not kept for the whole ``max_wait``."""
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=100, max_wait=5.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    assert await batcher.submit(21, close_by=started + 0.05) == 42
+    assert loop.time() - started < 1.0
+    assert handle.groups == [[21]]
+
+
+async def test_items_with_deadlines_are_gathered_until_the_earliest_of_them() -> None:
+    """Items arriving every 10 ms, each needed 200 ms after it arrives: one group, closed at
+    the first item's deadline (the later items join it; the group does not wait for theirs)."""
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=100, max_wait=5.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def timed(i: int) -> tuple[int, float]:
+        answer = await batcher.submit(i, close_by=loop.time() + 0.2)
+        return answer, loop.time() - started
+
+    tasks = []
+    for i in range(5):
+        tasks.append(asyncio.create_task(timed(i)))
+        await asyncio.sleep(0.01)
+    answers = await asyncio.gather(*tasks)
+    assert [a for a, _ in answers] == [0, 2, 4, 6, 8]
+    assert handle.groups == [[0, 1, 2, 3, 4]]
+    assert all(0.19 < t < 1.0 for _, t in answers)
+
+
+async def test_a_later_item_with_an_earlier_close_by_closes_the_group_sooner() -> None:
+    handle = Doubler()
+    batcher = Batcher(handle, max_size=100, max_wait=5.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first = asyncio.create_task(batcher.submit(1, close_by=started + 3.0))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(batcher.submit(2, close_by=loop.time() + 0.05))
+    assert await asyncio.gather(first, second) == [2, 4]
+    assert loop.time() - started < 1.0
+    assert handle.groups == [[1, 2]]

@@ -66,6 +66,39 @@ async def test_two_collectors_charge_every_invoice_exactly_once(
         assert proc.terminate() == 0
 
 
+def histogram_mean(proc_url: str, name: str) -> float:
+    """The mean of a histogram a process exposes on /metrics (items per group)."""
+    found: dict[str, float] = {}
+    for line in httpx.get(f"{proc_url}/metrics", timeout=10).text.splitlines():
+        for part in ("sum", "count"):
+            if line.startswith(f"{name}_{part} "):
+                found[part] = float(line.split()[1])
+    assert found.get("count"), f"no {name} observed"
+    return found["sum"] / found["count"]
+
+
+async def test_two_collectors_read_the_pre_call_checks_of_several_grants_in_one_statement(
+    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+) -> None:
+    """At 200/s shared by two replicas one slot reservation brings a replica about 10 slots;
+    the checks wait for each other until 30 ms before the earliest slot among them, so a read
+    holds more than one reservation's checks (and every invoice is still charged once)."""
+    procs = [collectors.start(), collectors.start()]  # both ready before the backlog comes
+    await seed(engine, 800)
+
+    async def all_paid() -> bool:
+        return await count(engine, "SELECT count(*) FROM invoice WHERE status = 'PAID'") == 800
+
+    await wait_for(all_paid, 60, "every invoice paid")
+    name = "billing_collector_check_group_invoices"
+    per_read = [histogram_mean(p.url or "", name) for p in procs]
+    assert min(per_read) > 10, per_read
+    summary = simulator.summary()
+    assert summary["charges_succeeded"] == 800
+    assert summary["duplicate_success_invoices"] == []
+    assert summary["rate_limited_429"] == 0
+
+
 async def test_timeout_then_retry_with_the_same_key_gets_the_stored_success(
     engine: AsyncEngine, simulator: Simulator, collectors: Collectors
 ) -> None:
