@@ -6,7 +6,7 @@ webhooks), the API (webhooks), and two replicas of each worker. Subscriptions co
 the run; dunning delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a
 random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
 PostgreSQL, while customers cancel (now or at the period's end), change plans (up and down, now
-or at the period's end) and pause collection (resuming by itself seconds later, or on request)
+or at the period's end, monthly to yearly too) and pause collection (resuming by itself seconds later, or on request)
 through the API process. When the system has drained, the invariant checker must find no
 violation.
 
@@ -61,7 +61,8 @@ class ChaosConfig:
     due_window_s: float = 30.0
     hard_decliner_share: float = 0.01
     # Share of the subscriptions whose customer acts through the API during the run (a cancel,
-    # now or at period end, an upgrade or a downgrade, a pause or a resume; some do two).
+    # now or at period end, an upgrade or a downgrade, a change to yearly billing now or at
+    # period end, a pause or a resume; some do two).
     customer_action_share: float = 0.08
     # Share of the subscriptions seeded in a free trial ending in the due window: the renewer
     # writes its SubscriptionTrialWillEnd, then invoices period 0 when it ends.
@@ -253,6 +254,8 @@ ACTIONS = (
     "upgrade",
     "downgrade",
     "downgrade at period end",
+    "to yearly",
+    "to yearly at period end",
     "pause",
     "pause as draft",
     "resume",
@@ -326,9 +329,10 @@ async def act(client: httpx.AsyncClient, subscription: int, action: str) -> str:
         body = {}
     else:
         path = f"/subscriptions/{subscription}/change-plan"
-        plan = "BUSINESS_MONTHLY" if action == "upgrade" else "BASIC_MONTHLY"
+        plans = {"upgrade": "BUSINESS_MONTHLY", "to yearly": "PRO_YEARLY"}
+        plan = plans.get(action.removesuffix(" at period end"), "BASIC_MONTHLY")
         body = {"planCode": plan}
-        if action == "downgrade at period end":
+        if action.endswith("at period end"):
             body["effective"] = "period_end"
     headers = {"Idempotency-Key": str(uuid.uuid4())}
     for _ in range(30):

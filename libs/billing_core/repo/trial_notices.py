@@ -28,6 +28,14 @@ _CLAIM = text(
     """
 )
 
+# The same claim for one subscription (a plan change catching up a trial that is over): it locks
+# the row and waits for a renewer that holds it.
+_CLAIM_ONE = text(
+    _CLAIM.text.replace("ORDER BY", "AND id = :only\n    ORDER BY").replace(
+        "FOR UPDATE SKIP LOCKED", "FOR UPDATE"
+    )
+)
+
 _MARK = text(
     """
     UPDATE subscription s
@@ -47,10 +55,17 @@ class TrialEnding:
     version: int
 
 
-async def claim_due_notices(db: Db, *, horizon: datetime, limit: int) -> list[TrialEnding]:
+async def claim_due_notices(
+    db: Db, *, horizon: datetime, limit: int, only_id: int | None = None
+) -> list[TrialEnding]:
     """Lock up to ``limit`` TRIALING subscriptions whose trial ends by ``horizon`` and whose
-    notice is not written yet, soonest first (``SKIP LOCKED``: replicas take disjoint sets)."""
+    notice is not written yet, soonest first (``SKIP LOCKED``: replicas take disjoint sets;
+    ``only_id``: just that one, waiting for its lock)."""
     require_positive_limit(limit)
+    if only_id is not None:
+        params = {"horizon": horizon, "limit": limit, "only": only_id}
+        result = await db.execute(_CLAIM_ONE, params)
+        return [TrialEnding(**row) for row in result.mappings()]
     result = await db.execute(_CLAIM, {"horizon": horizon, "limit": limit})
     return [TrialEnding(**row) for row in result.mappings()]
 

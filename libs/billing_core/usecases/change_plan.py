@@ -30,6 +30,7 @@ from billing_core.repo import tax as tax_repo
 from billing_core.usecases.period_invoice import insert_period_invoice
 from billing_core.usecases.renew import renew_due_batch
 from billing_core.usecases.subscribe import opened_invoice_events
+from billing_core.usecases.trial_notices import send_trial_notices
 
 # How a change is prorated: ``create_prorations`` (the rule above), ``none`` (no invoice, no
 # credit: the new price applies from the next renewal).
@@ -73,10 +74,14 @@ class PlanChange:
 async def _renewed_if_due(
     session: AsyncSession, sub: subscriptions_repo.Subscription, now: datetime
 ) -> subscriptions_repo.Subscription:
-    """``sub`` renewed first when its period ended and the renewer has not run yet (with the
-    renewer's own code), so the change is prorated in the period it falls in."""
-    if sub.status != SubscriptionStatus.ACTIVE or sub.current_period_end > now:
+    """``sub`` renewed first when its period (or its trial) ended and the renewer has not run
+    yet (with the renewer's own code), so the change is prorated in the period it falls in: a
+    trial that is over is a paid period 0 at the old plan from its end, not a trial any more."""
+    due = sub.status in (SubscriptionStatus.ACTIVE, SubscriptionStatus.TRIALING)
+    if not due or sub.current_period_end > now:
         return sub
+    if sub.status == SubscriptionStatus.TRIALING:  # its notice comes first, as in the renewer
+        await send_trial_notices(session, now=now, limit=1, only_id=sub.id)
     await renew_due_batch(session, now=now, batch_size=1, max_periods=MAX_CATCH_UP, only_id=sub.id)
     return await subscriptions_repo.get(session, sub.id)
 

@@ -25,10 +25,16 @@ class NoticeConflict(Exception):
 
 
 async def send_trial_notices(
-    db: notices_repo.Db, *, now: datetime, lead: timedelta = DEFAULT_LEAD, limit: int = 1000
+    db: notices_repo.Db,
+    *,
+    now: datetime,
+    lead: timedelta = DEFAULT_LEAD,
+    limit: int = 1000,
+    only_id: int | None = None,
 ) -> int:
-    """Write the due SubscriptionTrialWillEnd events; return how many."""
-    due = await notices_repo.claim_due_notices(db, horizon=now + lead, limit=limit)
+    """Write the due SubscriptionTrialWillEnd events (``only_id``: that subscription's, if
+    due); return how many."""
+    due = await notices_repo.claim_due_notices(db, horizon=now + lead, limit=limit, only_id=only_id)
     if not due:
         return 0
     reserved = await notices_repo.mark_sent(db, [t.id for t in due], now=now)
