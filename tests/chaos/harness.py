@@ -6,9 +6,9 @@ webhooks), the API (webhooks), and two replicas of each worker. Subscriptions co
 the run; dunning delays are seconds instead of days so dunning runs too. Meanwhile it kill -9s a
 random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
 PostgreSQL, while customers cancel (now or at the period's end), change plans (up and down, now
-or at the period's end, monthly to yearly too) and pause collection (resuming by itself seconds later, or on request)
-through the API process. When the system has drained, the invariant checker must find no
-violation.
+or at the period's end, monthly to yearly too) and pause collection (resuming by itself seconds
+later, or on request) through the API process. When the system has drained, the invariant
+checker must find no violation.
 
 Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
 CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
