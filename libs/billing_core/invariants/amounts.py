@@ -15,7 +15,9 @@
   so does a change to another billing interval, which starts a new period at its instant
   (``newPeriodStart = changedAt``, ``billing_core.domain.interval_change``).
   Changes are ordered by ``changedAt``, then by their sequence number (commit order) for
-  changes at one instant (A -> B -> A at one instant ends at A).
+  changes at one instant (A -> B -> A at one instant ends at A); of several changes at the
+  instant a period starts, the last one that prices it wins (a plain change read after a
+  later one's instant, then a change to yearly billing there: the yearly plan).
   Plan changes come from the outbox and, when a topic is read, from the topic (the outbox is
   pruned after its retention; the topic keeps them as long as its own retention does). Limit:
   prices are read from the plan catalogue as it is now — a plan whose price was edited in place
@@ -72,20 +74,30 @@ _WRONG_SUBTOTAL = text(
     "WITH"
     + _CHANGES
     + """,
+    -- Whether this change or one after it at the same instant prices the period starting
+    -- at that instant (a scheduled change, or one that started a new period there).
+    ordered AS (
+        SELECT *, bool_or(at_period_end) OVER (
+                      PARTITION BY subscription_id, changed_at ORDER BY sequence DESC
+                  ) AS prices_from_here
+        FROM changes
+    ),
     -- A change applies to the periods starting after its changedAt; a scheduled one (applied at
-    -- the period boundary changedAt) also to the period starting at it.
+    -- the period boundary changedAt) also to the period starting at it. Its span ends where
+    -- the next change starts to apply: at the next changedAt, included when no change from the
+    -- next one on at that instant prices the period starting there.
     spans AS (
         SELECT subscription_id, new_code AS code, changed_at AS since,
                at_period_end AS since_inclusive,
                lead(changed_at) OVER w AS until,
-               NOT coalesce(lead(at_period_end) OVER w, false) AS until_inclusive
-        FROM changes
+               NOT coalesce(lead(prices_from_here) OVER w, false) AS until_inclusive
+        FROM ordered
         WINDOW w AS (PARTITION BY subscription_id ORDER BY changed_at, sequence)
         UNION ALL
         SELECT * FROM (
             SELECT DISTINCT ON (subscription_id) subscription_id, old_code, NULL::timestamptz,
-                   false, changed_at, NOT at_period_end
-            FROM changes ORDER BY subscription_id, changed_at, sequence
+                   false, changed_at, NOT prices_from_here
+            FROM ordered ORDER BY subscription_id, changed_at, sequence
         ) first_change
     ),
     expected AS (

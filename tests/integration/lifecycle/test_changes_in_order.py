@@ -51,6 +51,48 @@ async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
     assert report.check("amounts").ok, report.as_dict()
 
 
+async def test_a_change_to_yearly_read_after_a_change_at_a_later_instant_prices_its_period_yearly(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """A downgrade, then a change to yearly billing stamped before it: both happen at the
+    downgrade's instant, the second starting the yearly period there; that period is priced
+    at the yearly plan (the downgrade before it at the same instant prices nothing)."""
+    start = clock.now()
+    sub = await subscribe(client, plan="PRO_MONTHLY")
+    clock.set(start + timedelta(days=10))
+    downgrade = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "BASIC_MONTHLY"}
+    )
+    assert downgrade.status_code == 200, downgrade.text
+    downgraded_at = clock.now()
+    clock.set(start + timedelta(days=5))
+    yearly = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_YEARLY"}
+    )
+    assert yearly.status_code == 200, yearly.text
+
+    events = await rows(
+        engine,
+        "SELECT payload FROM outbox_event WHERE aggregate_id = :s "
+        "AND event_type = 'SubscriptionPlanChanged' ORDER BY sequence",
+        s=sub["id"],
+    )
+    assert [_instant(e["payload"]["changedAt"]) for e in events] == [downgraded_at] * 2
+    assert _instant(events[1]["payload"]["newPeriodStart"]) == downgraded_at
+    invoices = await rows(
+        engine,
+        "SELECT period_index, period_start, subtotal FROM invoice "
+        "WHERE subscription_id = :s AND kind = 'RENEWAL' ORDER BY period_index",
+        s=sub["id"],
+    )
+    yearly_price = await rows(engine, "SELECT price_amount FROM plan WHERE code = 'PRO_YEARLY'")
+    assert invoices[-1]["period_index"] == 1
+    assert invoices[-1]["period_start"] == downgraded_at
+    assert invoices[-1]["subtotal"] == yearly_price[0]["price_amount"]
+    report = await check_all(engine, now=downgraded_at, ledger=LedgerEvidence({}), topic=None)
+    assert report.check("amounts").ok, report.check("amounts").violations
+
+
 async def test_a_cancel_stamped_before_a_renewal_it_read_cancels_after_the_renewal(
     client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
