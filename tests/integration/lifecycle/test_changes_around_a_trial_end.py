@@ -12,12 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from tests.integration.api.helpers import subscribe
-from tests.integration.lifecycle.test_interval_change_renewals import (
-    assert_checker_clean,
-    change,
-    renew,
-    renewals,
-)
+from tests.integration.lifecycle.helpers import assert_clean, change, renew, renewals
 
 
 @pytest.mark.parametrize(
@@ -41,7 +36,7 @@ async def test_changes_during_a_trial_price_period_0_at_the_last_plan(
     await renew(engine, clock)
     prices = {"BUSINESS_MONTHLY": 9990, "PRO_YEARLY": 29900}
     assert [r["subtotal"] for r in await renewals(engine, sub["id"])] == [prices[plans[-1]]]
-    await assert_checker_clean(engine, clock)
+    await assert_clean(engine, clock)
 
 
 @pytest.mark.parametrize("plan", ["BUSINESS_MONTHLY", "PRO_YEARLY", "BASIC_MONTHLY"])
@@ -56,4 +51,4 @@ async def test_a_change_after_the_trial_end_before_the_renewer_falls_in_period_0
     await renew(engine, clock)
     # Period 0 at the old plan from the trial's end (the change caught it up), then the change.
     assert (await renewals(engine, sub["id"]))[0]["subtotal"] == 2990
-    await assert_checker_clean(engine, clock)
+    await assert_clean(engine, clock)

@@ -3,7 +3,7 @@ second happens at the first one's instant, never before it (its time never goes 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -12,10 +12,7 @@ from billing_core.clock import ManualClock
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from tests.integration.api.helpers import rows, subscribe
-
-
-def _instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+from tests.integration.lifecycle.helpers import instant
 
 
 async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
@@ -42,7 +39,7 @@ async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
         "AND event_type = 'SubscriptionPlanChanged' ORDER BY sequence",
         s=sub["id"],
     )
-    changed_at = [_instant(e["payload"]["changedAt"]) for e in events]
+    changed_at = [instant(e["payload"]["changedAt"]) for e in events]
     assert changed_at == [upgraded_at, upgraded_at]
     # Back to the same plan at the same instant: the credit is exactly the prorated charge.
     assert upgrade.json()["due"] > 0
@@ -77,8 +74,8 @@ async def test_a_change_to_yearly_read_after_a_change_at_a_later_instant_prices_
         "AND event_type = 'SubscriptionPlanChanged' ORDER BY sequence",
         s=sub["id"],
     )
-    assert [_instant(e["payload"]["changedAt"]) for e in events] == [downgraded_at] * 2
-    assert _instant(events[1]["payload"]["newPeriodStart"]) == downgraded_at
+    assert [instant(e["payload"]["changedAt"]) for e in events] == [downgraded_at] * 2
+    assert instant(events[1]["payload"]["newPeriodStart"]) == downgraded_at
     invoices = await rows(
         engine,
         "SELECT period_index, period_start, subtotal FROM invoice "
@@ -97,7 +94,7 @@ async def test_a_cancel_stamped_before_a_renewal_it_read_cancels_after_the_renew
     client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY")
-    period_end = _instant(sub["currentPeriodEnd"])
+    period_end = instant(sub["currentPeriodEnd"])
     clock.set(period_end + timedelta(seconds=30))
     renewed = await client.post(
         f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}
@@ -106,4 +103,4 @@ async def test_a_cancel_stamped_before_a_renewal_it_read_cancels_after_the_renew
     clock.set(period_end - timedelta(seconds=30))
     cancel = await client.post(f"/subscriptions/{sub['id']}/cancel", json={"atPeriodEnd": False})
     assert cancel.status_code == 200, cancel.text
-    assert _instant(cancel.json()["canceledAt"]) == period_end + timedelta(seconds=30)
+    assert instant(cancel.json()["canceledAt"]) == period_end + timedelta(seconds=30)

@@ -6,7 +6,7 @@ the discounted prices (A -> B -> A at one instant nets to 0); the checker stays 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -14,14 +14,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
-from billing_core.invariants.checker import check_all
-from billing_core.invariants.ledger import LedgerEvidence
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import assert_problem, new_customer, rows, scalar
-
-
-def iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
+from tests.integration.lifecycle.helpers import assert_clean, iso, renew_until
 
 
 def key() -> dict[str, str]:
@@ -57,19 +51,6 @@ async def lines(engine: AsyncEngine, subscription_id: int) -> list[list[tuple[st
     for r in found:
         out.setdefault(r["id"], []).append((r["kind"], r["amount"]))
     return list(out.values())
-
-
-async def renew_until(engine: AsyncEngine, clock: ManualClock, when: datetime) -> None:
-    clock.set(when)
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
-
-
-async def assert_clean(engine: AsyncEngine, clock: ManualClock) -> None:
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
-    for name in ("lines", "amounts", "periods"):
-        assert report.check(name).ok, report.as_dict()
 
 
 async def test_a_coupon_is_created_read_and_its_terms_checked(

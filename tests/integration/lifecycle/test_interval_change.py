@@ -20,18 +20,11 @@ from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.topic import read_topic
 from billing_core.settings import CoreSettings
 from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.lifecycle.helpers import instant, iso
 from tests.integration.relay.conftest import RelayFactory, drain
 from tests.integration.relay.helpers import consume
 
 BASIC_MONTHLY, BASIC_YEARLY = 990, 9900
-
-
-def instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
 
 
 async def change(

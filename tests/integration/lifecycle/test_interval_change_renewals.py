@@ -4,57 +4,15 @@ scheduled for the period end by moving the anchor to that boundary."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from billing_core.domain.period import Interval, period_bounds
-from billing_core.invariants.checker import check_all
-from billing_core.invariants.ledger import LedgerEvidence
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import rows, subscribe
-
-
-def instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-async def change(
-    client: httpx.AsyncClient, sub: dict[str, Any], plan: str, **body: Any
-) -> dict[str, Any]:
-    response = await client.post(
-        f"/subscriptions/{sub['id']}/change-plan",
-        json={"planCode": plan, **body},
-        headers={"Idempotency-Key": str(uuid.uuid4())},
-    )
-    assert response.status_code == 200, response.text
-    changed: dict[str, Any] = response.json()
-    return changed
-
-
-async def renew(engine: AsyncEngine, clock: ManualClock) -> None:
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
-
-
-async def renewals(engine: AsyncEngine, subscription_id: int) -> list[dict[str, Any]]:
-    return await rows(
-        engine,
-        "SELECT period_index, period_start, period_end, subtotal FROM invoice "
-        "WHERE subscription_id = :s AND kind = 'RENEWAL' ORDER BY period_index",
-        s=subscription_id,
-    )
-
-
-async def assert_checker_clean(engine: AsyncEngine, clock: ManualClock) -> None:
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
-    for name in ("periods", "amounts", "lines"):
-        assert report.check(name).ok, report.check(name).violations
+from tests.integration.lifecycle.helpers import assert_clean, change, instant, renew, renewals
 
 
 async def test_after_monthly_to_yearly_the_renewer_renews_once_at_the_yearly_boundary(
@@ -88,7 +46,7 @@ async def test_after_monthly_to_yearly_the_renewer_renews_once_at_the_yearly_bou
     after = (await client.get(f"/subscriptions/{sub['id']}")).json()
     assert (after["periodIndex"], instant(after["billingAnchor"])) == (2, at)
     assert instant(after["currentPeriodEnd"]) == following.end
-    await assert_checker_clean(engine, clock)
+    await assert_clean(engine, clock)
 
 
 async def test_after_yearly_to_monthly_the_renewer_catches_up_month_by_month(
@@ -121,7 +79,7 @@ async def test_after_yearly_to_monthly_the_renewer_catches_up_month_by_month(
     )
     assert all(c["credit_applied"] + c["amount"] == 990 for c in credits)
     assert credits[0]["credit_applied"] == 990
-    await assert_checker_clean(engine, clock)
+    await assert_clean(engine, clock)
 
 
 async def test_a_change_to_monthly_scheduled_for_the_period_end_moves_the_anchor_there(
@@ -167,4 +125,4 @@ async def test_a_change_to_monthly_scheduled_for_the_period_end_moves_the_anchor
     assert change_event["effective"] == "period_end"
     assert instant(change_event["newPeriodStart"]) == boundary
     assert instant(change_event["newPeriodEnd"]) == first.end
-    await assert_checker_clean(engine, clock)
+    await assert_clean(engine, clock)

@@ -5,7 +5,7 @@ catch-up, plan changes (previewed, after the period end, in a trial) — taxed o
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -15,16 +15,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.clock import ManualClock
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import rows, scalar, subscribe
-
-
-def iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
-
-
-def at(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+from tests.integration.lifecycle.helpers import instant, iso, renew_until
 
 
 async def set_rates(engine: AsyncEngine) -> None:
@@ -53,13 +45,6 @@ async def lines_by_invoice(engine: AsyncEngine, subscription_id: int) -> dict[in
     for r in found:
         out.setdefault(r["id"], []).append(r["kind"])
     return out
-
-
-async def renew_until(engine: AsyncEngine, clock: ManualClock, when: datetime) -> None:
-    clock.set(when)
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
 
 
 async def test_every_invoice_the_api_and_the_renewer_create_has_its_lines(
@@ -121,7 +106,9 @@ async def test_every_invoice_the_api_and_the_renewer_create_has_its_lines(
     trial_invoices = await lines_by_invoice(engine, ny_trial["id"])
     assert len(trial_invoices) == 2
     assert all(kinds == ["PLAN_PERIOD", "TAX"] for kinds in trial_invoices.values())
-    period_end = at((await client.get(f"/subscriptions/{plain['id']}")).json()["currentPeriodEnd"])
+    period_end = instant(
+        (await client.get(f"/subscriptions/{plain['id']}")).json()["currentPeriodEnd"]
+    )
     clock.set(period_end + timedelta(minutes=1))
     late = await client.post(
         f"/subscriptions/{plain['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -18,10 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from billing_core.domain.money import format_minor
-from billing_core.invariants.checker import check_all
-from billing_core.invariants.ledger import LedgerEvidence
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import rows, subscribe
+from tests.integration.lifecycle.helpers import assert_clean, renew_until
 
 
 def key(**headers: str) -> dict[str, str]:
@@ -57,13 +55,6 @@ async def locate(client: httpx.AsyncClient, sub: dict[str, Any], **where: str) -
     assert put.status_code == 200, put.text
 
 
-async def renew_until(engine: AsyncEngine, clock: ManualClock, when: datetime) -> None:
-    clock.set(when)
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
-
-
 async def invoices(engine: AsyncEngine, subscription_id: int) -> list[dict[str, Any]]:
     found = await rows(
         engine,
@@ -82,12 +73,6 @@ async def invoices(engine: AsyncEngine, subscription_id: int) -> list[dict[str, 
             )
         ]
     return found
-
-
-async def assert_clean(engine: AsyncEngine, clock: ManualClock) -> None:
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
-    for name in ("lines", "amounts", "numbers", "pauses", "periods"):
-        assert report.check(name).ok, report.as_dict()
 
 
 async def test_paused_periods_have_their_lines_and_numbers_and_take_no_credit(

@@ -15,18 +15,12 @@ from billing_core.clock import ManualClock
 from billing_core.invariants.pauses import check_pauses
 from billing_core.invariants.stuck import DEFAULT_RETRY_BOUND, check_stuck
 from billing_core.repo.collection import claim_due_invoices
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.lifecycle.helpers import renew
 
 
 def key() -> dict[str, str]:
     return {"Idempotency-Key": str(uuid.uuid4())}
-
-
-async def renew(engine: AsyncEngine, clock: ManualClock) -> None:
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
 
 
 async def invoices(engine: AsyncEngine, subscription_id: int) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ renewer's batch at renewal (catch-up included), at the new plan's price."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -16,22 +16,12 @@ from billing_core.invariants.amounts import check_amounts
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.topic import PlanChangeSeen
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
+from tests.integration.lifecycle.helpers import instant, renew
 
 
 def key() -> dict[str, str]:
     return {"Idempotency-Key": str(uuid.uuid4())}
-
-
-def instant(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-async def renew(engine: AsyncEngine, clock: ManualClock) -> None:
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
 
 
 async def renewals(engine: AsyncEngine, subscription_id: int) -> list[dict[str, Any]]:

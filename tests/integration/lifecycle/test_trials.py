@@ -21,12 +21,9 @@ from billing_core.settings import CoreSettings
 from billing_core.usecases.renew import renew_due_batch
 from services.renewer.loop import Renewer
 from tests.integration.api.helpers import assert_problem, new_customer, rows, scalar
+from tests.integration.lifecycle.helpers import iso
 from tests.integration.relay.conftest import RelayFactory, drain
 from tests.integration.relay.helpers import consume
-
-
-def iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
 
 
 async def subscribe(client: httpx.AsyncClient, **body: Any) -> httpx.Response:

@@ -11,19 +11,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
-from services.renewer.loop import Renewer
 from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
-
-
-def iso(at: datetime) -> str:
-    return at.isoformat().replace("+00:00", "Z")
-
-
-async def renew_until(engine: AsyncEngine, clock: ManualClock, at: datetime) -> None:
-    clock.set(at)
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
+from tests.integration.lifecycle.helpers import iso, renew_until
 
 
 async def created_invoice(engine: AsyncEngine, subscription_id: int, index: int) -> dict[str, Any]:
