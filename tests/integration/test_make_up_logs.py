@@ -3,7 +3,6 @@ processes' own lines, uvicorn's, the libraries' and the supervisor's."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -12,32 +11,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from billing_core.db import migrate
-from tests.support.db import recreate_database
-from tests.support.infra import Services, checkout_database_name
-from tests.support.system import System
+from tests.support.infra import Services
+from tests.support.system import System, running_system
 
 RUN_SECONDS = 20
 
 
 @pytest.fixture
 def system(services: Services, tmp_path: Path) -> Iterator[System]:
-    name = f"{checkout_database_name()}_logs"
-    asyncio.run(recreate_database(services.admin_database_url, name))
-    url = services.database_url(name)
-    migrate.upgrade(url)
-    running = System(
-        database_url=url,
-        redis_url=services.redis_url,
-        kafka_bootstrap=services.kafka_bootstrap,
-        log_dir=tmp_path,
-        log_json=True,
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running_system(services, "logs", tmp_path, log_json=True) as up:
+        yield up
 
 
 @pytest.mark.slow

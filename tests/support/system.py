@@ -5,18 +5,25 @@ second env file."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from honcho import environ
 
+from billing_core.db import migrate
+from tests.support.db import recreate_database
+from tests.support.infra import Services, checkout_database_name
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -171,3 +178,27 @@ class System:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextmanager
+def running_system(
+    services: Services, database_suffix: str, log_dir: Path, **options: Any
+) -> Iterator[System]:
+    """The whole system on a fresh migrated database of this checkout (``<name>_<suffix>``),
+    stopped on exit; ``options`` go to :class:`System` (``extra_env``, ``log_json``)."""
+    name = f"{checkout_database_name()}_{database_suffix}"
+    asyncio.run(recreate_database(services.admin_database_url, name))
+    url = services.database_url(name)
+    migrate.upgrade(url)
+    running = System(
+        database_url=url,
+        redis_url=services.redis_url,
+        kafka_bootstrap=services.kafka_bootstrap,
+        log_dir=log_dir,
+        **options,
+    )
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()

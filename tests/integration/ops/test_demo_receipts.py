@@ -12,12 +12,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from billing_core.db import migrate
 from billing_core.seeding import asyncpg_dsn
-from tests.support.db import recreate_database
-from tests.support.infra import Services, checkout_database_name
+from tests.support.infra import Services
 from tests.support.mail import MailServer, mail_server
-from tests.support.system import System
+from tests.support.system import System, running_system
 
 pytestmark = pytest.mark.slow  # the whole system in real time: `make test`, not test-fast
 
@@ -33,22 +31,9 @@ def mail(tmp_path: Path) -> Iterator[MailServer]:
 
 @pytest.fixture
 def system(services: Services, mail: MailServer, tmp_path: Path) -> Iterator[System]:
-    name = f"{checkout_database_name()}_demo_mail"
-    asyncio.run(recreate_database(services.admin_database_url, name))
-    url = services.database_url(name)
-    migrate.upgrade(url)
-    running = System(
-        database_url=url,
-        redis_url=services.redis_url,
-        kafka_bootstrap=services.kafka_bootstrap,
-        log_dir=tmp_path / "system",
-        extra_env={"BILLING_NOTIFIER_SMTP_PORT": str(mail.port)},
-    )
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    extra_env = {"BILLING_NOTIFIER_SMTP_PORT": str(mail.port)}
+    with running_system(services, "demo_mail", tmp_path / "system", extra_env=extra_env) as up:
+        yield up
 
 
 async def _paid(url: str) -> dict[int, int]:
