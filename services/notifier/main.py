@@ -35,7 +35,13 @@ def build(settings: NotifierSettings) -> process.WorkerProcess:
 
     return process.WorkerProcess(
         name="notifier",
-        worker=Worker("notifier", tick, poll_interval=0.01, max_error_backoff=5.0),
+        worker=Worker(
+            "notifier",
+            tick,
+            poll_interval=0.01,
+            max_error_backoff=5.0,
+            shutdown_timeout=settings.notifier_shutdown_timeout_seconds,
+        ),
         engine=engine,
         health_port=settings.notifier_health_port,
         periodic=[

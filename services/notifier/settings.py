@@ -15,6 +15,12 @@ class NotifierSettings(CoreSettings):
     notifier_group_id: str = Field(default="billing-notifier", description="Kafka group id.")
     notifier_health_port: int = Field(default=9104, ge=0, le=65535, description="0 = ephemeral.")
     notifier_max_records: int = Field(default=500, ge=1)
+    notifier_shutdown_timeout_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="On SIGTERM, how long the poll being processed may still run; after it, "
+        "it is rolled back (its records are read again on restart and queue each e-mail once).",
+    )
     notifier_smtp_host: str = Field(
         default="127.0.0.1", description="SMTP server the e-mails are handed to."
     )

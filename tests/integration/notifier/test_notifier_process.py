@@ -39,11 +39,11 @@ NOW = datetime(2026, 12, 1, 8, tzinfo=UTC)
 CUSTOMERS = 80
 
 
-async def receipts_to_send(engine: AsyncEngine) -> list[CloudEvent]:
+async def receipts_to_send(engine: AsyncEngine, customers: int = CUSTOMERS) -> list[CloudEvent]:
     """A customer (with an address), a subscription and a paid invoice each; their InvoicePaid."""
     events = []
     async with engine.begin() as conn:
-        for n in range(CUSTOMERS):
+        for n in range(customers):
             customer = (
                 await conn.execute(
                     text(
@@ -168,3 +168,63 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
         assert await notifier_emails.counts(conn) == {"sent": CUSTOMERS, "pending": 0, "failed": 0}
         processed = (await conn.execute(text("SELECT count(*) FROM processed_event"))).scalar_one()
     assert processed == CUSTOMERS
+
+
+@pytest.mark.slow
+async def test_sigterm_during_a_long_poll_stops_within_the_budget_and_loses_no_e_mail(
+    engine: AsyncEngine,
+    services: Services,
+    database_url: str,
+    kafka_topic: str,
+    tmp_path: Path,
+) -> None:
+    """A poll of many receipts (each rendered as a PDF in the consumer's transaction) takes
+    seconds; SIGTERM in the middle of it stops the notifier within its shutdown budget, well
+    under a supervisor's grace period (honcho under ``make up`` waits 5 s), by rolling the poll
+    back. Started again, the notifier reads those records again and queues every e-mail once."""
+    receipts = 300
+    events = await receipts_to_send(engine, receipts)
+    await publish(services.kafka_bootstrap, kafka_topic, events)
+    env = {
+        "BILLING_DATABASE_URL": database_url,
+        "BILLING_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
+        "BILLING_KAFKA_TOPIC": kafka_topic,
+        "BILLING_NOTIFIER_GROUP_ID": f"notifier-{uuid.uuid4().hex[:8]}",
+        "BILLING_NOTIFIER_HEALTH_PORT": "0",
+        "BILLING_NOTIFIER_SMTP_PORT": "1",  # nothing is sent here: only what is queued counts
+        "BILLING_LOG_JSON": "true",
+    }
+    first = start("notifier-0", "services.notifier", env, tmp_path)
+    second: Proc | None = None
+    try:
+        await until(lambda: '"email_queued"' in first.log(), 120, "the first e-mail queued")
+        asked = time.monotonic()
+        assert first.terminate(timeout=30) == 0
+        stopped_in = time.monotonic() - asked
+        assert stopped_in < 4.5, stopped_in  # the default budget, 2 s, and closing
+        async with engine.connect() as conn:
+            queued = (await conn.execute(text("SELECT count(*) FROM notifier_email"))).scalar_one()
+        assert queued < receipts  # the poll in flight was rolled back, not finished
+
+        second = start("notifier-1", "services.notifier", env, tmp_path)
+
+        async def all_queued() -> bool:
+            async with engine.connect() as conn:
+                n = (await conn.execute(text("SELECT count(*) FROM notifier_email"))).scalar_one()
+            return int(n) >= receipts
+
+        deadline = time.monotonic() + 300
+        while not await all_queued():
+            assert time.monotonic() < deadline, "every e-mail queued"
+            await asyncio.sleep(0.5)
+        assert second.terminate(timeout=30) == 0
+    finally:
+        first.kill9()
+        if second is not None:
+            second.kill9()
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(text("SELECT event_id, count(*) FROM notifier_email GROUP BY 1"))
+        ).all()
+    assert {row[0] for row in rows} == {e.id for e in events}
+    assert max(row[1] for row in rows) == 1
