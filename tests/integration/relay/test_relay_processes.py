@@ -118,7 +118,14 @@ async def test_three_relays_deliver_50k_events_in_order_per_subscription(
         async def some_published() -> bool:
             return await count(engine, "published_at IS NOT NULL") >= 10_000
 
+        async def every_replica_holds_shards() -> bool:
+            return all("shards_taken" in p.log_text() for p in procs)
+
+        # A replica slow to start (a loaded machine) joins after the others took every shard;
+        # it gets its share at their next rebalance: the kill comes once all three publish.
+        await wait_for(every_replica_holds_shards, timeout=120, what="every replica's shards")
         await wait_for(some_published, timeout=120, what="10 000 events published")
+        before_kill = [len(p.log_text()) for p in procs]
         procs[0].kill()  # kill -9 one replica mid-stream: its shards move to the others
         await wait_for(
             lambda: _unpublished_is(engine, 0), timeout=240, what="the outbox to drain", every=1
@@ -130,8 +137,10 @@ async def test_three_relays_deliver_50k_events_in_order_per_subscription(
     assert {e.id for e in events} == await _all_ids(engine)
     order = first_seen_in_order(events)
     assert order == {s: list(range(1, 101)) for s in subs}
-    # every replica held shards at some point, and a survivor took shards after the kill
-    assert all("shards_taken" in log for log in logs)
+    # a survivor took shards after the kill (the killed replica's)
+    assert any(
+        "shards_taken" in log[start:] for log, start in zip(logs[1:], before_kill[1:], strict=True)
+    )
 
 
 @pytest.mark.slow
