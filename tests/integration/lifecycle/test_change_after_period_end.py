@@ -60,3 +60,61 @@ async def test_an_upgrade_after_the_period_end_renews_first_then_prorates(
     assert renewer.last_result is not None and renewer.last_result.claimed == 0
     report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("periods").ok, report.as_dict()
+
+
+async def test_a_cancel_or_pause_after_the_period_end_applies_to_the_period_the_customer_saw(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """Unlike a plan change, a cancel at period end or a pause asked for after the period end,
+    before the renewer ran, is not caught up first: it applies to the subscription as it was
+    read, whose current period is the one that ended. The cancel takes effect at that end
+    (no period after it is invoiced), and the period that began there is renewed paused
+    (its invoice VOID, never collected). docs/API.md says so."""
+    canceled = await subscribe(client, plan="BASIC_MONTHLY")
+    paused = await subscribe(client, plan="BASIC_MONTHLY")
+    period_end = datetime.fromisoformat(canceled["currentPeriodEnd"].replace("Z", "+00:00"))
+    clock.set(period_end + timedelta(minutes=3))
+    cancel = await client.post(
+        f"/subscriptions/{canceled['id']}/cancel",
+        json={"atPeriodEnd": True},
+        headers={"Idempotency-Key": "late-cancel"},
+    )
+    assert cancel.status_code == 200, cancel.text
+    pause = await client.post(
+        f"/subscriptions/{paused['id']}/pause",
+        json={"behavior": "void"},
+        headers={"Idempotency-Key": "late-pause"},
+    )
+    assert pause.status_code == 200, pause.text
+    renewer = Renewer(engine, clock, batch_size=10)
+    while await renewer.tick():
+        pass
+
+    subs = await rows(
+        engine,
+        "SELECT id, status, canceled_at, period_index FROM subscription WHERE id IN (:a, :b) "
+        "ORDER BY id",
+        a=canceled["id"],
+        b=paused["id"],
+    )
+    assert (subs[0]["status"], subs[0]["period_index"]) == ("CANCELED", 0)
+    assert subs[0]["canceled_at"] >= period_end
+    assert subs[1]["status"] == "ACTIVE" and subs[1]["period_index"] == 1
+    invoices = await rows(
+        engine,
+        "SELECT subscription_id, period_index, status FROM invoice "
+        "WHERE subscription_id IN (:a, :b) AND kind = 'RENEWAL' ORDER BY subscription_id, "
+        "period_index",
+        a=canceled["id"],
+        b=paused["id"],
+    )
+    assert [(i["subscription_id"], i["period_index"], i["status"]) for i in invoices][1:] == [
+        (paused["id"], 0, invoices[1]["status"]),
+        (paused["id"], 1, "VOID"),
+    ]
+    assert [(i["subscription_id"], i["period_index"]) for i in invoices][:1] == [
+        (canceled["id"], 0)
+    ]
+    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    for name in ("periods", "amounts", "pauses"):
+        assert report.check(name).ok, report.check(name).violations
