@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -65,6 +66,18 @@ _INSERT_NUMBERED = text(
 def _payload(event: DomainEvent) -> str:
     """The payload as its model serialises it: the only way a payload reaches the outbox."""
     return event.payload_json()
+
+
+def event_columns(events: Sequence[DomainEvent]) -> dict[str, list[Any]]:
+    """The array parameters that insert ``events`` in order (fresh event ids): ``aggregate_ids``,
+    ``types``, ``payloads``, ``event_ids``, ``schema_versions``."""
+    return {
+        "aggregate_ids": [e.subscription_id for e in events],
+        "types": [str(e.type) for e in events],
+        "payloads": [_payload(e) for e in events],
+        "event_ids": [uuid.uuid4() for _ in events],
+        "schema_versions": [e.version for e in events],
+    }
 
 
 def event_counts(events: Sequence[DomainEvent]) -> Counter[int]:

@@ -7,7 +7,10 @@ each from its invoice's current state, and persist what it decided.
 
 A group is recorded in rounds, each holding at most one result per invoice and per subscription;
 a later round reads what the earlier ones wrote. So a group decides exactly what recording its
-results one by one, in order, decides — in a few statements instead of a few per result.
+results one by one, in order, decides — in a few statements instead of a few per result. A round
+is three statements: the subscription locks, the invoice locks with the audit rows, and one
+statement that writes what was decided (invoices, subscriptions, the events); refunds,
+reconciliation items and voids add theirs only when a result calls for them.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ async def record_charge_results(
     ``key_prefix``, the deployment's); the collector sends it. What needs a person gets a
     ``reconciliation_item``."""
     outcomes: list[RecordOutcome] = [RecordOutcome.NOT_FOUND] * len(attempts)
-    events: list[DomainEvent] = []
+    events: list[DomainEvent] = []  # decided, not yet in the outbox (in order)
     pending = list(range(len(attempts)))
     while pending:
         subscriptions = await results_repo.lock_subscriptions_of_invoices(
@@ -169,7 +172,9 @@ async def _record_round(
     events: list[DomainEvent],
     key_prefix: str,
 ) -> list[RecordOutcome]:
-    """At most one result per invoice and per subscription; appends the events to ``events``."""
+    """At most one result per invoice and per subscription. Writes ``events`` (those of earlier
+    rounds not yet written) with this round's, in order, in the round's write statement; the
+    events of what follows it (voids) are left in ``events`` for the next write."""
     locked = await results_repo.lock_invoices_and_record_attempts(session, attempts, now=now)
     outcomes: list[RecordOutcome] = []
     invoice_writes: list[InvoiceState] = []
@@ -230,8 +235,10 @@ async def _record_round(
                     payment_attempt_id=invoice.payment_attempt_id,
                 )
             )
-    await results_repo.write_invoices(session, invoice_writes, now=now)
-    await results_repo.write_subscriptions(session, subscription_writes, now=now)
+    await results_repo.write_decisions(
+        session, invoice_writes, subscription_writes, events, now=now
+    )
+    events.clear()
     await refunds_repo.request_refunds(session, refunds, now=now)
     await reconciliation_repo.add_items(session, items, now=now)
     for subscription_id, voided in credit_back:
