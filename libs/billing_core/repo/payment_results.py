@@ -3,7 +3,9 @@
 The subscriptions are locked first (in id order), then the invoices (in id order): the lock order
 of every writer, so recording results never deadlocks with an API cancel, a renewal, or another
 replica recording its own results. Nothing here commits. Every statement is a constant taking
-arrays (``unnest``): one round trip for a group of results, whatever its size.
+arrays (``unnest``): one round trip for a group of results, whatever its size. Each runs on a
+SQLAlchemy session or on a plain asyncpg connection (``billing_core.db.pg``), in the caller's
+transaction.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.pg import Connection, Statement, execute, fetch
 from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
@@ -48,7 +50,7 @@ class LockedInvoice:
     payment_attempt_id: int = 0
 
 
-_LOCK_SUBSCRIPTIONS = text(
+_LOCK_SUBSCRIPTIONS = Statement(
     """
     SELECT i.id AS invoice_id, s.id, s.status, s.cancel_at_period_end, p.code AS plan_code,
            s.version, s.canceled_at
@@ -63,18 +65,18 @@ _LOCK_SUBSCRIPTIONS = text(
 
 
 async def lock_subscriptions_of_invoices(
-    db: Db, invoice_ids: Collection[int]
+    db: Db | Connection, invoice_ids: Collection[int]
 ) -> dict[int, SubscriptionState]:
     """Row-lock the invoices' subscriptions (in id order); the state of each invoice's
     subscription by invoice id (an invoice that does not exist is absent)."""
-    rows = (await db.execute(_LOCK_SUBSCRIPTIONS, {"invoice_ids": list(invoice_ids)})).mappings()
+    rows = await fetch(db, _LOCK_SUBSCRIPTIONS, {"invoice_ids": list(invoice_ids)})
     return {int(row["invoice_id"]): subscription_state(row) for row in rows}
 
 
 # Locks the invoices and writes their attempt rows in one round trip; returns each invoice as it
 # was. The key history and the dunning count read the rows as they were before this statement
 # (the attempt rows it inserts are not visible to it), after the subscription locks were held.
-_LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
+_LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     """
     WITH r AS (
         SELECT * FROM unnest(
@@ -121,30 +123,29 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
 
 
 async def lock_invoices_and_record_attempts(
-    db: Db, attempts: Sequence[AttemptToRecord], *, now: datetime
+    db: Db | Connection, attempts: Sequence[AttemptToRecord], *, now: datetime
 ) -> dict[int, LockedInvoice]:
     """Row-lock the invoices and write one ``payment_attempt`` audit row per result (always,
     whatever the result then does; with the amount and currency the gateway reported, when it
     did). At most one result per invoice. Returns each invoice as it was before its result."""
     reports = [a.report for a in attempts]
-    rows = (
-        await db.execute(
-            _LOCK_INVOICES_AND_RECORD_ATTEMPTS,
-            {
-                "invoice_ids": [a.invoice_id for a in attempts],
-                "attempt_numbers": [r.attempt_number for r in reports],
-                "keys": [r.idempotency_key for r in reports],
-                "sources": [r.source for r in reports],
-                "outcomes": [str(r.outcome) for r in reports],
-                "amounts": [r.amount for r in reports],
-                "currencies": [r.currency for r in reports],
-                "decline_codes": [r.decline_code for r in reports],
-                "references": [r.gateway_reference for r in reports],
-                "errors": [a.error for a in attempts],
-                "now": now,
-            },
-        )
-    ).mappings()
+    rows = await fetch(
+        db,
+        _LOCK_INVOICES_AND_RECORD_ATTEMPTS,
+        {
+            "invoice_ids": [a.invoice_id for a in attempts],
+            "attempt_numbers": [r.attempt_number for r in reports],
+            "keys": [r.idempotency_key for r in reports],
+            "sources": [r.source for r in reports],
+            "outcomes": [str(r.outcome) for r in reports],
+            "amounts": [r.amount for r in reports],
+            "currencies": [r.currency for r in reports],
+            "decline_codes": [r.decline_code for r in reports],
+            "references": [r.gateway_reference for r in reports],
+            "errors": [a.error for a in attempts],
+            "now": now,
+        },
+    )
     return {int(row["id"]): _locked_invoice(row) for row in rows}
 
 
@@ -180,7 +181,7 @@ def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
 # subscription's ``event_seq``, which the same UPDATE moves forward (one row write per
 # subscription, as the renewer does). A subscription with events and no new state only has its
 # ``event_seq`` moved. The subscriptions are already locked (``lock_subscriptions_of_invoices``).
-_WRITE_DECISIONS = text(
+_WRITE_DECISIONS = Statement(
     """
     WITH w AS (
         SELECT * FROM unnest(
@@ -235,7 +236,7 @@ _WRITE_DECISIONS = text(
 
 
 async def write_decisions(
-    db: Db,
+    db: Db | Connection,
     invoices: Sequence[InvoiceState],
     subscriptions: Sequence[SubscriptionState],
     events: Sequence[DomainEvent],
@@ -253,7 +254,8 @@ async def write_decisions(
     counts = event_counts(events)
     subscription_ids = sorted(states.keys() | counts.keys())
     changed = [states.get(i) for i in subscription_ids]
-    await db.execute(
+    await execute(
+        db,
         _WRITE_DECISIONS,
         {
             "invoice_ids": [i.id for i in invoices],
