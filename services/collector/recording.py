@@ -49,11 +49,15 @@ class GroupRecorder:
         """What each result did, in order (``record_charge_results``), in one transaction."""
         if self._pool is not None:
             pool = await self._pool()
+            drawn_from = self._rng.getstate()
             try:
                 async with pool.acquire() as conn, conn.transaction():
                     return await self._record(conn, attempts)
             except SessionRequired:
                 self.on_sessions += 1
+                # What was rolled back drew no retry times: the session's recording decides
+                # exactly what recording the group on a session alone would.
+                self._rng.setstate(drawn_from)
         async with self._sessions.begin() as session:
             return await self._record(session, attempts)
 
