@@ -6,9 +6,10 @@ emit events for one subscription are serialised: sequence order is commit order,
 lets the relay publish one subscription's events in order.
 
 ``append_events`` hands the numbers out itself. A writer that updates the subscriptions anyway
-(the renewer) reserves them in that same UPDATE (``event_seq = event_seq + count``, counts from
-:func:`event_counts`) and inserts with :func:`insert_numbered_events`: one row update per
-subscription instead of two.
+reserves them in that same UPDATE (``event_seq = event_seq + count``, counts from
+:func:`event_counts`): the renewer, then inserts with :func:`insert_numbered_events`; the
+recording of payment results (``repo.payment_results.write_decisions``), which inserts them in
+the same statement from :func:`event_columns`. One row update per subscription instead of two.
 """
 
 from __future__ import annotations
