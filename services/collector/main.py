@@ -16,7 +16,6 @@ from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from services.collector.gateways import build_gateway
-from services.collector.recording import GroupRecorder
 from services.collector.refunds import RefundSender
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
@@ -49,16 +48,8 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
     clock = clock_from_offset(settings.clock_offset_seconds)
     policy = settings.dunning_policy()
     rng = random.Random(settings.collector_rng_seed)
-    # Result groups go one at a time: two plain connections are plenty.
-    recording_pool = pg.LazyPool(settings, max_size=2)
-    recorder = GroupRecorder(
-        sessions=session_factory(engine),
-        pool=recording_pool.get,
-        clock=clock,
-        policy=policy,
-        rng=rng,
-        key_prefix=settings.gateway_key_prefix,
-    )
+    # Result groups and pre-call checks go a group at a time each: a few plain connections.
+    plain = pg.LazyPool(settings, max_size=4)
     collector = Collector(
         sessions=session_factory(engine),
         reads=reads,
@@ -84,7 +75,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         group_max=settings.collector_group_max,
         group_wait_seconds=settings.collector_group_wait_ms / 1000,
         check_lead_seconds=settings.collector_check_lead_ms / 1000,
-        recorder=recorder,
+        plain=plain,
     )
     refunds = RefundSender(
         sessions=session_factory(engine),
@@ -122,7 +113,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
             process.Periodic("collector-refunds", 1.0, refunds.send_due),
         ],
         drain=drain,
-        close=[limiter.close, close_gateway, redis.aclose, recording_pool.close],
+        close=[limiter.close, close_gateway, redis.aclose, plain.close],
         started={
             "gateway": gateway_at,
             "limit": settings.collector_rate_limit_per_second,

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.db.pg import LazyPool
 from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, GatewayReport
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import (
@@ -82,7 +83,7 @@ class Collector:
         check_fresh_seconds: float = 0.25,
         check_lead_seconds: float = 0.03,
         clock_offset: timedelta = timedelta(0),
-        recorder: GroupRecorder | None = None,
+        plain: LazyPool | None = None,
     ) -> None:
         # Leases are read and written on the database's clock, moved by the shared offset.
         self._clock_offset = clock_offset
@@ -116,8 +117,16 @@ class Collector:
         # a few statements per group instead of a few per call. A check waits for others until
         # ``check_lead`` before the earliest send slot in its group (slots are reserved up to
         # the limiter's horizon ahead, so the checks of a few grants are read together).
-        self._recorder = recorder or GroupRecorder(
-            sessions=sessions, pool=None, clock=clock, policy=policy, rng=rng, key_prefix=key_prefix
+        # Result groups and pre-call checks run on plain asyncpg connections when ``plain`` is
+        # given (no SQLAlchemy statement work), else on sessions.
+        self._plain = plain
+        self._recorder = GroupRecorder(
+            sessions=sessions,
+            pool=plain.get if plain is not None else None,
+            clock=clock,
+            policy=policy,
+            rng=rng,
+            key_prefix=key_prefix,
         )
         self._results = Batcher(self._record_group, max_size=group_max, max_wait=group_wait_seconds)
         self._checks = Batcher(self._check_group, max_size=group_max, max_wait=check_fresh_seconds)
@@ -371,8 +380,13 @@ class Collector:
 
     async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
         metrics.CHECK_GROUP.observe(len(invoices))
-        async with self._reads() as session:
-            ours = await still_ours_to_charge(session, invoices)
+        if self._plain is not None:
+            pool = await self._plain.get()
+            async with pool.acquire() as conn:  # one statement, no transaction
+                ours = await still_ours_to_charge(conn, invoices)
+        else:
+            async with self._reads() as session:
+                ours = await still_ours_to_charge(session, invoices)
         return [invoice.id in ours for invoice in invoices]
 
     async def _use_up_a_slot(self) -> None:
