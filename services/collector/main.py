@@ -10,6 +10,7 @@ from datetime import timedelta
 import redis.asyncio as aioredis
 
 from billing_core.clock import clock_from_offset
+from billing_core.db import pg
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime import process
@@ -45,6 +46,10 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         expected_latency_seconds=settings.collector_expected_latency_seconds,
     )
     clock = clock_from_offset(settings.clock_offset_seconds)
+    policy = settings.dunning_policy()
+    rng = random.Random(settings.collector_rng_seed)
+    # Result groups and pre-call checks go a group at a time each: a few plain connections.
+    plain = pg.LazyPool(settings, max_size=4)
     collector = Collector(
         sessions=session_factory(engine),
         reads=reads,
@@ -53,8 +58,8 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         redis=redis,
         clock=clock,
         clock_offset=timedelta(seconds=settings.clock_offset_seconds),
-        policy=settings.dunning_policy(),
-        rng=random.Random(settings.collector_rng_seed),
+        policy=policy,
+        rng=rng,
         batch_size=settings.collector_batch_size,
         max_in_flight=settings.collector_max_in_flight,
         window=window,
@@ -70,6 +75,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         group_max=settings.collector_group_max,
         group_wait_seconds=settings.collector_group_wait_ms / 1000,
         check_lead_seconds=settings.collector_check_lead_ms / 1000,
+        plain=plain,
     )
     refunds = RefundSender(
         sessions=session_factory(engine),
@@ -107,7 +113,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
             process.Periodic("collector-refunds", 1.0, refunds.send_due),
         ],
         drain=drain,
-        close=[limiter.close, close_gateway, redis.aclose],
+        close=[limiter.close, close_gateway, redis.aclose, plain.close],
         started={
             "gateway": gateway_at,
             "limit": settings.collector_rate_limit_per_second,

@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.db.pg import LazyPool
 from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, GatewayReport
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import (
@@ -41,12 +42,9 @@ from billing_core.repo.collection import (
     still_ours_to_charge,
 )
 from billing_core.runtime.batcher import Batcher
-from billing_core.usecases.payment_result import (
-    AttemptToRecord,
-    RecordOutcome,
-    record_charge_results,
-)
+from billing_core.usecases.payment_result import AttemptToRecord, RecordOutcome
 from services.collector import metrics
+from services.collector.recording import GroupRecorder
 from services.collector.window import CallWindow
 
 log = get_logger(__name__)
@@ -85,6 +83,7 @@ class Collector:
         check_fresh_seconds: float = 0.25,
         check_lead_seconds: float = 0.03,
         clock_offset: timedelta = timedelta(0),
+        plain: LazyPool | None = None,
     ) -> None:
         # Leases are read and written on the database's clock, moved by the shared offset.
         self._clock_offset = clock_offset
@@ -118,6 +117,17 @@ class Collector:
         # a few statements per group instead of a few per call. A check waits for others until
         # ``check_lead`` before the earliest send slot in its group (slots are reserved up to
         # the limiter's horizon ahead, so the checks of a few grants are read together).
+        # Result groups and pre-call checks run on plain asyncpg connections when ``plain`` is
+        # given (no SQLAlchemy statement work), else on sessions.
+        self._plain = plain
+        self._recorder = GroupRecorder(
+            sessions=sessions,
+            pool=plain.get if plain is not None else None,
+            clock=clock,
+            policy=policy,
+            rng=rng,
+            key_prefix=key_prefix,
+        )
         self._results = Batcher(self._record_group, max_size=group_max, max_wait=group_wait_seconds)
         self._checks = Batcher(self._check_group, max_size=group_max, max_wait=check_fresh_seconds)
         self._check_lead = check_lead_seconds
@@ -370,8 +380,13 @@ class Collector:
 
     async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
         metrics.CHECK_GROUP.observe(len(invoices))
-        async with self._reads() as session:
-            ours = await still_ours_to_charge(session, invoices)
+        if self._plain is not None:
+            pool = await self._plain.get()
+            async with pool.acquire() as conn:  # one statement, no transaction
+                ours = await still_ours_to_charge(conn, invoices)
+        else:
+            async with self._reads() as session:
+                ours = await still_ours_to_charge(session, invoices)
         return [invoice.id in ours for invoice in invoices]
 
     async def _use_up_a_slot(self) -> None:
@@ -447,15 +462,7 @@ class Collector:
         """One transaction for the results that arrived together (``record_charge_results``
         decides exactly what recording them one by one would)."""
         metrics.RECORD_GROUP.observe(len(attempts))
-        async with self._sessions.begin() as session:
-            return await record_charge_results(
-                session,
-                attempts,
-                now=self._clock.now(),
-                rng=self._rng,
-                policy=self._policy,
-                key_prefix=self._key_prefix,
-            )
+        return await self._recorder.record(attempts)
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight calls finish and be recorded (graceful shutdown)."""

@@ -15,9 +15,14 @@ nothing and listen to nothing. A transaction left open is still rolled back on r
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
 import asyncpg  # type: ignore[import-untyped]
+from sqlalchemy import TextClause, text
+from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db.engine import server_settings
 from billing_core.seeding import asyncpg_dsn
@@ -39,5 +44,69 @@ async def create_pool(settings: CoreSettings, *, max_size: int) -> Pool:
     )
 
 
+class LazyPool:
+    """A pool created on first use (a process starts without the database), closed once."""
+
+    def __init__(self, settings: CoreSettings, *, max_size: int) -> None:
+        self._settings = settings
+        self._max_size = max_size
+        self._pool: Pool | None = None
+        self._creating = asyncio.Lock()
+
+    async def get(self) -> Pool:
+        if self._pool is None:
+            async with self._creating:
+                if self._pool is None:
+                    self._pool = await create_pool(self._settings, max_size=self._max_size)
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
 async def _keep_session(_conn: Connection) -> None:
     """Release without the reset query (see the module's docstring)."""
+
+
+_DRIVER_DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]
+
+
+class Statement:
+    """A hand-written statement with named parameters (``:name``) that runs on a SQLAlchemy
+    session or connection (as ``text()``) or on a plain connection of this pool: compiled once
+    to the driver's ``$n`` form, prepared and cached per connection by asyncpg. For repository
+    functions on a hot path that callers run both ways."""
+
+    def __init__(self, sql: str) -> None:
+        self.clause: TextClause = text(sql)
+        compiled = self.clause.compile(dialect=_DRIVER_DIALECT)
+        self.sql: str = compiled.string
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+
+
+async def fetch(
+    db: AsyncSession | AsyncConnection | Connection,
+    statement: Statement,
+    params: Mapping[str, Any],
+) -> Sequence[Mapping[Any, Any]]:
+    """Run ``statement`` in ``db``'s transaction; its rows, columns by name."""
+    if isinstance(db, AsyncSession | AsyncConnection):
+        return (await db.execute(statement.clause, dict(params))).mappings().all()
+    rows: Sequence[Mapping[Any, Any]] = await db.fetch(
+        statement.sql, *(params[name] for name in statement.names)
+    )
+    return rows
+
+
+async def execute(
+    db: AsyncSession | AsyncConnection | Connection,
+    statement: Statement,
+    params: Mapping[str, Any],
+) -> None:
+    """Run ``statement`` (no rows) in ``db``'s transaction."""
+    if isinstance(db, AsyncSession | AsyncConnection):
+        await db.execute(statement.clause, dict(params))
+    else:
+        await db.execute(statement.sql, *(params[name] for name in statement.names))

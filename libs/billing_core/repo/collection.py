@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.pg import Connection, Statement, fetch
 from billing_core.domain.charge_result import idempotency_key
 from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
@@ -150,7 +151,7 @@ async def claim_due_invoices(
     return leased
 
 
-_STILL_OURS = text(
+_STILL_OURS = Statement(
     """
     SELECT i.id
     FROM unnest(
@@ -166,7 +167,7 @@ _STILL_OURS = text(
 
 
 async def still_ours_to_charge(
-    db: AsyncSession | AsyncConnection, invoices: Sequence[LeasedInvoice]
+    db: AsyncSession | AsyncConnection | Connection, invoices: Sequence[LeasedInvoice]
 ) -> set[int]:
     """The ids of ``invoices`` still OPEN, at the attempt they were claimed at, under our lease.
 
@@ -175,7 +176,8 @@ async def still_ours_to_charge(
     that; its call must then not be made. (An invoice claimed with its void already requested
     is only looked up, never charged: the request does not make it someone else's.)
     """
-    rows = await db.execute(
+    rows = await fetch(
+        db,
         _STILL_OURS,
         {
             "ids": [i.id for i in invoices],
@@ -184,7 +186,7 @@ async def still_ours_to_charge(
             "void_requested": [i.void_requested for i in invoices],
         },
     )
-    return {int(r[0]) for r in rows}
+    return {int(r["id"]) for r in rows}
 
 
 _RELEASE_VOID_REQUESTED = text(

@@ -3,7 +3,9 @@
 The subscriptions are locked first (in id order), then the invoices (in id order): the lock order
 of every writer, so recording results never deadlocks with an API cancel, a renewal, or another
 replica recording its own results. Nothing here commits. Every statement is a constant taking
-arrays (``unnest``): one round trip for a group of results, whatever its size.
+arrays (``unnest``): one round trip for a group of results, whatever its size. Each runs on a
+SQLAlchemy session or on a plain asyncpg connection (``billing_core.db.pg``), in the caller's
+transaction.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.pg import Connection, Statement, execute, fetch
 from billing_core.domain.charge_result import GatewayReport, KeyHistory
+from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState
+from billing_core.repo.outbox import event_columns, event_counts
 from billing_core.repo.subscriptions import subscription_state
 
 Db = AsyncSession | AsyncConnection
@@ -46,7 +50,7 @@ class LockedInvoice:
     payment_attempt_id: int = 0
 
 
-_LOCK_SUBSCRIPTIONS = text(
+_LOCK_SUBSCRIPTIONS = Statement(
     """
     SELECT i.id AS invoice_id, s.id, s.status, s.cancel_at_period_end, p.code AS plan_code,
            s.version, s.canceled_at
@@ -61,18 +65,18 @@ _LOCK_SUBSCRIPTIONS = text(
 
 
 async def lock_subscriptions_of_invoices(
-    db: Db, invoice_ids: Collection[int]
+    db: Db | Connection, invoice_ids: Collection[int]
 ) -> dict[int, SubscriptionState]:
     """Row-lock the invoices' subscriptions (in id order); the state of each invoice's
     subscription by invoice id (an invoice that does not exist is absent)."""
-    rows = (await db.execute(_LOCK_SUBSCRIPTIONS, {"invoice_ids": list(invoice_ids)})).mappings()
+    rows = await fetch(db, _LOCK_SUBSCRIPTIONS, {"invoice_ids": list(invoice_ids)})
     return {int(row["invoice_id"]): subscription_state(row) for row in rows}
 
 
 # Locks the invoices and writes their attempt rows in one round trip; returns each invoice as it
 # was. The key history and the dunning count read the rows as they were before this statement
 # (the attempt rows it inserts are not visible to it), after the subscription locks were held.
-_LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
+_LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     """
     WITH r AS (
         SELECT * FROM unnest(
@@ -119,30 +123,29 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = text(
 
 
 async def lock_invoices_and_record_attempts(
-    db: Db, attempts: Sequence[AttemptToRecord], *, now: datetime
+    db: Db | Connection, attempts: Sequence[AttemptToRecord], *, now: datetime
 ) -> dict[int, LockedInvoice]:
     """Row-lock the invoices and write one ``payment_attempt`` audit row per result (always,
     whatever the result then does; with the amount and currency the gateway reported, when it
     did). At most one result per invoice. Returns each invoice as it was before its result."""
     reports = [a.report for a in attempts]
-    rows = (
-        await db.execute(
-            _LOCK_INVOICES_AND_RECORD_ATTEMPTS,
-            {
-                "invoice_ids": [a.invoice_id for a in attempts],
-                "attempt_numbers": [r.attempt_number for r in reports],
-                "keys": [r.idempotency_key for r in reports],
-                "sources": [r.source for r in reports],
-                "outcomes": [str(r.outcome) for r in reports],
-                "amounts": [r.amount for r in reports],
-                "currencies": [r.currency for r in reports],
-                "decline_codes": [r.decline_code for r in reports],
-                "references": [r.gateway_reference for r in reports],
-                "errors": [a.error for a in attempts],
-                "now": now,
-            },
-        )
-    ).mappings()
+    rows = await fetch(
+        db,
+        _LOCK_INVOICES_AND_RECORD_ATTEMPTS,
+        {
+            "invoice_ids": [a.invoice_id for a in attempts],
+            "attempt_numbers": [r.attempt_number for r in reports],
+            "keys": [r.idempotency_key for r in reports],
+            "sources": [r.source for r in reports],
+            "outcomes": [str(r.outcome) for r in reports],
+            "amounts": [r.amount for r in reports],
+            "currencies": [r.currency for r in reports],
+            "decline_codes": [r.decline_code for r in reports],
+            "references": [r.gateway_reference for r in reports],
+            "errors": [a.error for a in attempts],
+            "now": now,
+        },
+    )
     return {int(row["id"]): _locked_invoice(row) for row in rows}
 
 
@@ -173,67 +176,102 @@ def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
     )
 
 
-_WRITE_INVOICES = text(
+# Everything a round decided, in one statement: the invoices' new states (their leases released:
+# the attempts are over), the subscriptions' new states, and the events, numbered after each
+# subscription's ``event_seq``, which the same UPDATE moves forward (one row write per
+# subscription, as the renewer does). A subscription with events and no new state only has its
+# ``event_seq`` moved. The subscriptions are already locked (``lock_subscriptions_of_invoices``).
+_WRITE_DECISIONS = Statement(
     """
-    UPDATE invoice i
-    SET status = w.status, attempt_count = w.attempt_count, next_attempt_at = w.next_attempt_at,
-        paid_at = w.paid_at, closed_at = w.closed_at, leased_at = NULL, updated_at = :now
-    FROM unnest(
-        CAST(:ids AS bigint[]), CAST(:statuses AS text[]), CAST(:attempt_counts AS integer[]),
-        CAST(:next_attempt_ats AS timestamptz[]), CAST(:paid_ats AS timestamptz[]),
-        CAST(:closed_ats AS timestamptz[])
-    ) AS w(id, status, attempt_count, next_attempt_at, paid_at, closed_at)
-    WHERE i.id = w.id
+    WITH w AS (
+        SELECT * FROM unnest(
+            CAST(:invoice_ids AS bigint[]), CAST(:invoice_statuses AS text[]),
+            CAST(:attempt_counts AS integer[]), CAST(:next_attempt_ats AS timestamptz[]),
+            CAST(:paid_ats AS timestamptz[]), CAST(:closed_ats AS timestamptz[])
+        ) AS w(id, status, attempt_count, next_attempt_at, paid_at, closed_at)
+    ),
+    invoices AS (
+        UPDATE invoice i
+        SET status = w.status, attempt_count = w.attempt_count,
+            next_attempt_at = w.next_attempt_at, paid_at = w.paid_at, closed_at = w.closed_at,
+            leased_at = NULL, updated_at = :now
+        FROM w WHERE i.id = w.id
+        RETURNING i.id
+    ),
+    sw AS (
+        SELECT * FROM unnest(
+            CAST(:subscription_ids AS bigint[]), CAST(:changed AS boolean[]),
+            CAST(:subscription_statuses AS text[]), CAST(:canceled_ats AS timestamptz[]),
+            CAST(:cancel_at_period_ends AS boolean[]), CAST(:versions AS bigint[]),
+            CAST(:event_counts AS bigint[])
+        ) AS sw(id, changed, status, canceled_at, cancel_at_period_end, version, n)
+    ),
+    subs AS (
+        UPDATE subscription s
+        SET status = CASE WHEN sw.changed THEN sw.status ELSE s.status END,
+            canceled_at = CASE WHEN sw.changed THEN sw.canceled_at ELSE s.canceled_at END,
+            cancel_at_period_end = CASE WHEN sw.changed THEN sw.cancel_at_period_end
+                                        ELSE s.cancel_at_period_end END,
+            version = CASE WHEN sw.changed THEN sw.version ELSE s.version END,
+            updated_at = CASE WHEN sw.changed THEN CAST(:now AS timestamptz)
+                              ELSE s.updated_at END,
+            event_seq = s.event_seq + sw.n
+        FROM sw WHERE s.id = sw.id
+        RETURNING s.id, s.event_seq - sw.n AS base
+    ),
+    ev AS (
+        SELECT * FROM unnest(
+            CAST(:aggregate_ids AS bigint[]), CAST(:types AS text[]),
+            CAST(:payloads AS jsonb[]), CAST(:event_ids AS uuid[]), CAST(:schema_versions AS int[])
+        ) WITH ORDINALITY AS e(aggregate_id, event_type, payload, event_id, schema_version, ord)
+    )
+    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
+                              payload, occurred_at)
+    SELECT ev.event_id, ev.aggregate_id,
+           b.base + row_number() OVER (PARTITION BY ev.aggregate_id ORDER BY ev.ord),
+           ev.event_type, ev.schema_version, ev.payload, :now
+    FROM ev JOIN subs b ON b.id = ev.aggregate_id
     """
 )
 
 
-async def write_invoices(db: Db, invoices: Sequence[InvoiceState], *, now: datetime) -> None:
-    """Store the decided states; the leases are released (the attempts are over)."""
-    if not invoices:
+async def write_decisions(
+    db: Db | Connection,
+    invoices: Sequence[InvoiceState],
+    subscriptions: Sequence[SubscriptionState],
+    events: Sequence[DomainEvent],
+    *,
+    now: datetime,
+) -> None:
+    """Store the decided states of the locked invoices (their leases released) and
+    subscriptions (their versions already bumped) and append ``events`` to the outbox, in
+    order, in one statement. At most one state per invoice and per subscription."""
+    if not (invoices or subscriptions or events):
         return
-    await db.execute(
-        _WRITE_INVOICES,
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    states = {s.id: s for s in subscriptions}
+    counts = event_counts(events)
+    subscription_ids = sorted(states.keys() | counts.keys())
+    changed = [states.get(i) for i in subscription_ids]
+    await execute(
+        db,
+        _WRITE_DECISIONS,
         {
-            "ids": [i.id for i in invoices],
-            "statuses": [str(i.status) for i in invoices],
+            "invoice_ids": [i.id for i in invoices],
+            "invoice_statuses": [str(i.status) for i in invoices],
             "attempt_counts": [i.attempt_count for i in invoices],
             "next_attempt_ats": [i.next_attempt_at for i in invoices],
             "paid_ats": [i.paid_at for i in invoices],
             "closed_ats": [i.closed_at for i in invoices],
-            "now": now,
-        },
-    )
-
-
-_WRITE_SUBSCRIPTIONS = text(
-    """
-    UPDATE subscription s
-    SET status = w.status, canceled_at = w.canceled_at,
-        cancel_at_period_end = w.cancel_at_period_end, version = w.version, updated_at = :now
-    FROM unnest(
-        CAST(:ids AS bigint[]), CAST(:statuses AS text[]), CAST(:canceled_ats AS timestamptz[]),
-        CAST(:cancel_at_period_ends AS boolean[]), CAST(:versions AS bigint[])
-    ) AS w(id, status, canceled_at, cancel_at_period_end, version)
-    WHERE s.id = w.id
-    """
-)
-
-
-async def write_subscriptions(
-    db: Db, states: Sequence[SubscriptionState], *, now: datetime
-) -> None:
-    """Store the decided states of the locked subscriptions (their versions already bumped)."""
-    if not states:
-        return
-    await db.execute(
-        _WRITE_SUBSCRIPTIONS,
-        {
-            "ids": [s.id for s in states],
-            "statuses": [str(s.status) for s in states],
-            "canceled_ats": [s.canceled_at for s in states],
-            "cancel_at_period_ends": [s.cancel_at_period_end for s in states],
-            "versions": [s.version for s in states],
+            "subscription_ids": subscription_ids,
+            "changed": [s is not None for s in changed],
+            "subscription_statuses": [str(s.status) if s else None for s in changed],
+            "canceled_ats": [s.canceled_at if s else None for s in changed],
+            "cancel_at_period_ends": [s.cancel_at_period_end if s else None for s in changed],
+            "versions": [s.version if s else None for s in changed],
+            "event_counts": [counts.get(i, 0) for i in subscription_ids],
+            **event_columns(events),
             "now": now,
         },
     )

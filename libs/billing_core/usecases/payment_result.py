@@ -7,7 +7,10 @@ each from its invoice's current state, and persist what it decided.
 
 A group is recorded in rounds, each holding at most one result per invoice and per subscription;
 a later round reads what the earlier ones wrote. So a group decides exactly what recording its
-results one by one, in order, decides — in a few statements instead of a few per result.
+results one by one, in order, decides — in a few statements instead of a few per result. A round
+is three statements: the subscription locks, the invoice locks with the audit rows, and one
+statement that writes what was decided (invoices, subscriptions, the events); refunds,
+reconciliation items and voids add theirs only when a result calls for them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from billing_core.db.pg import Connection
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.charge_result import (
     ChargeOutcome,
@@ -40,6 +46,7 @@ from billing_core.usecases.voiding import void_open_invoices
 __all__ = [
     "AttemptToRecord",
     "RecordOutcome",
+    "SessionRequired",
     "Source",
     "record_charge_result",
     "record_charge_results",
@@ -47,9 +54,20 @@ __all__ = [
 
 Source = Literal["COLLECTOR", "WEBHOOK", "LOOKUP"]
 
+# Where results are recorded: a SQLAlchemy session or connection, or a plain asyncpg connection
+# (``billing_core.db.pg``: no SQLAlchemy statement overhead, for the collector's groups).
+Db = results_repo.Db | Connection
+
+
+class SessionRequired(Exception):
+    """Raised on a plain asyncpg connection when a round decided a refund, a reconciliation
+    item, credit given back or other invoices voided (their SQL runs on a SQLAlchemy session
+    only), before writing any of it. The caller rolls its transaction back and records the
+    same group on a session, which decides again from the current state."""
+
 
 async def record_charge_result(
-    session: results_repo.Db,
+    session: Db,
     *,
     invoice_id: int,
     attempt_number: int,
@@ -96,7 +114,7 @@ async def record_charge_result(
 
 
 async def record_charge_results(
-    session: results_repo.Db,
+    session: Db,
     attempts: Sequence[AttemptToRecord],
     *,
     now: datetime,
@@ -107,9 +125,10 @@ async def record_charge_results(
     """Record ``attempts`` in order; what each did, in the same order. A charge that is to be
     given back gets a REQUESTED ``refund`` row (its key ``ref-{attempt id}`` with
     ``key_prefix``, the deployment's); the collector sends it. What needs a person gets a
-    ``reconciliation_item``."""
+    ``reconciliation_item``. On a plain asyncpg connection, a group that calls for any of
+    those (or for voids) raises :class:`SessionRequired` instead."""
     outcomes: list[RecordOutcome] = [RecordOutcome.NOT_FOUND] * len(attempts)
-    events: list[DomainEvent] = []
+    events: list[DomainEvent] = []  # decided, not yet in the outbox (in order)
     pending = list(range(len(attempts)))
     while pending:
         subscriptions = await results_repo.lock_subscriptions_of_invoices(
@@ -159,7 +178,7 @@ def _one_round(
 
 
 async def _record_round(
-    session: results_repo.Db,
+    session: Db,
     attempts: list[AttemptToRecord],
     subscriptions: dict[int, SubscriptionState],
     *,
@@ -169,7 +188,9 @@ async def _record_round(
     events: list[DomainEvent],
     key_prefix: str,
 ) -> list[RecordOutcome]:
-    """At most one result per invoice and per subscription; appends the events to ``events``."""
+    """At most one result per invoice and per subscription. Writes ``events`` (those of earlier
+    rounds not yet written) with this round's, in order, in the round's write statement; the
+    events of what follows it (voids) are left in ``events`` for the next write."""
     locked = await results_repo.lock_invoices_and_record_attempts(session, attempts, now=now)
     outcomes: list[RecordOutcome] = []
     invoice_writes: list[InvoiceState] = []
@@ -230,8 +251,29 @@ async def _record_round(
                     payment_attempt_id=invoice.payment_attempt_id,
                 )
             )
-    await results_repo.write_invoices(session, invoice_writes, now=now)
-    await results_repo.write_subscriptions(session, subscription_writes, now=now)
+    on_session = isinstance(session, AsyncSession | AsyncConnection)
+    if not on_session and (refunds or items or credit_back or voids):
+        raise SessionRequired
+    await results_repo.write_decisions(
+        session, invoice_writes, subscription_writes, events, now=now
+    )
+    events.clear()
+    if on_session:
+        events += await _write_the_rest(session, refunds, items, credit_back, voids, now=now)
+    return outcomes
+
+
+async def _write_the_rest(
+    session: results_repo.Db,
+    refunds: list[refunds_repo.RefundToRequest],
+    items: list[reconciliation_repo.NewItem],
+    credit_back: list[tuple[int, LockedInvoice]],
+    voids: list[tuple[int, int]],
+    *,
+    now: datetime,
+) -> list[DomainEvent]:
+    """What a round decided besides states and events: refunds, reconciliation items, credit
+    given back by a requested void, the other OPEN invoices voided (their events returned)."""
     await refunds_repo.request_refunds(session, refunds, now=now)
     await reconciliation_repo.add_items(session, items, now=now)
     for subscription_id, voided in credit_back:
@@ -244,6 +286,7 @@ async def _record_round(
                 invoice_id=voided.state.id,
                 now=now,
             )
+    events: list[DomainEvent] = []
     for subscription_id, kept in voids:
         events += await void_open_invoices(session, subscription_id, now=now, keep_invoice_id=kept)
-    return outcomes
+    return events

@@ -1,19 +1,25 @@
 """record_charge_results: a group of results decides exactly what recording them one by one does.
 
 Two identical worlds get the same results, in the same order: one through a transaction per
-result, the other as one group in one transaction. Every answer, row and event must match.
+result, the other as one group in one transaction. Every answer, row and event must match. The
+collector records its groups on a plain asyncpg connection, and on a session when a group calls
+for refunds, reconciliation items or voids: both of its paths are held to the same answers.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from billing_core.clock import ManualClock
+from billing_core.db.pg import LazyPool
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
@@ -21,11 +27,13 @@ from billing_core.domain.charge_result import (
     idempotency_key,
 )
 from billing_core.domain.dunning import DunningPolicy
+from billing_core.settings import CoreSettings
 from billing_core.usecases.payment_result import (
     AttemptToRecord,
     record_charge_result,
     record_charge_results,
 )
+from services.collector.recording import GroupRecorder
 from tests.support.factories import create_invoice, create_subscription
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -90,9 +98,29 @@ RESULTS: list[tuple[int, int, ChargeOutcome, bool]] = [
 ]
 
 
-def attempts(world: World) -> list[AttemptToRecord]:
+# The same kinds of results without any that calls for a refund, a reconciliation item or a
+# void: the collector records such a group on its plain connection.
+PLAIN_RESULTS: list[tuple[int, int, ChargeOutcome, bool]] = [
+    (1, 0, ChargeOutcome.SUCCESS, False),  # s0 paid
+    (4, 1, ChargeOutcome.SUCCESS, False),  # s3's first paid, the other still in dunning
+    (2, 0, ChargeOutcome.DECLINED, False),  # s1 past due
+    (1, 0, ChargeOutcome.SUCCESS, True),  # s0 again, from the webhook: already settled
+    (3, 0, ChargeOutcome.UNKNOWN, False),  # s2 retried later with the same key
+    (5, 1, ChargeOutcome.SUCCESS, False),  # s3's second paid: s3 active again
+    (MISSING, 0, ChargeOutcome.SUCCESS, False),
+    (2, 0, ChargeOutcome.DECLINED, True),  # s1's first attempt again: stale
+    (7, 0, ChargeOutcome.DECLINED, False),  # s4's other invoice declined: still past due
+    (8, 3, ChargeOutcome.DECLINED, False),  # s5: an attempt never made
+    (3, 0, ChargeOutcome.UNKNOWN, False),  # s2's key, a second uncertain answer
+    (1, 0, ChargeOutcome.SUCCESS, False),  # s0's charge replayed: the same charge, settled
+]
+
+
+def attempts(
+    world: World, results: list[tuple[int, int, ChargeOutcome, bool]] = RESULTS
+) -> list[AttemptToRecord]:
     out = []
-    for position, attempt, outcome, from_webhook in RESULTS:
+    for position, attempt, outcome, from_webhook in results:
         invoice_id = world.invoices[position]
         report = GatewayReport(
             attempt_number=attempt,
@@ -164,14 +192,14 @@ async def snapshot(engine: AsyncEngine, world: World) -> dict[str, Any]:
     }
 
 
-async def test_a_group_decides_what_recording_one_by_one_decides(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
-) -> None:
-    one_by_one, grouped = await build_world(engine), await build_world(engine)
-
+async def record_one_by_one(
+    sessions: async_sessionmaker[AsyncSession],
+    world: World,
+    results: list[tuple[int, int, ChargeOutcome, bool]],
+) -> list[RecordOutcome]:
     rng = random.Random(7)
     expected = []
-    for attempt in attempts(one_by_one):
+    for attempt in attempts(world, results):
         async with sessions.begin() as session:
             expected.append(
                 await record_charge_result(
@@ -188,10 +216,49 @@ async def test_a_group_decides_what_recording_one_by_one_decides(
                     policy=POLICY,
                 )
             )
-    async with sessions.begin() as session:
-        got = await record_charge_results(
-            session, attempts(grouped), now=NOW, rng=random.Random(7), policy=POLICY
-        )
+    return expected
+
+
+@pytest.fixture
+async def plain_pool(settings: CoreSettings) -> AsyncIterator[LazyPool]:
+    pool = LazyPool(settings, max_size=2)
+    yield pool
+    await pool.close()
+
+
+def collectors_recorder(
+    sessions: async_sessionmaker[AsyncSession], pool: LazyPool
+) -> GroupRecorder:
+    return GroupRecorder(
+        sessions=sessions,
+        pool=pool.get,
+        clock=ManualClock(NOW),
+        policy=POLICY,
+        rng=random.Random(7),
+    )
+
+
+@pytest.mark.parametrize("recorder", ["session", "collector"])
+async def test_a_group_decides_what_recording_one_by_one_decides(
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    plain_pool: LazyPool,
+    recorder: str,
+) -> None:
+    one_by_one, grouped = await build_world(engine), await build_world(engine)
+
+    expected = await record_one_by_one(sessions, one_by_one, RESULTS)
+    if recorder == "session":
+        async with sessions.begin() as session:
+            got = await record_charge_results(
+                session, attempts(grouped), now=NOW, rng=random.Random(7), policy=POLICY
+            )
+    else:
+        # A refund and a cancel for non-payment: rolled back on the plain connection, then
+        # recorded on a session.
+        collectors = collectors_recorder(sessions, plain_pool)
+        got = await collectors.record(attempts(grouped))
+        assert collectors.on_sessions == 1
 
     assert got == expected
     # The scenario covers what it claims to (so the comparison is not of two no-ops).
@@ -218,6 +285,49 @@ async def test_a_group_decides_what_recording_one_by_one_decides(
         "ACTIVE",
         "ACTIVE",
         "CANCELED",
+        "ACTIVE",
+    ]
+    assert [e[2] for e in want["events"] if e[0] == 3] == [
+        "InvoicePaid",
+        "InvoicePaid",
+        "SubscriptionReactivated",
+    ]
+
+
+async def test_the_collectors_plain_connection_decides_what_recording_one_by_one_decides(
+    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], plain_pool: LazyPool
+) -> None:
+    one_by_one, grouped = await build_world(engine), await build_world(engine)
+
+    expected = await record_one_by_one(sessions, one_by_one, PLAIN_RESULTS)
+    collectors = collectors_recorder(sessions, plain_pool)
+    got = await collectors.record(attempts(grouped, PLAIN_RESULTS))
+
+    assert collectors.on_sessions == 0  # recorded on the plain connection
+    assert got == expected
+    assert expected == [
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.ALREADY_SETTLED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.APPLIED,
+        RecordOutcome.NOT_FOUND,
+        RecordOutcome.STALE_ATTEMPT,
+        RecordOutcome.APPLIED,
+        RecordOutcome.MISMATCH,
+        RecordOutcome.APPLIED,
+        RecordOutcome.ALREADY_SETTLED,
+    ]
+    want, have = await snapshot(engine, one_by_one), await snapshot(engine, grouped)
+    assert have == want
+    assert want["refunds"] == []
+    assert [s[0] for s in want["subscriptions"]] == [
+        "ACTIVE",
+        "PAST_DUE",
+        "ACTIVE",
+        "ACTIVE",
+        "PAST_DUE",
         "ACTIVE",
     ]
     assert [e[2] for e in want["events"] if e[0] == 3] == [
