@@ -56,6 +56,7 @@ from bench.renewer_sql import floor_batch, row_by_row_batch
 from billing_core.db import migrate
 from billing_core.db.engine import create_engine
 from billing_core.repo import renewal as renewal_repo
+from billing_core.runtime.pauses import quiet_garbage_collector
 from billing_core.seeding import (
     SeedSpec,
     asyncpg_dsn,
@@ -270,6 +271,11 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
     # Warm-up (untimed): the copied database starts with a cold cache.
     await pg_loop(conn, args.slice, batch, floor_batch)
     await renewer_tasks(engine, args.slice, 2, batch)
+    # The garbage collector as a renewer process runs it (runtime.process.serve): what exists
+    # after start-up frozen, full collections rare. Without this the in-process variants pay
+    # for full collections re-scanning every module and the seeding's objects, which the
+    # renewer process does not.
+    quiet_garbage_collector()
     total = args.reps * sum(v.slice_size for v in variants)
     try:
         with progress_bar() as bar:

@@ -51,18 +51,39 @@ class Period:
     end: datetime
 
 
+# The zones already looked up, by name: ``ZoneInfo`` keeps only a few strongly cached, and a
+# renewal batch computes thousands of boundaries over a handful of zones.
+_ZONES: dict[str, ZoneInfo] = {}
+_MAX_ZONES = 2000
+
+# Days in each month of a common year (February: see _days_in_month).
+_MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
 def zone(tz: str) -> ZoneInfo:
     """The IANA zone named ``tz``; :class:`UnknownTimeZone` for anything else."""
+    found = _ZONES.get(tz) if isinstance(tz, str) else None
+    if found is not None:
+        return found
     if not isinstance(tz, str) or not tz:
         raise UnknownTimeZone(f"unknown IANA time zone {tz!r}")
     try:
-        return ZoneInfo(tz)
+        found = ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
         raise UnknownTimeZone(f"unknown IANA time zone {tz!r}") from exc
+    if len(_ZONES) < _MAX_ZONES:
+        _ZONES[tz] = found
+    return found
 
 
 def _months(interval: Interval) -> int:
     return 12 if interval == Interval.YEAR else 1
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2 and calendar.isleap(year):
+        return 29
+    return _MONTH_DAYS[month - 1]
 
 
 def boundary(anchor: datetime, interval: Interval, k: int, tz: str) -> datetime:
@@ -77,7 +98,7 @@ def boundary(anchor: datetime, interval: Interval, k: int, tz: str) -> datetime:
     month_index = local.year * 12 + (local.month - 1) + k * _months(interval)
     year, month0 = divmod(month_index, 12)
     month = month0 + 1
-    day = min(local.day, calendar.monthrange(year, month)[1])
+    day = min(local.day, _days_in_month(year, month))
     wall = datetime(
         year,
         month,

@@ -49,17 +49,18 @@ _APPEND = text(
 )
 
 
+# The event ids are random UUIDs drawn by PostgreSQL (``gen_random_uuid()``, version 4 like
+# ``uuid.uuid4()``): nothing to generate and encode per event in the writer.
 _INSERT_NUMBERED = text(
     """
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
                               payload, occurred_at)
-    SELECT e.event_id, e.aggregate_id, e.sequence, e.event_type, e.schema_version, e.payload,
-           :occurred_at
+    SELECT gen_random_uuid(), e.aggregate_id, e.sequence, e.event_type, e.schema_version,
+           e.payload, :occurred_at
     FROM unnest(
-        CAST(:event_ids AS uuid[]), CAST(:aggregate_ids AS bigint[]),
-        CAST(:sequences AS bigint[]), CAST(:types AS text[]), CAST(:versions AS int[]),
-        CAST(:payloads AS jsonb[])
-    ) AS e(event_id, aggregate_id, sequence, event_type, schema_version, payload)
+        CAST(:aggregate_ids AS bigint[]), CAST(:sequences AS bigint[]),
+        CAST(:types AS text[]), CAST(:versions AS int[]), CAST(:payloads AS jsonb[])
+    ) AS e(aggregate_id, sequence, event_type, schema_version, payload)
     """
 )
 
@@ -91,33 +92,41 @@ async def insert_numbered_events(
     events: Sequence[DomainEvent],
     reserved_after: Mapping[int, int],
     occurred_at: datetime,
-) -> list[uuid.UUID]:
+) -> None:
     """Insert ``events`` whose numbers the caller reserved under the subscriptions' row locks:
     ``reserved_after[s]`` is subscription ``s``'s ``event_seq`` before it was moved forward by
     its count, so its events take the numbers after it, in the order given."""
     if not events:
-        return []
+        return
     if occurred_at.tzinfo is None:
         raise ValueError("occurred_at must be timezone-aware")
     last = dict(reserved_after)
+    aggregate_ids: list[int] = []
     sequences: list[int] = []
+    types: list[str] = []
+    versions: list[int] = []
+    payloads: list[str] = []
     for e in events:
-        last[e.subscription_id] += 1
-        sequences.append(last[e.subscription_id])
-    event_ids = [uuid.uuid4() for _ in events]
+        data = e.data
+        sub = data.subscriptionId
+        seq = last[sub] + 1
+        last[sub] = seq
+        aggregate_ids.append(sub)
+        sequences.append(seq)
+        types.append(data.event_type)
+        versions.append(data.version)
+        payloads.append(_payload(e))
     await db.execute(
         _INSERT_NUMBERED,
         {
-            "event_ids": event_ids,
-            "aggregate_ids": [e.subscription_id for e in events],
+            "aggregate_ids": aggregate_ids,
             "sequences": sequences,
-            "types": [str(e.type) for e in events],
-            "versions": [e.version for e in events],
-            "payloads": [_payload(e) for e in events],
+            "types": types,
+            "versions": versions,
+            "payloads": payloads,
             "occurred_at": occurred_at,
         },
     )
-    return event_ids
 
 
 async def append_events(

@@ -20,11 +20,18 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
+from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo.limits import require_positive_limit
 from billing_core.repo.subscriptions import subscription_state
 
 Db = AsyncSession | AsyncConnection
+
+# How a new renewal invoice may start (``invoice.opening``, or a paused period's VOID or DRAFT).
+_RENEWAL_OPENINGS = frozenset(
+    {InvoiceStatus.OPEN, InvoiceStatus.PAID, InvoiceStatus.VOID, InvoiceStatus.DRAFT}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,26 +73,30 @@ _CLAIM_ONE = _CLAIM.replace(
     "AND s.id <> ALL(CAST(:exclude AS bigint[]))", "AND s.id = :only"
 ).replace("FOR UPDATE OF s SKIP LOCKED", "FOR UPDATE OF s")
 
+# The customer and the currency come from the locked subscription and its plan (the plan it was
+# claimed at: the batch applies scheduled plan changes after its invoices are in), and when an
+# invoice is due or paid from its status (``insert_renewal_invoices`` checks that the planned
+# invoices say the same): fewer arrays for the driver to encode, row by row.
 _INSERT_INVOICES = text(
     """
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
                          period_end, subtotal, credit_applied, amount, currency, status,
                          next_attempt_at, paid_at, closed_at, created_at, updated_at)
-    SELECT u.subscription_id, u.customer_id, 'RENEWAL', u.period_index, u.period_start,
-           u.period_end, u.subtotal, u.credit_applied, u.amount, u.currency, u.status,
-           u.next_attempt_at, u.paid_at,
-           CASE WHEN u.status = 'VOID' THEN CAST(:now AS timestamptz) ELSE u.paid_at END,
+    SELECT u.subscription_id, s.customer_id, 'RENEWAL', u.period_index, u.period_start,
+           u.period_end, u.subtotal, u.credit_applied, u.amount, p.currency, u.status,
+           CASE WHEN u.status = 'OPEN' THEN CAST(:now AS timestamptz) END,
+           CASE WHEN u.status = 'PAID' THEN CAST(:now AS timestamptz) END,
+           CASE WHEN u.status IN ('PAID', 'VOID') THEN CAST(:now AS timestamptz) END,
            :now, :now
     FROM unnest(
-        CAST(:subscription_ids AS bigint[]), CAST(:customer_ids AS bigint[]),
-        CAST(:period_indexes AS int[]), CAST(:period_starts AS timestamptz[]),
-        CAST(:period_ends AS timestamptz[]), CAST(:subtotals AS bigint[]),
-        CAST(:credits AS bigint[]), CAST(:amounts AS bigint[]), CAST(:currencies AS text[]),
-        CAST(:statuses AS text[]), CAST(:next_attempts AS timestamptz[]),
-        CAST(:paid_ats AS timestamptz[])
-    ) WITH ORDINALITY AS u(subscription_id, customer_id, period_index, period_start, period_end,
-                           subtotal, credit_applied, amount, currency, status, next_attempt_at,
-                           paid_at, ord)
+        CAST(:subscription_ids AS bigint[]), CAST(:period_indexes AS int[]),
+        CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+        CAST(:subtotals AS bigint[]), CAST(:credits AS bigint[]), CAST(:amounts AS bigint[]),
+        CAST(:statuses AS text[])
+    ) WITH ORDINALITY AS u(subscription_id, period_index, period_start, period_end, subtotal,
+                           credit_applied, amount, status, ord)
+    JOIN subscription s ON s.id = u.subscription_id
+    JOIN plan p ON p.id = s.plan_id
     ORDER BY u.ord
     ON CONFLICT (subscription_id, period_start) WHERE kind = 'RENEWAL' DO NOTHING
     RETURNING id, subscription_id, period_index
@@ -107,7 +118,8 @@ _UPDATE_SUBSCRIPTIONS = text(
     UPDATE subscription s
     SET status = u.status, period_index = u.period_index,
         current_period_start = u.period_start, current_period_end = u.period_end,
-        credit_balance = u.credit_balance, canceled_at = u.canceled_at,
+        credit_balance = u.credit_balance,
+        canceled_at = CASE WHEN u.status = 'CANCELED' THEN CAST(:now AS timestamptz) END,
         version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count,
         -- a cancel at period end ends a pause too
         pause_behavior = CASE WHEN u.status = 'CANCELED' THEN NULL ELSE s.pause_behavior END,
@@ -125,11 +137,11 @@ _UPDATE_SUBSCRIPTIONS = text(
         CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
         CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),
         CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
-        CAST(:credit_balances AS bigint[]), CAST(:canceled_ats AS timestamptz[]),
+        CAST(:credit_balances AS bigint[]),
         CAST(:event_counts AS int[]), CAST(:plan_changes AS boolean[]),
         CAST(:anchors AS timestamptz[]), CAST(:anchor_period_indexes AS int[])
     ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
-           credit_balance, canceled_at, event_count, plan_changed, billing_anchor,
+           credit_balance, event_count, plan_changed, billing_anchor,
            anchor_period_index)
     WHERE s.id = u.id AND s.version = u.expected_version
     RETURNING s.id, s.event_seq - u.event_count AS reserved_after
@@ -169,25 +181,47 @@ async def claim_due(
         result = await db.execute(
             text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
         )
-    return [
-        DueSubscription(
-            state=subscription_state(row),
-            customer_id=row["customer_id"],
-            time_zone=row["time_zone"],
-            billing_anchor=row["billing_anchor"],
-            period_index=row["period_index"],
-            current_period_start=row["current_period_start"],
-            current_period_end=row["current_period_end"],
-            credit_balance=row["credit_balance"],
-            price_amount=row["price_amount"],
-            currency=row["currency"],
-            billing_interval=row["billing_interval"],
-            scheduled_price_amount=row["scheduled_price_amount"],
-            scheduled_billing_interval=row["scheduled_billing_interval"],
-            anchor_period_index=row["anchor_period_index"],
+    claimed: list[DueSubscription] = []
+    for (
+        id_, customer_id, status, time_zone, anchor, period_index, period_start, period_end,
+        cancel_at_period_end, canceled_at, credit_balance, version, pause_behavior, paused_at,
+        pause_resumes_at, plan_code, price_amount, currency, billing_interval,
+        scheduled_plan_code, scheduled_price_amount, scheduled_billing_interval,
+        anchor_period_index,
+    ) in result.all():  # fmt: skip
+        state = subscription_state(
+            {
+                "id": id_,
+                "status": status,
+                "cancel_at_period_end": cancel_at_period_end,
+                "plan_code": plan_code,
+                "version": version,
+                "canceled_at": canceled_at,
+                "pause_behavior": pause_behavior,
+                "paused_at": paused_at,
+                "pause_resumes_at": pause_resumes_at,
+                "scheduled_plan_code": scheduled_plan_code,
+            }
         )
-        for row in result.mappings()
-    ]
+        claimed.append(
+            DueSubscription(
+                state,
+                customer_id,
+                time_zone,
+                anchor,
+                period_index,
+                period_start,
+                period_end,
+                credit_balance,
+                price_amount,
+                currency,
+                billing_interval,
+                scheduled_price_amount,
+                scheduled_billing_interval,
+                anchor_period_index,
+            )
+        )
+    return claimed
 
 
 async def explain_claim(db: Db, *, now: datetime, limit: int) -> str:
@@ -203,28 +237,53 @@ async def insert_renewal_invoices(
 ) -> list[InsertedInvoice]:
     """Insert the invoices in one statement, in the given order. A renewal that already exists
     for its (subscription, period_start) is not inserted again (the UNIQUE safety net) and is
-    absent from the result, so the caller can tell exactly which rows went in."""
+    absent from the result, so the caller can tell exactly which rows went in.
+
+    Each invoice is of its subscription's customer, in its plan's currency, and opens as a new
+    renewal does (``invoice.opening``): OPEN and due ``now``, PAID at ``now``, or a paused
+    period's VOID or DRAFT, never due; anything else raises ``ValueError`` (nothing written)."""
     if not invoices:
         return []
+    ids: list[int] = []
+    indexes: list[int] = []
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    subtotals: list[int] = []
+    credits: list[int] = []
+    amounts: list[int] = []
+    statuses: list[str] = []
+    for i in invoices:
+        status = i.status
+        due_at = now if status == InvoiceStatus.OPEN else None
+        paid_at = now if status == InvoiceStatus.PAID else None
+        if status not in _RENEWAL_OPENINGS or i.next_attempt_at != due_at or i.paid_at != paid_at:
+            raise ValueError(
+                f"renewal of subscription {i.subscription_id} period {i.period_index} "
+                f"opens {status} with next_attempt_at={i.next_attempt_at} paid_at={i.paid_at}"
+            )
+        ids.append(i.subscription_id)
+        indexes.append(i.period_index)
+        starts.append(i.period_start)
+        ends.append(i.period_end)
+        subtotals.append(i.subtotal)
+        credits.append(i.credit_applied)
+        amounts.append(i.amount)
+        statuses.append(status.value)
     result = await db.execute(
         _INSERT_INVOICES,
         {
-            "subscription_ids": [i.subscription_id for i in invoices],
-            "customer_ids": [i.customer_id for i in invoices],
-            "period_indexes": [i.period_index for i in invoices],
-            "period_starts": [i.period_start for i in invoices],
-            "period_ends": [i.period_end for i in invoices],
-            "subtotals": [i.subtotal for i in invoices],
-            "credits": [i.credit_applied for i in invoices],
-            "amounts": [i.amount for i in invoices],
-            "currencies": [i.currency for i in invoices],
-            "statuses": [str(i.status) for i in invoices],
-            "next_attempts": [i.next_attempt_at for i in invoices],
-            "paid_ats": [i.paid_at for i in invoices],
+            "subscription_ids": ids,
+            "period_indexes": indexes,
+            "period_starts": starts,
+            "period_ends": ends,
+            "subtotals": subtotals,
+            "credits": credits,
+            "amounts": amounts,
+            "statuses": statuses,
             "now": now,
         },
     )
-    return [InsertedInvoice(**row) for row in result.mappings()]
+    return [InsertedInvoice(*row) for row in result.all()]
 
 
 async def existing_renewals(
@@ -253,29 +312,50 @@ async def write_subscriptions(
     """Apply the new states in one statement and reserve each subscription's next
     ``event_counts[id]`` event sequence numbers (the outbox's numbering, under the row lock this
     update holds). Return, for each id actually updated, its ``event_seq`` before the
-    reservation (a row whose version is not ``expected_version`` is left alone and missing)."""
+    reservation (a row whose version is not ``expected_version`` is left alone and missing).
+
+    A subscription is canceled at ``now`` (its ``canceled_at``, set in SQL from its status) or
+    not at all; a write saying otherwise raises ``ValueError`` (nothing written)."""
     if not writes:
         return {}
+    columns: tuple[list[object], ...] = tuple([] for _ in range(12))
+    (ids, expected, versions, statuses, indexes, starts, ends, balances, counts, changed,
+     anchors, anchor_indexes) = columns  # fmt: skip
+    canceled = SubscriptionStatus.CANCELED
+    for w in writes:
+        if w.canceled_at != (now if w.status == canceled else None):
+            raise ValueError(f"subscription {w.id} is {w.status} with canceled_at={w.canceled_at}")
+        ids.append(w.id)
+        expected.append(w.expected_version)
+        versions.append(w.version)
+        statuses.append(w.status.value)
+        indexes.append(w.period_index)
+        starts.append(w.current_period_start)
+        ends.append(w.current_period_end)
+        balances.append(w.credit_balance)
+        counts.append(event_counts.get(w.id, 0))
+        changed.append(w.plan_changed)
+        anchors.append(w.billing_anchor)
+        anchor_indexes.append(w.anchor_period_index)
     result = await db.execute(
         _UPDATE_SUBSCRIPTIONS,
         {
-            "ids": [w.id for w in writes],
-            "expected_versions": [w.expected_version for w in writes],
-            "versions": [w.version for w in writes],
-            "statuses": [str(w.status) for w in writes],
-            "period_indexes": [w.period_index for w in writes],
-            "period_starts": [w.current_period_start for w in writes],
-            "period_ends": [w.current_period_end for w in writes],
-            "credit_balances": [w.credit_balance for w in writes],
-            "canceled_ats": [w.canceled_at for w in writes],
-            "event_counts": [event_counts.get(w.id, 0) for w in writes],
-            "plan_changes": [w.plan_changed for w in writes],
-            "anchors": [w.billing_anchor for w in writes],
-            "anchor_period_indexes": [w.anchor_period_index for w in writes],
+            "ids": ids,
+            "expected_versions": expected,
+            "versions": versions,
+            "statuses": statuses,
+            "period_indexes": indexes,
+            "period_starts": starts,
+            "period_ends": ends,
+            "credit_balances": balances,
+            "event_counts": counts,
+            "plan_changes": changed,
+            "anchors": anchors,
+            "anchor_period_indexes": anchor_indexes,
             "now": now,
         },
     )
-    return {int(row.id): int(row.reserved_after) for row in result}
+    return {int(row[0]): int(row[1]) for row in result.all()}
 
 
 async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:

@@ -17,7 +17,7 @@ invoice's total against its lines (a mismatch raises and rolls the whole batch b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from billing_core.domain import invoice as invoice_rules
@@ -108,13 +108,17 @@ def apply_taxes(
         if priced is not None:
             priced[(invoice.subscription_id, invoice.period_index)] = lines
         subtotal = line_rules.total(lines)
+        tax = sum(line.amount for line in lines if line.kind == LineKind.TAX)
         if invoice.paused:  # VOID or DRAFT: priced the same, no credit taken, never collected
             invoices.append(
-                replace(
-                    invoice,
+                invoice.priced(
                     subtotal=subtotal,
+                    credit_applied=invoice.credit_applied,
                     amount=subtotal,
-                    tax=sum(line.amount for line in lines if line.kind == LineKind.TAX),
+                    status=invoice.status,
+                    next_attempt_at=invoice.next_attempt_at,
+                    paid_at=invoice.paid_at,
+                    tax=tax,
                 )
             )
             continue
@@ -122,18 +126,17 @@ def apply_taxes(
         balance = split.credit_remaining
         opening = invoice_rules.opening(split.amount_due, now)
         invoices.append(
-            replace(
-                invoice,
+            invoice.priced(
                 subtotal=subtotal,
                 credit_applied=split.credit_used,
                 amount=split.amount_due,
                 status=opening.status,
                 next_attempt_at=opening.next_attempt_at,
                 paid_at=opening.paid_at,
-                tax=sum(line.amount for line in lines if line.kind == LineKind.TAX),
+                tax=tax,
             )
         )
-    return replace(plan, invoices=invoices, write=replace(plan.write, credit_balance=balance))
+    return plan.repriced(invoices, balance)
 
 
 def invoice_lines(

@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from billing_core.domain.invoice import InvoiceStatus
-from billing_core.domain.renewal import RenewalInvoice
+from billing_core.domain.renewal import RenewalInvoice, RenewedSubscription
+from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import renewal as renewal_repo
 from billing_core.seeding import SeedSpec, seed_subscriptions
 from billing_core.usecases.renew import renew_due_batch
@@ -434,3 +435,108 @@ async def test_a_non_positive_batch_size_is_refused_before_any_sql(engine: Async
                 await renewal_repo.claim_due(conn, now=now, limit=size)
         with pytest.raises(ValueError, match="max_periods"):
             await renew_due_batch(conn, now=now, batch_size=10, max_periods=0)
+
+
+async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_currency(
+    engine: AsyncEngine,
+) -> None:
+    """The insert reads the customer and the currency from the locked subscription and its
+    plan, and its due and paid times from its status."""
+    sub_id = await create_subscription(engine, anchor=JAN_15, customer_id=77)
+    now = datetime(2025, 2, 16, tzinfo=UTC)
+    row = RenewalInvoice(
+        subscription_id=sub_id,
+        customer_id=77,
+        period_index=1,
+        period_start=datetime(2025, 2, 15, 9, 30, tzinfo=UTC),
+        period_end=datetime(2025, 3, 15, 9, 30, tzinfo=UTC),
+        subtotal=0,
+        credit_applied=0,
+        amount=0,
+        currency="EUR",
+        status=InvoiceStatus.PAID,
+        next_attempt_at=None,
+        paid_at=now,
+    )
+    async with engine.begin() as conn:
+        [inserted] = await renewal_repo.insert_renewal_invoices(conn, [row], now=now)
+    [inv] = await invoices(engine, sub_id)
+    assert inv["id"] == inserted.id
+    assert (inv["customer_id"], inv["currency"]) == (77, "EUR")
+    assert (inv["status"], inv["next_attempt_at"], inv["paid_at"]) == ("PAID", None, now)
+    assert inv["closed_at"] == now
+
+
+@pytest.mark.parametrize(
+    ("status", "next_attempt", "paid"),
+    [
+        (InvoiceStatus.OPEN, None, None),  # OPEN but never due
+        (InvoiceStatus.PAID, None, None),  # PAID without a time
+        (InvoiceStatus.OPEN, "earlier", None),  # due at another time than now
+        (InvoiceStatus.DRAFT, "now", None),  # a paused period's draft due for a charge
+        (InvoiceStatus.FAILED, None, None),  # no renewal starts FAILED
+    ],
+)
+async def test_an_invoice_that_does_not_open_as_a_renewal_is_refused(
+    engine: AsyncEngine, status: InvoiceStatus, next_attempt: str | None, paid: str | None
+) -> None:
+    sub_id = await create_subscription(engine, anchor=JAN_15)
+    now = datetime(2025, 2, 16, tzinfo=UTC)
+    times = {None: None, "now": now, "earlier": now - timedelta(hours=1)}
+    row = RenewalInvoice(
+        subscription_id=sub_id,
+        customer_id=42,
+        period_index=1,
+        period_start=datetime(2025, 2, 15, 9, 30, tzinfo=UTC),
+        period_end=datetime(2025, 3, 15, 9, 30, tzinfo=UTC),
+        subtotal=100,
+        credit_applied=0,
+        amount=100,
+        currency="EUR",
+        status=status,
+        next_attempt_at=times[next_attempt],
+        paid_at=times[paid],
+    )
+    async with engine.begin() as conn:
+        with pytest.raises(ValueError, match="opens"):
+            await renewal_repo.insert_renewal_invoices(conn, [row], now=now)
+    assert await invoices(engine, sub_id) == []
+
+
+async def test_a_write_canceled_at_another_time_than_now_is_refused(engine: AsyncEngine) -> None:
+    """canceled_at is set in SQL from the status (now, or nothing): a write saying otherwise
+    is refused before anything is written."""
+    sub_id = await create_subscription(engine, anchor=JAN_15)
+    before = await subscription(engine, sub_id)
+    now = datetime(2025, 2, 16, tzinfo=UTC)
+
+    def write(status: SubscriptionStatus, canceled_at: datetime | None) -> RenewedSubscription:
+        return RenewedSubscription(
+            id=sub_id,
+            expected_version=before["version"],
+            version=before["version"] + 1,
+            status=status,
+            period_index=1,
+            current_period_start=datetime(2025, 2, 15, 9, 30, tzinfo=UTC),
+            current_period_end=datetime(2025, 3, 15, 9, 30, tzinfo=UTC),
+            credit_balance=0,
+            canceled_at=canceled_at,
+        )
+
+    bad = [
+        write(SubscriptionStatus.CANCELED, None),
+        write(SubscriptionStatus.CANCELED, now - timedelta(days=1)),
+        write(SubscriptionStatus.ACTIVE, now),
+    ]
+    async with engine.begin() as conn:
+        for w in bad:
+            with pytest.raises(ValueError, match="canceled_at"):
+                await renewal_repo.write_subscriptions(conn, [w], event_counts={}, now=now)
+    assert await subscription(engine, sub_id) == before
+    async with engine.begin() as conn:
+        reserved = await renewal_repo.write_subscriptions(
+            conn, [write(SubscriptionStatus.CANCELED, now)], event_counts={sub_id: 1}, now=now
+        )
+    assert reserved == {sub_id: before["event_seq"]}
+    after = await subscription(engine, sub_id)
+    assert (after["status"], after["canceled_at"]) == ("CANCELED", now)
