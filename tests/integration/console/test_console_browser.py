@@ -64,6 +64,14 @@ async def _seed_story(engine: AsyncEngine) -> tuple[int, int, int]:
             ),
             {"e1": uuid.uuid4(), "e2": uuid.uuid4(), "sub": sub, "now": now},
         )
+        # As the system leaves them: the subscription's next event is number 3, and a PAID
+        # invoice has its payment time (later tests in this database write to this story).
+        await conn.execute(
+            text("UPDATE subscription SET event_seq = 2 WHERE id = :sub"), {"sub": sub}
+        )
+        await conn.execute(
+            text("UPDATE invoice SET paid_at = :now WHERE id = :inv"), {"inv": inv, "now": now}
+        )
     return sub, inv, 4242
 
 
