@@ -66,15 +66,15 @@ async def test_two_collectors_charge_every_invoice_exactly_once(
         assert proc.terminate() == 0
 
 
-def histogram_mean(proc_url: str, name: str) -> float:
-    """The mean of a histogram a process exposes on /metrics (items per group)."""
+def histogram_sum_count(proc_url: str, name: str) -> tuple[float, float]:
+    """The sum and count of a histogram a process exposes on /metrics (items, groups)."""
     found: dict[str, float] = {}
     for line in httpx.get(f"{proc_url}/metrics", timeout=10).text.splitlines():
         for part in ("sum", "count"):
             if line.startswith(f"{name}_{part} "):
                 found[part] = float(line.split()[1])
     assert found.get("count"), f"no {name} observed"
-    return found["sum"] / found["count"]
+    return found["sum"], found["count"]
 
 
 async def test_two_collectors_read_the_pre_call_checks_of_several_grants_in_one_statement(
@@ -82,7 +82,9 @@ async def test_two_collectors_read_the_pre_call_checks_of_several_grants_in_one_
 ) -> None:
     """At 200/s shared by two replicas one slot reservation brings a replica about 10 slots;
     the checks wait for each other until 30 ms before the earliest slot among them, so a read
-    holds more than one reservation's checks (and every invoice is still charged once)."""
+    holds more than one reservation's checks (and every invoice is still charged once). Counted
+    over both replicas' reads: the shared cursor is not split evenly (a replica that finds
+    most of the horizon taken gets a few slots at a time, and reads a few checks at a time)."""
     procs = [collectors.start(), collectors.start()]  # both ready before the backlog comes
     await seed(engine, 800)
 
@@ -91,8 +93,9 @@ async def test_two_collectors_read_the_pre_call_checks_of_several_grants_in_one_
 
     await wait_for(all_paid, 60, "every invoice paid")
     name = "billing_collector_check_group_invoices"
-    per_read = [histogram_mean(p.url or "", name) for p in procs]
-    assert min(per_read) > 10, per_read
+    sums, counts = zip(*(histogram_sum_count(p.url or "", name) for p in procs), strict=True)
+    assert sum(sums) >= 800  # every invoice's check read (again when its slot was missed)
+    assert sum(sums) / sum(counts) > 10, (sums, counts)
     summary = simulator.summary()
     assert summary["charges_succeeded"] == 800
     assert summary["duplicate_success_invoices"] == []
