@@ -3,7 +3,8 @@ second happens at the first one's instant, never before it (its time never goes 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,31 +16,46 @@ from tests.integration.api.helpers import rows, subscribe
 from tests.integration.lifecycle.helpers import instant
 
 
-async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
-) -> None:
-    start = clock.now()
-    sub = await subscribe(client, plan="BASIC_MONTHLY")
+async def changes_read_out_of_order(
+    client: httpx.AsyncClient, clock: ManualClock, sub: dict[str, Any], first: str, second: str
+) -> tuple[httpx.Response, httpx.Response, datetime]:
+    """A change to ``first`` on day 10, then one to ``second`` whose request was stamped on day
+    5, read after the first committed; both answers, and the first one's instant."""
+    start = instant(sub["currentPeriodStart"])
     clock.set(start + timedelta(days=10))
-    upgrade = await client.post(
-        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}
+    first_answer = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": first}
     )
-    assert upgrade.status_code == 200, upgrade.text
-    upgraded_at = clock.now()
-    # A downgrade whose request was stamped before the upgrade's, read after it committed.
+    assert first_answer.status_code == 200, first_answer.text
+    first_at = clock.now()
     clock.set(start + timedelta(days=5))
-    downgrade = await client.post(
-        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "BASIC_MONTHLY"}
+    second_answer = await client.post(
+        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": second}
     )
-    assert downgrade.status_code == 200, downgrade.text
+    assert second_answer.status_code == 200, second_answer.text
+    return first_answer, second_answer, first_at
 
+
+async def plan_changes(engine: AsyncEngine, subscription_id: int) -> list[dict[str, Any]]:
+    """The subscription's SubscriptionPlanChanged payloads, in order."""
     events = await rows(
         engine,
         "SELECT payload FROM outbox_event WHERE aggregate_id = :s "
         "AND event_type = 'SubscriptionPlanChanged' ORDER BY sequence",
-        s=sub["id"],
+        s=subscription_id,
     )
-    changed_at = [instant(e["payload"]["changedAt"]) for e in events]
+    return [e["payload"] for e in events]
+
+
+async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    sub = await subscribe(client, plan="BASIC_MONTHLY")
+    # A downgrade whose request was stamped before the upgrade's, read after it committed.
+    upgrade, downgrade, upgraded_at = await changes_read_out_of_order(
+        client, clock, sub, "PRO_MONTHLY", "BASIC_MONTHLY"
+    )
+    changed_at = [instant(p["changedAt"]) for p in await plan_changes(engine, sub["id"])]
     assert changed_at == [upgraded_at, upgraded_at]
     # Back to the same plan at the same instant: the credit is exactly the prorated charge.
     assert upgrade.json()["due"] > 0
@@ -54,28 +70,13 @@ async def test_a_change_to_yearly_read_after_a_change_at_a_later_instant_prices_
     """A downgrade, then a change to yearly billing stamped before it: both happen at the
     downgrade's instant, the second starting the yearly period there; that period is priced
     at the yearly plan (the downgrade before it at the same instant prices nothing)."""
-    start = clock.now()
     sub = await subscribe(client, plan="PRO_MONTHLY")
-    clock.set(start + timedelta(days=10))
-    downgrade = await client.post(
-        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "BASIC_MONTHLY"}
+    _, _, downgraded_at = await changes_read_out_of_order(
+        client, clock, sub, "BASIC_MONTHLY", "PRO_YEARLY"
     )
-    assert downgrade.status_code == 200, downgrade.text
-    downgraded_at = clock.now()
-    clock.set(start + timedelta(days=5))
-    yearly = await client.post(
-        f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_YEARLY"}
-    )
-    assert yearly.status_code == 200, yearly.text
-
-    events = await rows(
-        engine,
-        "SELECT payload FROM outbox_event WHERE aggregate_id = :s "
-        "AND event_type = 'SubscriptionPlanChanged' ORDER BY sequence",
-        s=sub["id"],
-    )
-    assert [instant(e["payload"]["changedAt"]) for e in events] == [downgraded_at] * 2
-    assert instant(events[1]["payload"]["newPeriodStart"]) == downgraded_at
+    changes = await plan_changes(engine, sub["id"])
+    assert [instant(p["changedAt"]) for p in changes] == [downgraded_at] * 2
+    assert instant(changes[1]["newPeriodStart"]) == downgraded_at
     invoices = await rows(
         engine,
         "SELECT period_index, period_start, subtotal FROM invoice "

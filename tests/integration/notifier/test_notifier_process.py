@@ -111,6 +111,21 @@ def log_lines(procs: list[Proc]) -> list[dict[str, object]]:
     return lines
 
 
+def notifier_env(
+    database_url: str, services: Services, topic: str, *, smtp_port: int
+) -> dict[str, str]:
+    """A notifier process of its own consumer group on ``topic``, logging JSON lines."""
+    return {
+        "BILLING_DATABASE_URL": database_url,
+        "BILLING_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
+        "BILLING_KAFKA_TOPIC": topic,
+        "BILLING_NOTIFIER_GROUP_ID": f"notifier-{uuid.uuid4().hex[:8]}",
+        "BILLING_NOTIFIER_HEALTH_PORT": "0",
+        "BILLING_NOTIFIER_SMTP_PORT": str(smtp_port),
+        "BILLING_LOG_JSON": "true",
+    }
+
+
 @pytest.mark.slow
 async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
     engine: AsyncEngine,
@@ -124,17 +139,11 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
     expected = {f"<{e.id}@example.test>" for e in events}
     with mail_server(tmp_path / "mail") as mail:
         env = {
-            "BILLING_DATABASE_URL": database_url,
-            "BILLING_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
-            "BILLING_KAFKA_TOPIC": kafka_topic,
-            "BILLING_NOTIFIER_GROUP_ID": f"notifier-{uuid.uuid4().hex[:8]}",
-            "BILLING_NOTIFIER_HEALTH_PORT": "0",
-            "BILLING_NOTIFIER_SMTP_PORT": str(mail.port),
+            **notifier_env(database_url, services, kafka_topic, smtp_port=mail.port),
             "BILLING_NOTIFIER_MAIL_FROM": "Billing <billing@example.test>",
             "BILLING_NOTIFIER_SEND_BATCH": "10",
             "BILLING_NOTIFIER_SEND_LEASE_SECONDS": "2",
             "BILLING_NOTIFIER_SEND_RETRY_SECONDS": "1",
-            "BILLING_LOG_JSON": "true",
         }
         procs: list[Proc] = []
         try:
@@ -185,15 +194,8 @@ async def test_sigterm_during_a_long_poll_stops_within_the_budget_and_loses_no_e
     receipts = 300
     events = await receipts_to_send(engine, receipts)
     await publish(services.kafka_bootstrap, kafka_topic, events)
-    env = {
-        "BILLING_DATABASE_URL": database_url,
-        "BILLING_KAFKA_BOOTSTRAP": services.kafka_bootstrap,
-        "BILLING_KAFKA_TOPIC": kafka_topic,
-        "BILLING_NOTIFIER_GROUP_ID": f"notifier-{uuid.uuid4().hex[:8]}",
-        "BILLING_NOTIFIER_HEALTH_PORT": "0",
-        "BILLING_NOTIFIER_SMTP_PORT": "1",  # nothing is sent here: only what is queued counts
-        "BILLING_LOG_JSON": "true",
-    }
+    # Nothing is sent here (no SMTP server on port 1): only what is queued counts.
+    env = notifier_env(database_url, services, kafka_topic, smtp_port=1)
     first = start("notifier-0", "services.notifier", env, tmp_path)
     second: Proc | None = None
     try:
