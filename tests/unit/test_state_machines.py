@@ -308,3 +308,28 @@ def test_a_new_invoice_is_open_and_due_now_unless_credit_covers_it() -> None:
     assert inv.opening(0, now) == inv.Opening(InvoiceStatus.PAID, next_attempt_at=None, paid_at=now)
     with pytest.raises(ValueError):
         inv.opening(-1, now)
+
+
+def test_a_renewal_keeps_every_field_of_the_state_but_the_version() -> None:
+    """The renewal builds its next state field by field (the batch's hot path): a field added
+    to SubscriptionState must be carried, as ``replace`` would."""
+    from dataclasses import fields
+
+    at = datetime(2026, 3, 1, tzinfo=UTC)
+    state = sub.SubscriptionState(
+        id=9,
+        status=sub.SubscriptionStatus.ACTIVE,
+        cancel_at_period_end=False,
+        plan_code="PRO_MONTHLY",
+        version=4,
+        canceled_at=at,
+        pause=sub.Pause(sub.PauseBehavior.VOID, at, None),
+        scheduled_plan_code="BASIC_MONTHLY",
+    )
+    assert [f.name for f in fields(sub.SubscriptionState)] == [
+        "id", "status", "cancel_at_period_end", "plan_code", "version", "canceled_at", "pause",
+        "scheduled_plan_code",
+    ]  # fmt: skip
+    renewed, events = sub.renew_or_cancel_at_period_end(state, at)
+    assert renewed == replace(state, version=5)
+    assert events == []

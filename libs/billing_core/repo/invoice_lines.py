@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.arrays import int_array
 from billing_core.domain.invoice_lines import InvoiceLine, InvoiceTotalMismatch, LineKind
 
 Db = AsyncSession | AsyncConnection
@@ -25,9 +26,10 @@ _INSERT = text(
         INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
                                   amount, period_start, period_end, tax_inclusive)
         SELECT * FROM unnest(
-            CAST(:invoice_ids AS bigint[]), CAST(:line_nos AS int[]), CAST(:kinds AS text[]),
-            CAST(:descriptions AS text[]), CAST(:quantities AS int[]),
-            CAST(:unit_amounts AS bigint[]), CAST(:amounts AS bigint[]),
+            CAST(:invoice_ids AS text)::bigint[], CAST(:line_nos AS text)::int[],
+            CAST(:kinds AS text[]), CAST(:descriptions AS text[]),
+            CAST(:quantities AS text)::int[], CAST(:unit_amounts AS text)::bigint[],
+            CAST(:amounts AS text)::bigint[],
             CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
             CAST(:tax_inclusives AS boolean[]))
         RETURNING invoice_id, kind, amount
@@ -96,13 +98,13 @@ async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]
     result = await db.execute(
         _INSERT,
         {
-            "invoice_ids": [r[0] for r in rows],
-            "line_nos": [r[1] for r in rows],
+            "invoice_ids": int_array(r[0] for r in rows),
+            "line_nos": int_array(r[1] for r in rows),
             "kinds": [str(r[2].kind) for r in rows],
             "descriptions": [r[2].description for r in rows],
-            "quantities": [r[2].quantity for r in rows],
-            "unit_amounts": [r[2].unit_amount for r in rows],
-            "amounts": [r[2].amount for r in rows],
+            "quantities": int_array(r[2].quantity for r in rows),
+            "unit_amounts": int_array(r[2].unit_amount for r in rows),
+            "amounts": int_array(r[2].amount for r in rows),
             "period_starts": [r[2].period_start for r in rows],
             "period_ends": [r[2].period_end for r in rows],
             "tax_inclusives": [r[2].tax_inclusive for r in rows],

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.arrays import int_array
 from billing_core.domain.events import DomainEvent
 
 _APPEND = text(
@@ -58,8 +59,8 @@ _INSERT_NUMBERED = text(
     SELECT gen_random_uuid(), e.aggregate_id, e.sequence, e.event_type, e.schema_version,
            e.payload, :occurred_at
     FROM unnest(
-        CAST(:aggregate_ids AS bigint[]), CAST(:sequences AS bigint[]),
-        CAST(:types AS text[]), CAST(:versions AS int[]), CAST(:payloads AS jsonb[])
+        CAST(:aggregate_ids AS text)::bigint[], CAST(:sequences AS text)::bigint[],
+        CAST(:types AS text[]), CAST(:versions AS text)::int[], CAST(:payloads AS jsonb[])
     ) AS e(aggregate_id, sequence, event_type, schema_version, payload)
     """
 )
@@ -119,10 +120,10 @@ async def insert_numbered_events(
     await db.execute(
         _INSERT_NUMBERED,
         {
-            "aggregate_ids": aggregate_ids,
-            "sequences": sequences,
+            "aggregate_ids": int_array(aggregate_ids),
+            "sequences": int_array(sequences),
             "types": types,
-            "versions": versions,
+            "versions": int_array(versions),
             "payloads": payloads,
             "occurred_at": occurred_at,
         },

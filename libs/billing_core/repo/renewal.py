@@ -20,6 +20,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.arrays import int_array
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus
@@ -89,9 +90,10 @@ _INSERT_INVOICES = text(
            CASE WHEN u.status IN ('PAID', 'VOID') THEN CAST(:now AS timestamptz) END,
            :now, :now
     FROM unnest(
-        CAST(:subscription_ids AS bigint[]), CAST(:period_indexes AS int[]),
+        CAST(:subscription_ids AS text)::bigint[], CAST(:period_indexes AS text)::int[],
         CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
-        CAST(:subtotals AS bigint[]), CAST(:credits AS bigint[]), CAST(:amounts AS bigint[]),
+        CAST(:subtotals AS text)::bigint[], CAST(:credits AS text)::bigint[],
+        CAST(:amounts AS text)::bigint[],
         CAST(:statuses AS text[])
     ) WITH ORDINALITY AS u(subscription_id, period_index, period_start, period_end, subtotal,
                            credit_applied, amount, status, ord)
@@ -106,7 +108,8 @@ _INSERT_INVOICES = text(
 _EXISTING = text(
     """
     SELECT i.subscription_id, i.period_start
-    FROM unnest(CAST(:subscription_ids AS bigint[]), CAST(:period_starts AS timestamptz[]))
+    FROM unnest(CAST(:subscription_ids AS text)::bigint[],
+                CAST(:period_starts AS timestamptz[]))
          AS u(subscription_id, period_start)
     JOIN invoice i ON i.subscription_id = u.subscription_id
                   AND i.period_start = u.period_start AND i.kind = 'RENEWAL'
@@ -134,11 +137,12 @@ _UPDATE_SUBSCRIPTIONS = text(
         billing_anchor = coalesce(u.billing_anchor, s.billing_anchor),
         anchor_period_index = coalesce(u.anchor_period_index, s.anchor_period_index)
     FROM unnest(
-        CAST(:ids AS bigint[]), CAST(:expected_versions AS bigint[]), CAST(:versions AS bigint[]),
-        CAST(:statuses AS text[]), CAST(:period_indexes AS int[]),
+        CAST(:ids AS text)::bigint[], CAST(:expected_versions AS text)::bigint[],
+        CAST(:versions AS text)::bigint[],
+        CAST(:statuses AS text[]), CAST(:period_indexes AS text)::int[],
         CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
-        CAST(:credit_balances AS bigint[]),
-        CAST(:event_counts AS int[]), CAST(:plan_changes AS boolean[]),
+        CAST(:credit_balances AS text)::bigint[],
+        CAST(:event_counts AS text)::int[], CAST(:plan_changes AS boolean[]),
         CAST(:anchors AS timestamptz[]), CAST(:anchor_period_indexes AS int[])
     ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
            credit_balance, event_count, plan_changed, billing_anchor,
@@ -152,8 +156,8 @@ _INSERT_CREDIT_USES = text(
     """
     INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)
     SELECT u.subscription_id, -u.amount, 'INVOICE', u.invoice_id, :now
-    FROM unnest(CAST(:subscription_ids AS bigint[]), CAST(:invoice_ids AS bigint[]),
-                CAST(:amounts AS bigint[])) AS u(subscription_id, invoice_id, amount)
+    FROM unnest(CAST(:subscription_ids AS text)::bigint[], CAST(:invoice_ids AS text)::bigint[],
+                CAST(:amounts AS text)::bigint[]) AS u(subscription_id, invoice_id, amount)
     """
 )
 
@@ -272,13 +276,13 @@ async def insert_renewal_invoices(
     result = await db.execute(
         _INSERT_INVOICES,
         {
-            "subscription_ids": ids,
-            "period_indexes": indexes,
+            "subscription_ids": int_array(ids),
+            "period_indexes": int_array(indexes),
             "period_starts": starts,
             "period_ends": ends,
-            "subtotals": subtotals,
-            "credits": credits,
-            "amounts": amounts,
+            "subtotals": int_array(subtotals),
+            "credits": int_array(credits),
+            "amounts": int_array(amounts),
             "statuses": statuses,
             "now": now,
         },
@@ -295,7 +299,7 @@ async def existing_renewals(
     result = await db.execute(
         _EXISTING,
         {
-            "subscription_ids": [k[0] for k in keys],
+            "subscription_ids": int_array(k[0] for k in keys),
             "period_starts": [k[1] for k in keys],
         },
     )
@@ -318,9 +322,18 @@ async def write_subscriptions(
     not at all; a write saying otherwise raises ``ValueError`` (nothing written)."""
     if not writes:
         return {}
-    columns: tuple[list[object], ...] = tuple([] for _ in range(12))
-    (ids, expected, versions, statuses, indexes, starts, ends, balances, counts, changed,
-     anchors, anchor_indexes) = columns  # fmt: skip
+    ids: list[int] = []
+    expected: list[int] = []
+    versions: list[int] = []
+    statuses: list[str] = []
+    indexes: list[int] = []
+    starts: list[datetime] = []
+    ends: list[datetime] = []
+    balances: list[int] = []
+    counts: list[int] = []
+    changed: list[bool] = []
+    anchors: list[datetime | None] = []
+    anchor_indexes: list[int | None] = []
     canceled = SubscriptionStatus.CANCELED
     for w in writes:
         if w.canceled_at != (now if w.status == canceled else None):
@@ -340,15 +353,15 @@ async def write_subscriptions(
     result = await db.execute(
         _UPDATE_SUBSCRIPTIONS,
         {
-            "ids": ids,
-            "expected_versions": expected,
-            "versions": versions,
+            "ids": int_array(ids),
+            "expected_versions": int_array(expected),
+            "versions": int_array(versions),
             "statuses": statuses,
-            "period_indexes": indexes,
+            "period_indexes": int_array(indexes),
             "period_starts": starts,
             "period_ends": ends,
-            "credit_balances": balances,
-            "event_counts": counts,
+            "credit_balances": int_array(balances),
+            "event_counts": int_array(counts),
             "plan_changes": changed,
             "anchors": anchors,
             "anchor_period_indexes": anchor_indexes,
@@ -365,9 +378,9 @@ async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime
     await db.execute(
         _INSERT_CREDIT_USES,
         {
-            "subscription_ids": [u.subscription_id for u in uses],
-            "invoice_ids": [u.invoice_id for u in uses],
-            "amounts": [u.amount for u in uses],
+            "subscription_ids": int_array(u.subscription_id for u in uses),
+            "invoice_ids": int_array(u.invoice_id for u in uses),
+            "amounts": int_array(u.amount for u in uses),
             "now": now,
         },
     )
