@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime
 
 import pytest
@@ -313,8 +313,6 @@ def test_a_new_invoice_is_open_and_due_now_unless_credit_covers_it() -> None:
 def test_a_renewal_keeps_every_field_of_the_state_but_the_version() -> None:
     """The renewal builds its next state field by field (the batch's hot path): a field added
     to SubscriptionState must be carried, as ``replace`` would."""
-    from dataclasses import fields
-
     at = datetime(2026, 3, 1, tzinfo=UTC)
     state = sub.SubscriptionState(
         id=9,
