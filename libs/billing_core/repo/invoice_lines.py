@@ -14,24 +14,29 @@ from collections.abc import Sequence
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from billing_core.db.arrays import int_array
+from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array, text_array
 from billing_core.domain.invoice_lines import InvoiceLine, InvoiceTotalMismatch, LineKind
 
 Db = AsyncSession | AsyncConnection
 
 
 _INSERT = text(
-    """
+    f"""
     WITH ins AS (
         INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
                                   amount, period_start, period_end, tax_inclusive)
-        SELECT * FROM unnest(
+        SELECT u.invoice_id, u.line_no, u.kind, u.description, u.quantity, u.unit_amount,
+               u.amount, {instant_sql("u.period_start")}, {instant_sql("u.period_end")},
+               u.tax_inclusive
+        FROM unnest(
             CAST(:invoice_ids AS text)::bigint[], CAST(:line_nos AS text)::int[],
-            CAST(:kinds AS text[]), CAST(:descriptions AS text[]),
+            CAST(:kinds AS text)::text[], CAST(:descriptions AS text)::text[],
             CAST(:quantities AS text)::int[], CAST(:unit_amounts AS text)::bigint[],
             CAST(:amounts AS text)::bigint[],
-            CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
-            CAST(:tax_inclusives AS boolean[]))
+            CAST(:period_starts AS text)::bigint[], CAST(:period_ends AS text)::bigint[],
+            CAST(:tax_inclusives AS text)::boolean[])
+            AS u(invoice_id, line_no, kind, description, quantity, unit_amount, amount,
+                 period_start, period_end, tax_inclusive)
         RETURNING invoice_id, kind, amount
     ), sums AS (
         SELECT invoice_id, sum(amount) AS total,
@@ -100,14 +105,14 @@ async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]
         {
             "invoice_ids": int_array(r[0] for r in rows),
             "line_nos": int_array(r[1] for r in rows),
-            "kinds": [str(r[2].kind) for r in rows],
-            "descriptions": [r[2].description for r in rows],
+            "kinds": text_array(r[2].kind.value for r in rows),
+            "descriptions": text_array(r[2].description for r in rows),
             "quantities": int_array(r[2].quantity for r in rows),
             "unit_amounts": int_array(r[2].unit_amount for r in rows),
             "amounts": int_array(r[2].amount for r in rows),
-            "period_starts": [r[2].period_start for r in rows],
-            "period_ends": [r[2].period_end for r in rows],
-            "tax_inclusives": [r[2].tax_inclusive for r in rows],
+            "period_starts": instant_array(r[2].period_start for r in rows),
+            "period_ends": instant_array(r[2].period_end for r in rows),
+            "tax_inclusives": bool_array(r[2].tax_inclusive for r in rows),
         },
     )
     wrong = sorted(int(r[0]) for r in result)

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from billing_core.db.arrays import int_array
+from billing_core.db.arrays import int_array, json_array, json_elements_sql, text_array
 from billing_core.domain.events import DomainEvent
 
 _APPEND = text(
@@ -53,14 +53,15 @@ _APPEND = text(
 # The event ids are random UUIDs drawn by PostgreSQL (``gen_random_uuid()``, version 4 like
 # ``uuid.uuid4()``): nothing to generate and encode per event in the writer.
 _INSERT_NUMBERED = text(
-    """
+    f"""
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
                               payload, occurred_at)
     SELECT gen_random_uuid(), e.aggregate_id, e.sequence, e.event_type, e.schema_version,
            e.payload, :occurred_at
     FROM unnest(
         CAST(:aggregate_ids AS text)::bigint[], CAST(:sequences AS text)::bigint[],
-        CAST(:types AS text[]), CAST(:versions AS text)::int[], CAST(:payloads AS jsonb[])
+        CAST(:types AS text)::text[], CAST(:versions AS text)::int[],
+        {json_elements_sql("payloads")}
     ) AS e(aggregate_id, sequence, event_type, schema_version, payload)
     """
 )
@@ -122,9 +123,9 @@ async def insert_numbered_events(
         {
             "aggregate_ids": int_array(aggregate_ids),
             "sequences": int_array(sequences),
-            "types": types,
+            "types": text_array(types),
             "versions": int_array(versions),
-            "payloads": payloads,
+            "payloads": json_array(payloads),
             "occurred_at": occurred_at,
         },
     )

@@ -20,7 +20,14 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from billing_core.db.arrays import int_array
+from billing_core.db.arrays import (
+    bool_array,
+    instant_array,
+    instant_sql,
+    int_array,
+    nullable_int_array,
+    text_array,
+)
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus
@@ -79,22 +86,23 @@ _CLAIM_ONE = _CLAIM.replace(
 # invoice is due or paid from its status (``insert_renewal_invoices`` checks that the planned
 # invoices say the same): fewer arrays for the driver to encode, row by row.
 _INSERT_INVOICES = text(
-    """
+    f"""
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
                          period_end, subtotal, credit_applied, amount, currency, status,
                          next_attempt_at, paid_at, closed_at, created_at, updated_at)
-    SELECT u.subscription_id, s.customer_id, 'RENEWAL', u.period_index, u.period_start,
-           u.period_end, u.subtotal, u.credit_applied, u.amount, p.currency, u.status,
+    SELECT u.subscription_id, s.customer_id, 'RENEWAL', u.period_index,
+           {instant_sql("u.period_start")}, {instant_sql("u.period_end")}, u.subtotal,
+           u.credit_applied, u.amount, p.currency, u.status,
            CASE WHEN u.status = 'OPEN' THEN CAST(:now AS timestamptz) END,
            CASE WHEN u.status = 'PAID' THEN CAST(:now AS timestamptz) END,
            CASE WHEN u.status IN ('PAID', 'VOID') THEN CAST(:now AS timestamptz) END,
            :now, :now
     FROM unnest(
         CAST(:subscription_ids AS text)::bigint[], CAST(:period_indexes AS text)::int[],
-        CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+        CAST(:period_starts AS text)::bigint[], CAST(:period_ends AS text)::bigint[],
         CAST(:subtotals AS text)::bigint[], CAST(:credits AS text)::bigint[],
         CAST(:amounts AS text)::bigint[],
-        CAST(:statuses AS text[])
+        CAST(:statuses AS text)::text[]
     ) WITH ORDINALITY AS u(subscription_id, period_index, period_start, period_end, subtotal,
                            credit_applied, amount, status, ord)
     JOIN subscription s ON s.id = u.subscription_id
@@ -106,21 +114,22 @@ _INSERT_INVOICES = text(
 )
 
 _EXISTING = text(
-    """
+    f"""
     SELECT i.subscription_id, i.period_start
     FROM unnest(CAST(:subscription_ids AS text)::bigint[],
-                CAST(:period_starts AS timestamptz[]))
+                CAST(:period_starts AS text)::bigint[])
          AS u(subscription_id, period_start)
     JOIN invoice i ON i.subscription_id = u.subscription_id
-                  AND i.period_start = u.period_start AND i.kind = 'RENEWAL'
+                  AND i.period_start = {instant_sql("u.period_start")} AND i.kind = 'RENEWAL'
     """
 )
 
 _UPDATE_SUBSCRIPTIONS = text(
-    """
+    f"""
     UPDATE subscription s
     SET status = u.status, period_index = u.period_index,
-        current_period_start = u.period_start, current_period_end = u.period_end,
+        current_period_start = {instant_sql("u.period_start")},
+        current_period_end = {instant_sql("u.period_end")},
         credit_balance = u.credit_balance,
         canceled_at = CASE WHEN u.status = 'CANCELED' THEN CAST(:now AS timestamptz) END,
         version = u.version, updated_at = :now, event_seq = s.event_seq + u.event_count,
@@ -134,16 +143,16 @@ _UPDATE_SUBSCRIPTIONS = text(
         scheduled_plan_id = CASE WHEN u.plan_changed OR u.status = 'CANCELED' THEN NULL
                                  ELSE s.scheduled_plan_id END,
         -- moved by a scheduled change to another interval (else written as it was)
-        billing_anchor = coalesce(u.billing_anchor, s.billing_anchor),
+        billing_anchor = coalesce({instant_sql("u.billing_anchor")}, s.billing_anchor),
         anchor_period_index = coalesce(u.anchor_period_index, s.anchor_period_index)
     FROM unnest(
         CAST(:ids AS text)::bigint[], CAST(:expected_versions AS text)::bigint[],
         CAST(:versions AS text)::bigint[],
-        CAST(:statuses AS text[]), CAST(:period_indexes AS text)::int[],
-        CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
+        CAST(:statuses AS text)::text[], CAST(:period_indexes AS text)::int[],
+        CAST(:period_starts AS text)::bigint[], CAST(:period_ends AS text)::bigint[],
         CAST(:credit_balances AS text)::bigint[],
-        CAST(:event_counts AS text)::int[], CAST(:plan_changes AS boolean[]),
-        CAST(:anchors AS timestamptz[]), CAST(:anchor_period_indexes AS int[])
+        CAST(:event_counts AS text)::int[], CAST(:plan_changes AS text)::boolean[],
+        CAST(:anchors AS text)::bigint[], CAST(:anchor_period_indexes AS text)::int[]
     ) AS u(id, expected_version, version, status, period_index, period_start, period_end,
            credit_balance, event_count, plan_changed, billing_anchor,
            anchor_period_index)
@@ -278,12 +287,12 @@ async def insert_renewal_invoices(
         {
             "subscription_ids": int_array(ids),
             "period_indexes": int_array(indexes),
-            "period_starts": starts,
-            "period_ends": ends,
+            "period_starts": instant_array(starts),
+            "period_ends": instant_array(ends),
             "subtotals": int_array(subtotals),
             "credits": int_array(credits),
             "amounts": int_array(amounts),
-            "statuses": statuses,
+            "statuses": text_array(statuses),
             "now": now,
         },
     )
@@ -300,7 +309,7 @@ async def existing_renewals(
         _EXISTING,
         {
             "subscription_ids": int_array(k[0] for k in keys),
-            "period_starts": [k[1] for k in keys],
+            "period_starts": instant_array(k[1] for k in keys),
         },
     )
     return {(int(row.subscription_id), row.period_start) for row in result}
@@ -356,15 +365,15 @@ async def write_subscriptions(
             "ids": int_array(ids),
             "expected_versions": int_array(expected),
             "versions": int_array(versions),
-            "statuses": statuses,
+            "statuses": text_array(statuses),
             "period_indexes": int_array(indexes),
-            "period_starts": starts,
-            "period_ends": ends,
+            "period_starts": instant_array(starts),
+            "period_ends": instant_array(ends),
             "credit_balances": int_array(balances),
             "event_counts": int_array(counts),
-            "plan_changes": changed,
-            "anchors": anchors,
-            "anchor_period_indexes": anchor_indexes,
+            "plan_changes": bool_array(changed),
+            "anchors": instant_array(anchors),
+            "anchor_period_indexes": nullable_int_array(anchor_indexes),
             "now": now,
         },
     )
