@@ -18,6 +18,7 @@ from billing_core.domain.errors import (
 from billing_core.domain.period import (
     Interval,
     boundary,
+    interval_named,
     period_bounds,
     period_end,
     period_index_at,
@@ -284,3 +285,11 @@ def test_period_index_at_inverts_boundary(anchor: datetime, tz: str, n: int) -> 
         end = boundary(anchor, interval, n + 1, tz)
         assert period_index_at(anchor, interval, tz, start) == n
         assert period_index_at(anchor, interval, tz, end - timedelta(microseconds=1)) == n
+
+
+def test_an_interval_is_named_by_its_value_and_nothing_else() -> None:
+    assert interval_named("MONTH") is Interval.MONTH
+    assert interval_named("YEAR") is Interval.YEAR
+    for bad in ["month", "WEEK", "", None, 12]:
+        with pytest.raises(ValueError, match="is not a billing interval"):
+            interval_named(bad)  # type: ignore[arg-type]

@@ -221,7 +221,7 @@ def plan_renewal(
     """
     trialing = due.state.status == SubscriptionStatus.TRIALING
     try:
-        interval = period_rules.Interval(due.billing_interval)
+        interval = period_rules.interval_named(due.billing_interval)
         # A trial ends at the anchor, where period 0 starts.
         current_end = (
             due.billing_anchor

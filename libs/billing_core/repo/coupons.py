@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.arrays import int_array
 from billing_core.db.pg import Connection
 from billing_core.domain.coupons import Coupon, Discount, Duration, check_redeemable
 from billing_core.domain.errors import DomainError
@@ -201,7 +202,7 @@ _DISCOUNTS = text(
     SELECT d.subscription_id, d.from_period, d.until_period,
            {", ".join(f"c.{c.strip()}" for c in _COLUMNS.split(","))}
     FROM subscription_discount d JOIN coupon c ON c.code = d.coupon_code
-    WHERE d.subscription_id = ANY(CAST(:ids AS bigint[]))
+    WHERE d.subscription_id = ANY(CAST(:ids AS text)::bigint[])
     """
 )
 
@@ -210,7 +211,7 @@ async def discounts_for(db: Db, subscription_ids: Sequence[int]) -> dict[int, Di
     """The discount of each subscription that has one (one statement for a batch)."""
     if not subscription_ids:
         return {}
-    rows = (await db.execute(_DISCOUNTS, {"ids": list(subscription_ids)})).mappings()
+    rows = (await db.execute(_DISCOUNTS, {"ids": int_array(subscription_ids)})).mappings()
     return {
         int(r["subscription_id"]): Discount(_coupon(r), int(r["from_period"]), r["until_period"])
         for r in rows

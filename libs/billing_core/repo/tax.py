@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.arrays import int_array
 from billing_core.domain.tax import TaxLocation, TaxRate
 
 Db = AsyncSession | AsyncConnection
@@ -23,7 +25,7 @@ _RATES = text(
         WHERE t.country = l.country AND t.region IN (l.region, '')
         ORDER BY t.region DESC LIMIT 1
     ) r ON true
-    WHERE l.subscription_id = ANY(CAST(:ids AS bigint[]))
+    WHERE l.subscription_id = ANY(CAST(:ids AS text)::bigint[])
     """
 )
 
@@ -42,13 +44,17 @@ async def rates_for(db: Db, subscription_ids: Sequence[int]) -> dict[int, TaxRat
     a subscription without a location or without a rate is absent."""
     if not subscription_ids:
         return {}
-    rows = await db.execute(_RATES, {"ids": list(subscription_ids)})
-    return {
-        int(r.subscription_id): TaxRate(
-            r.country, r.region or None, int(r.rate_ppm), bool(r.inclusive), r.name
-        )
-        for r in rows
-    }
+    rows = await db.execute(_RATES, {"ids": int_array(subscription_ids)})
+    rates: dict[tuple[Any, ...], TaxRate] = {}  # a batch has thousands of rows, few rates
+    found: dict[int, TaxRate] = {}
+    for subscription_id, _, _, *columns in rows:
+        rate = rates.get(tuple(columns))
+        if rate is None:
+            country, region, rate_ppm, inclusive, name = columns
+            rate = TaxRate(country, region or None, int(rate_ppm), bool(inclusive), name)
+            rates[tuple(columns)] = rate
+        found[int(subscription_id)] = rate
+    return found
 
 
 async def set_location(
