@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from billing_core.domain.errors import InvalidAmount
+from billing_core.domain.values import value_object
 
 
-@dataclass(frozen=True)
+@value_object
 class CreditSplit:
     amount_due: int
     credit_used: int

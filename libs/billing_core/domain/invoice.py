@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain.errors import IllegalTransition, InvoiceNotPayable
+from billing_core.domain.values import value_object
 
 
 class InvoiceStatus(StrEnum):
@@ -58,7 +59,7 @@ class InvoiceState:
         return is_settled(self.status)
 
 
-@dataclass(frozen=True)
+@value_object
 class Opening:
     """How a new invoice starts."""
 

@@ -19,12 +19,12 @@ checker verifies it for every invoice.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
 from billing_core.domain.errors import DomainError
 from billing_core.domain.proration import Proration
+from billing_core.domain.values import value_object
 
 
 class LineKind(StrEnum):
@@ -44,7 +44,7 @@ class InvoiceTotalMismatch(DomainError):
     """An invoice's amount or credit is not what its lines add up to."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class InvoiceLine:
     kind: LineKind
     description: str

@@ -44,13 +44,14 @@ from billing_core.domain.subscription import (
     SubscriptionState,
     SubscriptionStatus,
 )
+from billing_core.domain.values import value_object
 
 
 class BadSubscriptionData(Exception):
     """A due subscription that cannot be renewed without guessing (parked, never guessed at)."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class DueSubscription:
     """A subscription whose current period has ended, with its plan's price and interval."""
 
@@ -77,7 +78,7 @@ class DueSubscription:
         return self.state.id
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class RenewalInvoice:
     """A renewal invoice to insert: one period of the plan, less the credit it consumes."""
 
@@ -140,7 +141,7 @@ class RenewalInvoice:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class RenewedSubscription:
     """The new state of one due subscription; ``expected_version`` is the one it was read at."""
 
@@ -310,7 +311,7 @@ def plan_renewal(
     return RenewalPlan(due, write, invoices, canceled, already_invoiced, trailing, leading)
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class _Counting:
     """How periods are counted: period ``anchor_index`` starts at ``anchor``, each one
     ``interval`` long."""

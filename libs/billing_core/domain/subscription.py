@@ -8,7 +8,7 @@ Each transition returns the new state and the events to emit, or raises. Every r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -16,6 +16,7 @@ from billing_core.domain import events as ev
 from billing_core.domain.errors import DomainError, IllegalTransition, SubscriptionCanceledError
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.period import Period
+from billing_core.domain.values import value_object
 
 
 class SubscriptionStatus(StrEnum):
@@ -36,7 +37,7 @@ class InvalidPause(DomainError):
     """A pause that cannot be applied as asked (e.g. a resumesAt that is not in the future)."""
 
 
-@dataclass(frozen=True)
+@value_object
 class Pause:
     """Collection paused since ``paused_at``, until a resume (``resumes_at``: automatic then).
 
@@ -53,7 +54,7 @@ class Pause:
         return self.resumes_at is None or period_start < self.resumes_at
 
 
-@dataclass(frozen=True)
+@value_object
 class SubscriptionState:
     id: int
     status: SubscriptionStatus
