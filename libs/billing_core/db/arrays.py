@@ -37,17 +37,15 @@ def nullable_int_array(values: Iterable[int | None]) -> str:
 
 
 def text_array(values: Iterable[str | None]) -> str:
-    """``values`` as an array literal of strings (any characters), ``None`` as NULL."""
-    return (
-        "{"
-        + ",".join(
-            [
-                "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-                for v in values
-            ]
-        )
-        + "}"
-    )
+    """``values`` as an array literal of strings (any characters), ``None`` as NULL. A batch's
+    strings repeat (statuses, kinds, event types, line descriptions): each distinct one is
+    quoted once."""
+    values = list(values)
+    quoted = {
+        v: "NULL" if v is None else '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        for v in set(values)
+    }
+    return "{" + ",".join(map(quoted.__getitem__, values)) + "}"
 
 
 def bool_array(values: Iterable[bool | None]) -> str:

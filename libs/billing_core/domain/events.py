@@ -10,7 +10,6 @@ An ``EventType`` member's value is the type on the wire: ``EventType.INVOICE_PAI
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -18,6 +17,7 @@ from typing import Any, Protocol
 from billing_core.domain import event_payloads as p
 from billing_core.domain.instant import iso_utc
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+from billing_core.domain.values import value_object
 
 SCHEMA_VERSION = 1  # the version of every type today; each model carries its own
 
@@ -40,7 +40,7 @@ class EventType(StrEnum):
     SUBSCRIPTION_RESUMED = "SubscriptionResumed"
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class DomainEvent:
     """One event: its payload model says its type, version and subscription."""
 

@@ -20,13 +20,13 @@ Results are timezone-aware UTC datetimes.
 from __future__ import annotations
 
 import calendar
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from billing_core.domain.errors import BeforeAnchor, InvalidPeriodIndex, UnknownTimeZone
 from billing_core.domain.instant import require_aware
+from billing_core.domain.values import value_object
 
 __all__ = [
     "Interval",
@@ -46,7 +46,7 @@ class Interval(StrEnum):
     YEAR = "YEAR"
 
 
-@dataclass(frozen=True)
+@value_object
 class Period:
     start: datetime
     end: datetime

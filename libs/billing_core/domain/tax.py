@@ -30,6 +30,7 @@ from typing import Protocol
 
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice_lines import InvoiceLine, LineKind, single
+from billing_core.domain.values import value_object
 
 PPM = 1_000_000
 TAXABLE_KINDS = frozenset(
@@ -77,7 +78,7 @@ class TaxRequest:
     lines: Sequence[InvoiceLine]
 
 
-@dataclass(frozen=True, slots=True)
+@value_object
 class TaxedLines:
     lines: list[InvoiceLine]  # the taxable lines as billed, then the others, then TAX lines
     tax: int  # the sum of the TAX lines
