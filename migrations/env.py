@@ -32,9 +32,11 @@ def _run(connection: Connection) -> None:
 
 async def _run_online() -> None:
     engine = create_async_engine(_url())
-    async with engine.connect() as connection:
-        await connection.run_sync(_run)
-    await engine.dispose()
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_run)
+    finally:  # a refused migration too: its connection is closed, not left to the collector
+        await engine.dispose()
 
 
 if context.is_offline_mode():
