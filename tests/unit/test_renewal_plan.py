@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 import pytest
 
+from billing_core.domain.coupons import Coupon, Discount, Duration
 from billing_core.domain.events import EventType
 from billing_core.domain.invoice import InvoiceStatus
+from billing_core.domain.invoice_lines import LineKind
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.renewal import (
     BadSubscriptionData,
@@ -16,7 +19,13 @@ from billing_core.domain.renewal import (
     plan_renewal,
     renewal_events,
 )
-from billing_core.domain.subscription import SubscriptionState, SubscriptionStatus
+from billing_core.domain.subscription import (
+    Pause,
+    PauseBehavior,
+    SubscriptionState,
+    SubscriptionStatus,
+)
+from billing_core.domain.tax import TaxRate
 
 PARIS = "Europe/Paris"
 # Midnight on Jan 31 in Paris: the month-end anchor that must not drift to the 28th.
@@ -97,6 +106,55 @@ def test_missed_periods_are_caught_up_in_order_without_gaps() -> None:
     assert plan.invoices[-1].period_end == paris(2026, 6, 30)
     assert plan.write.current_period_end > now
     assert plan.write.period_index == 4
+
+
+VAT_20 = TaxRate("FR", None, 200_000, False, "VAT")
+# 10 % off period 1 only.
+TEN_OFF_PERIOD_1 = Discount(Coupon("TEN", Duration.ONCE, percent_off_bp=1_000), 1, 2)
+
+
+def test_each_invoice_is_priced_once_discounted_taxed_then_credited() -> None:
+    now = paris(2026, 4, 1)  # periods 1 and 2 are due
+    plan = plan_renewal(
+        due(price=1000, credit=500),
+        now=now,
+        max_periods=24,
+        rate=VAT_20,
+        discount=TEN_OFF_PERIOD_1,
+    )
+    first, second = plan.invoices
+    # 1000 - 100 discount = 900, + 20 % VAT (180) = 1080, less the 500 of credit.
+    assert [(line.kind, line.amount) for line in first.lines] == [
+        (LineKind.PLAN_PERIOD, 1000),
+        (LineKind.DISCOUNT, -100),
+        (LineKind.TAX, 180),
+    ]
+    assert (first.subtotal, first.tax, first.credit_applied, first.amount) == (1080, 180, 500, 580)
+    # No discount on period 2: 1000 + 200 VAT, no credit left.
+    assert [(line.kind, line.amount) for line in second.lines] == [
+        (LineKind.PLAN_PERIOD, 1000),
+        (LineKind.TAX, 200),
+    ]
+    assert (second.subtotal, second.tax, second.credit_applied, second.amount) == (
+        1200,
+        200,
+        0,
+        1200,
+    )
+    assert plan.write.credit_balance == 0
+
+
+def test_a_paused_period_is_priced_the_same_and_takes_no_credit() -> None:
+    now = paris(2026, 3, 1)
+    base = due(price=1000, credit=500)
+    paused = replace(
+        base, state=replace(base.state, pause=Pause(PauseBehavior.KEEP_AS_DRAFT, paris(2026, 2, 1)))
+    )
+    plan = plan_renewal(paused, now=now, max_periods=24, rate=VAT_20)
+    [invoice] = plan.invoices
+    assert (invoice.status, invoice.subtotal, invoice.tax) == (InvoiceStatus.DRAFT, 1200, 200)
+    assert (invoice.credit_applied, invoice.amount, invoice.next_attempt_at) == (0, 1200, None)
+    assert plan.write.credit_balance == 500
 
 
 def test_credit_is_consumed_in_order_and_a_covered_invoice_opens_paid() -> None:

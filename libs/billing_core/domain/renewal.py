@@ -9,17 +9,20 @@ The planner walks the subscription's missed periods in order (catch-up): at each
 ``subscription.renew_or_cancel_at_period_end`` either cancels it (its ``cancel_at_period_end``
 flag) or renews it, in which case the next period comes from the drift-free ``period_end`` of the
 anchor and the invoice takes what credit the subscription has (``credit.apply_credit``) and
-starts as ``invoice.opening`` says. A period whose renewal invoice already exists (a replayed
-batch) is advanced over without a second invoice and without consuming credit: that period is
-already billed. A paused period (the subscription's collection is paused and the period starts
-before the pause's resume time, if any) is invoiced all the same — never a skipped period — but
-VOID or DRAFT as the pause says, at the plan's price and without consuming credit. A plan change
-scheduled for the period end (``state.scheduled_plan_code``) is applied at the first period
-boundary the planner crosses (SubscriptionPlanChanged, ``changedAt`` = that boundary): that
-period and the later ones are invoiced at the new plan's price. When that plan bills at another
-interval, the billing anchor moves to that boundary (``anchor_period_index`` = the period
-starting there) and the periods from it on are counted in the new interval
-(:mod:`billing_core.domain.interval_change`).
+starts as ``invoice.opening`` says. Each invoice is priced once, at its final figures: the plan
+period's line, less the subscription's ``discount`` where it covers the period
+(``coupons.plan_period_lines``), taxed at the subscription's ``rate`` when it has one
+(``tax.taxed_at``), then the credit applied to that total; its lines before credit go with it.
+A period whose renewal invoice already exists (a replayed batch) is advanced over without a
+second invoice and without consuming credit: that period is already billed. A paused period
+(the subscription's collection is paused and the period starts before the pause's resume time,
+if any) is invoiced all the same — never a skipped period — but VOID or DRAFT as the pause says,
+priced the same and without consuming credit. A plan change scheduled for the period end
+(``state.scheduled_plan_code``) is applied at the first period boundary the planner crosses
+(SubscriptionPlanChanged, ``changedAt`` = that boundary): that period and the later ones are
+invoiced at the new plan's price. When that plan bills at another interval, the billing anchor
+moves to that boundary (``anchor_period_index`` = the period starting there) and the periods
+from it on are counted in the new interval (:mod:`billing_core.domain.interval_change`).
 
 Periods are counted from the anchor: period ``n`` is ``n - anchor_period_index`` intervals from
 ``billing_anchor`` (``anchor_period_index`` is 0 until a plan change to another interval moved
@@ -37,13 +40,17 @@ from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import period as period_rules
 from billing_core.domain import subscription as subscription_rules
+from billing_core.domain.coupons import Discount, plan_period_lines
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceKind, InvoiceStatus
+from billing_core.domain.invoice_lines import InvoiceLine
+from billing_core.domain.period import Period
 from billing_core.domain.subscription import (
     PauseBehavior,
     SubscriptionState,
     SubscriptionStatus,
 )
+from billing_core.domain.tax import TaxedLines, TaxRate, taxed_at
 from billing_core.domain.values import value_object
 
 
@@ -97,48 +104,14 @@ class RenewalInvoice:
     paid_at: datetime | None
     tax: int = 0  # the tax in subtotal (billing_core.domain.tax), set when a rate applies
     voided_at: datetime | None = None  # created VOID (a paused period's)
-    # The plan the period is invoiced at (a scheduled change applied at an earlier boundary of
-    # the batch: the new plan) and its price, before any discount or tax.
-    plan_code: str = ""
-    plan_price: int = 0
+    # Its lines before credit: the plan period's, a discount's, the tax's (their total is the
+    # subtotal; the credit line follows from credit_applied).
+    lines: tuple[InvoiceLine, ...] = ()
 
     @property
     def paused(self) -> bool:
         """A paused period's invoice (created VOID or DRAFT, never collected)."""
         return self.status in (InvoiceStatus.VOID, InvoiceStatus.DRAFT)
-
-    def priced(
-        self,
-        *,
-        subtotal: int,
-        credit_applied: int,
-        amount: int,
-        status: InvoiceStatus,
-        next_attempt_at: datetime | None,
-        paid_at: datetime | None,
-        tax: int,
-    ) -> RenewalInvoice:
-        """This invoice with its figures as priced (discount, tax, credit) and how it opens at
-        them; the rest as it is. (``dataclasses.replace`` does the same, several times slower,
-        and a renewal batch reprices every taxed or discounted invoice.)"""
-        return RenewalInvoice(
-            self.subscription_id,
-            self.customer_id,
-            self.period_index,
-            self.period_start,
-            self.period_end,
-            subtotal,
-            credit_applied,
-            amount,
-            self.currency,
-            status,
-            next_attempt_at,
-            paid_at,
-            tax,
-            self.voided_at,
-            self.plan_code,
-            self.plan_price,
-        )
 
 
 @value_object
@@ -178,33 +151,6 @@ class RenewalPlan:
     # Events before the invoices' (SubscriptionTrialEnded).
     leading_events: list[DomainEvent] = field(default_factory=list)
 
-    def repriced(self, invoices: list[RenewalInvoice], credit_balance: int) -> RenewalPlan:
-        """This plan with its invoices priced again and the credit balance left after them."""
-        w = self.write
-        write = RenewedSubscription(
-            w.id,
-            w.expected_version,
-            w.version,
-            w.status,
-            w.period_index,
-            w.current_period_start,
-            w.current_period_end,
-            credit_balance,
-            w.canceled_at,
-            w.plan_changed,
-            w.billing_anchor,
-            w.anchor_period_index,
-        )
-        return RenewalPlan(
-            self.due,
-            write,
-            invoices,
-            self.canceled,
-            self.already_invoiced,
-            self.trailing_events,
-            self.leading_events,
-        )
-
 
 def plan_renewal(
     due: DueSubscription,
@@ -212,12 +158,15 @@ def plan_renewal(
     now: datetime,
     max_periods: int,
     existing: Collection[tuple[int, datetime]] = (),
+    rate: TaxRate | None = None,
+    discount: Discount | None = None,
 ) -> RenewalPlan:
     """Decide the renewals (or the cancellation) of one due subscription at ``now``.
 
     Renews at most ``max_periods`` periods; a subscription still due afterwards stays due and is
     taken again later. ``existing``: the (subscription id, period start) renewals already
-    invoiced. Raises :class:`BadSubscriptionData` for rows that cannot be renewed without
+    invoiced. ``rate`` and ``discount``: the subscription's tax rate and discount (none when
+    absent). Raises :class:`BadSubscriptionData` for rows that cannot be renewed without
     guessing (unknown time zone or interval, periods that do not follow from the anchor).
     """
     trialing = due.state.status == SubscriptionStatus.TRIALING
@@ -253,10 +202,9 @@ def plan_renewal(
     trailing: list[DomainEvent] = []
     leading: list[DomainEvent] = []
     canceled = False
-    # The price periods are invoiced at, and how they are counted (both change at a scheduled
-    # plan change).
-    price, plan_changed, counting = (
-        due.price_amount,
+    # How periods are priced and counted (both change at a scheduled plan change).
+    pricing, plan_changed, counting = (
+        _Pricing(due.price_amount, rate, discount),
         False,
         _Counting(due.billing_anchor, due.anchor_period_index, interval),
     )
@@ -285,12 +233,13 @@ def plan_renewal(
         if state.scheduled_plan_code is not None and due.scheduled_price_amount is not None:
             state, events, counting = _apply_scheduled_change(due, state, start, index, counting)
             leading.extend(events)
-            price, plan_changed = due.scheduled_price_amount, True
+            pricing = _Pricing(due.scheduled_price_amount, rate, discount)
+            plan_changed = True
         end = counting.period_end(index, due.time_zone)
         if (due.id, start) in existing:
             already_invoiced.append(index)
             continue
-        invoice, balance = _period_invoice(due, state, price, balance, index, (start, end), now)
+        invoice, balance = _period_invoice(due, state, pricing, balance, index, (start, end), now)
         invoices.append(invoice)
     # Every write bumps the version (at least once), so an API write that read the row before
     # this renewal fails its optimistic check instead of overwriting the renewal.
@@ -326,6 +275,21 @@ class _Counting:
         )
 
 
+@value_object
+class _Pricing:
+    """How a period is priced: the plan's price, less ``discount`` where it covers the period,
+    taxed at ``rate``."""
+
+    price: int
+    rate: TaxRate | None
+    discount: Discount | None
+
+    def lines(self, plan_code: str, index: int, period: Period) -> TaxedLines:
+        return taxed_at(
+            self.rate, plan_period_lines(plan_code, self.price, self.discount, index, period)
+        )
+
+
 def _apply_scheduled_change(
     due: DueSubscription,
     state: SubscriptionState,
@@ -352,67 +316,53 @@ def _apply_scheduled_change(
 def _period_invoice(
     due: DueSubscription,
     state: SubscriptionState,
-    price: int,
+    pricing: _Pricing,
     balance: int,
     index: int,
     bounds: tuple[datetime, datetime],
     now: datetime,
 ) -> tuple[RenewalInvoice, int]:
-    """The renewal invoice of period ``index`` at ``price``, and the credit balance after it."""
+    """The renewal invoice of period ``index`` of ``state``'s plan as ``pricing`` prices it, and
+    the credit balance after it. A paused period's is priced the same but takes no credit (the
+    balance waits for invoices that are collected) and is VOID or DRAFT as the pause says, never
+    due for a charge."""
     start, end = bounds
-    if state.pause is not None and state.pause.covers(start):
-        return _paused_invoice(due, state, price, index, (start, end), now), balance
-    split = credit_rules.apply_credit(price, balance)
-    opening = invoice_rules.opening(split.amount_due, now)
+    priced = pricing.lines(state.plan_code, index, Period(start, end))
+    subtotal = priced.total
+    pause = state.pause
+    if pause is not None and pause.covers(start):
+        void = pause.behavior == PauseBehavior.VOID
+        status, credit_used, amount_due = (
+            InvoiceStatus.VOID if void else InvoiceStatus.DRAFT,
+            0,
+            subtotal,
+        )
+        next_attempt_at = paid_at = None
+        voided_at = now if void else None
+    else:
+        split = credit_rules.apply_credit(subtotal, balance)
+        opening = invoice_rules.opening(split.amount_due, now)
+        status, credit_used, amount_due = opening.status, split.credit_used, split.amount_due
+        next_attempt_at, paid_at, voided_at = opening.next_attempt_at, opening.paid_at, None
+        balance = split.credit_remaining
     invoice = RenewalInvoice(
-        subscription_id=due.id,
-        customer_id=due.customer_id,
-        period_index=index,
-        period_start=start,
-        period_end=end,
-        subtotal=price,
-        credit_applied=split.credit_used,
-        amount=split.amount_due,
-        currency=due.currency,
-        status=opening.status,
-        next_attempt_at=opening.next_attempt_at,
-        paid_at=opening.paid_at,
-        plan_code=state.plan_code,
-        plan_price=price,
+        due.id,
+        due.customer_id,
+        index,
+        start,
+        end,
+        subtotal,
+        credit_used,
+        amount_due,
+        due.currency,
+        status,
+        next_attempt_at,
+        paid_at,
+        priced.tax,
+        voided_at,
+        tuple(priced.lines),
     )
-    return invoice, split.credit_remaining
-
-
-def _paused_invoice(
-    due: DueSubscription,
-    state: SubscriptionState,
-    price: int,
-    index: int,
-    bounds: tuple[datetime, datetime],
-    now: datetime,
-) -> RenewalInvoice:
-    """A paused period's renewal: the plan's price, no credit consumed (the balance waits for
-    invoices that are collected), VOID or DRAFT as the pause says, never due for a charge."""
-    assert state.pause is not None
-    start, end = bounds
-    void = state.pause.behavior == PauseBehavior.VOID
-    return RenewalInvoice(
-        subscription_id=due.id,
-        customer_id=due.customer_id,
-        period_index=index,
-        period_start=start,
-        period_end=end,
-        subtotal=price,
-        credit_applied=0,
-        amount=price,
-        currency=due.currency,
-        status=InvoiceStatus.VOID if void else InvoiceStatus.DRAFT,
-        next_attempt_at=None,
-        paid_at=None,
-        voided_at=now if void else None,
-        plan_code=state.plan_code,
-        plan_price=price,
-    )
+    return invoice, balance
 
 
 def renewal_events(plan: RenewalPlan, invoice_ids: Sequence[int]) -> list[DomainEvent]:

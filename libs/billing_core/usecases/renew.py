@@ -69,10 +69,16 @@ def _plan_all(
     plans: list[RenewalPlan] = []
     for due in rows:
         try:
-            plan = renewal_rules.plan_renewal(
-                due, now=now, max_periods=max_periods, existing=existing
+            plans.append(
+                renewal_rules.plan_renewal(
+                    due,
+                    now=now,
+                    max_periods=max_periods,
+                    existing=existing,
+                    rate=pricing.rates.get(due.id),
+                    discount=pricing.discounts.get(due.id),
+                )
             )
-            plans.append(pricing.reprice(plan, now))
         except Exception as exc:  # bad data: park the row visibly, keep the batch going
             parked.append(due.id)
             log.error("renewal_row_parked", subscription_id=due.id, error=repr(exc))
@@ -191,7 +197,7 @@ async def renew_due_batch(
         missing = sorted({w.id for w in writes} - reserved.keys())
         raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
     await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
-    await write_batch_lines(db, plans, ids, pricing)
+    await write_batch_lines(db, plans, ids)
     await outbox_repo.insert_numbered_events(db, events, reserved, now)
     result.events = len(events)
     return result

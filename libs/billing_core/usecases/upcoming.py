@@ -14,7 +14,7 @@ from billing_core.domain.renewal import DueSubscription, RenewalInvoice
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.domain.tax import TaxRate
 from billing_core.repo.subscriptions import Subscription, domain_state
-from billing_core.usecases.renewal_lines import apply_taxes, invoice_lines
+from billing_core.usecases.renewal_lines import invoice_lines
 
 
 class NoUpcomingInvoice(DomainError):
@@ -60,6 +60,6 @@ def upcoming_invoice(
         anchor_period_index=sub.anchor_period_index,
     )
     at = sub.current_period_end
-    plan = apply_taxes(renewal_rules.plan_renewal(due, now=at, max_periods=1), rate, at, discount)
+    plan = renewal_rules.plan_renewal(due, now=at, max_periods=1, rate=rate, discount=discount)
     (invoice,) = plan.invoices
-    return UpcomingInvoice(invoice, invoice_lines(plan, invoice, rate, discount))
+    return UpcomingInvoice(invoice, invoice_lines(invoice))
