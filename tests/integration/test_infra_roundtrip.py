@@ -24,6 +24,26 @@ async def test_postgres_round_trip(engine: AsyncEngine) -> None:
     assert tz == "UTC"
 
 
+async def test_postgres_runs_with_the_checkpoint_tuning_of_the_infra_script(
+    engine: AsyncEngine,
+) -> None:
+    """scripts/infra.sh's tuning reaches the server (its billing.conf, rewritten at each start):
+    no checkpoint in the middle of a 1st of the month's WAL, full pages compressed."""
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT name, setting::bigint FROM pg_settings WHERE name IN "
+                "('max_wal_size', 'checkpoint_timeout', 'shared_buffers')"
+            )
+        )
+        settings = {name: int(value) for name, value in rows}
+        compression = (await conn.execute(text("SHOW wal_compression"))).scalar_one()
+    assert settings["max_wal_size"] == 16 * 1024  # MB
+    assert settings["checkpoint_timeout"] == 30 * 60  # s
+    assert settings["shared_buffers"] * 8 >= 256 * 1024  # 8 kB pages: at least 256 MB
+    assert compression == "lz4"
+
+
 async def test_redis_round_trip(redis: aioredis.Redis, redis_prefix: str) -> None:
     key = f"{redis_prefix}rt"
     await redis.set(key, "42", px=10_000)
