@@ -30,6 +30,7 @@ from services.api.context import get_context
 from services.api.idempotency import Outcome, Record, SubscriptionsWrite, rolled_back
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
+from services.api.routes.id_reads import id_read
 from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
@@ -143,18 +144,27 @@ async def create_subscription(
     return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
 
 
-@router.get(
-    "/subscriptions/{id}",
-    response_model=SubscriptionOut,
-    summary="Read a subscription",
-    responses=problems(401, 403, 404, 422, 429),
-)
-async def get_subscription(
-    request: Request, subscription_id: SubscriptionId, _client: Reader
-) -> Response:
+async def _read_subscription(request: Request, subscription_id: int) -> Response:
     async with get_context(request).pg.acquire() as conn:
         sub = await subscriptions_repo.fetch(conn, subscription_id)
     return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
+
+
+async def get_subscription(
+    request: Request, subscription_id: SubscriptionId, _client: Reader
+) -> Response:
+    return await _read_subscription(request, subscription_id)
+
+
+router.add_api_route(
+    "/subscriptions/{id}",
+    get_subscription,
+    methods=["GET"],
+    response_model=SubscriptionOut,
+    summary="Read a subscription",
+    responses=problems(401, 403, 404, 422, 429),
+    route_class_override=id_read(Scope.SUBSCRIPTIONS_READ, _read_subscription),
+)
 
 
 @router.post(

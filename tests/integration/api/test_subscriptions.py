@@ -493,3 +493,21 @@ async def test_cancel_returns_credit_of_voided_invoices_and_canceled_keeps_its_p
         f"/subscriptions/{sub['id']}/change-plan", json={"planCode": "PRO_MONTHLY"}, headers=key()
     )
     assert_problem(refused, 409, "state-conflict")
+
+
+async def test_a_read_by_id_answers_as_declared_whatever_the_spelling_of_the_id(
+    client: httpx.AsyncClient, anonymous: httpx.AsyncClient
+) -> None:
+    """GET /subscriptions/{id} takes a short path for a plain id (guard, then read) and FastAPI's
+    declared one for any other spelling: both answer as the declaration says."""
+    sub = await subscribe(client)
+    plain = await client.get(f"/subscriptions/{sub['id']}")
+    assert plain.status_code == 200
+    assert plain.json()["id"] == sub["id"]
+    padded = await client.get(f"/subscriptions/00{sub['id']}")  # FastAPI's parsing
+    assert padded.status_code == 200
+    assert padded.content == plain.content
+    for bad in ("0", "-1", "abc", "1.5", "9223372036854775808"):
+        assert_problem(await client.get(f"/subscriptions/{bad}"), 422, "validation-error")
+    assert_problem(await client.get("/subscriptions/9223372036854775807"), 404, "subscription-not-found")
+    assert (await anonymous.get(f"/subscriptions/{sub['id']}")).status_code == 401
