@@ -509,5 +509,7 @@ async def test_a_read_by_id_answers_as_declared_whatever_the_spelling_of_the_id(
     assert padded.content == plain.content
     for bad in ("0", "-1", "abc", "1.5", "9223372036854775808"):
         assert_problem(await client.get(f"/subscriptions/{bad}"), 422, "validation-error")
-    assert_problem(await client.get("/subscriptions/9223372036854775807"), 404, "subscription-not-found")
+    assert_problem(
+        await client.get("/subscriptions/9223372036854775807"), 404, "subscription-not-found"
+    )
     assert (await anonymous.get(f"/subscriptions/{sub['id']}")).status_code == 401
