@@ -108,11 +108,6 @@ class RenewalInvoice:
     # subtotal; the credit line follows from credit_applied).
     lines: tuple[InvoiceLine, ...] = ()
 
-    @property
-    def paused(self) -> bool:
-        """A paused period's invoice (created VOID or DRAFT, never collected)."""
-        return self.status in (InvoiceStatus.VOID, InvoiceStatus.DRAFT)
-
 
 @value_object
 class RenewedSubscription:
