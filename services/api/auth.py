@@ -132,11 +132,6 @@ class ScopedKey(SecurityBase):
 _GUARDS = {scope: ScopedKey(scope) for scope in Scope}
 
 
-def guard(scope: Scope) -> ScopedKey:
-    """The one guard of ``scope`` (what :func:`requires` declares), to call directly."""
-    return _GUARDS[scope]
-
-
 def requires(scope: Scope) -> Any:
     """``Annotated[ApiClient, requires(Scope.X)]``: the route needs a key with scope X."""
     return Security(_GUARDS[scope], scopes=[scope.value])

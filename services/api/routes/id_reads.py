@@ -1,9 +1,11 @@
 """Reads of one resource by its ``{id}``, without FastAPI's per-request dependency resolution.
 
 The route is declared like any other (its OpenAPI, its guard, its validation errors), but a
-request whose ``{id}`` is a plain decimal in range goes straight to the key's guard and the
-read: resolving the path parameter and the security dependency was a third of a GET's CPU. Any
-other ``{id}`` takes FastAPI's own handler, so what it answers stays exactly FastAPI's.
+request whose ``{id}`` is a plain decimal in range goes straight to the route's declared guard
+and the read: resolving the path parameter and the security dependency was a third of a GET's
+CPU. Any other ``{id}`` takes FastAPI's own handler, so what it answers stays exactly FastAPI's.
+A route that declares anything besides its one guard is refused when it is built: the short
+path would skip it.
 """
 
 from __future__ import annotations
@@ -16,8 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from billing_core.domain.money import BIGINT_MAX
-from billing_core.domain.scopes import Scope
-from services.api.auth import guard
+from services.api.auth import ScopedKey
 
 Read = Callable[[Request, int], Awaitable[Response]]
 _MAX_DIGITS = len(str(BIGINT_MAX))
@@ -32,14 +33,19 @@ def plain_id(raw: str) -> int | None:
     return value if value <= BIGINT_MAX else None
 
 
-def id_read(scope: Scope, read: Read) -> type[APIRoute]:
-    """A route class for ``GET .../{id}`` that needs ``scope``: a plain id is guarded and read
-    by ``read(request, id)``; anything else goes through the declared endpoint."""
-    check = guard(scope)
+def id_read(read: Read) -> type[APIRoute]:
+    """A route class for ``GET .../{id}``: a plain id is checked by the route's declared guard
+    and read by ``read(request, id)``; anything else goes through the declared endpoint."""
 
     class IdRead(APIRoute):
         def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
             declared = super().get_route_handler()
+            calls = [dependency.call for dependency in self.dependant.dependencies]
+            if len(calls) != 1 or not isinstance(calls[0], ScopedKey):
+                raise TypeError(
+                    f"{self.path}: a read by id declares exactly one API-key guard, not {calls}"
+                )
+            check = calls[0]
 
             async def handler(request: Request) -> Response:
                 value = plain_id(request.path_params["id"])

@@ -163,7 +163,7 @@ router.add_api_route(
     response_model=SubscriptionOut,
     summary="Read a subscription",
     responses=problems(401, 403, 404, 422, 429),
-    route_class_override=id_read(Scope.SUBSCRIPTIONS_READ, _read_subscription),
+    route_class_override=id_read(_read_subscription),
 )
 
 
