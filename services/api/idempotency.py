@@ -52,6 +52,7 @@ from services.api.problems import (
 log = get_logger(__name__)
 
 MAX_KEY_LENGTH = 255
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
 RETRY_AFTER_SECONDS = 1
 JSON = "application/json"
@@ -93,7 +94,9 @@ def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
     return hashlib.sha256(method.encode() + b"\n" + path.encode() + b"\n" + canonical).digest()
 
 
-def _validate_key(raw: str | None) -> str | None:
+def validate_key(raw: str | None) -> str | None:
+    """The request's ``Idempotency-Key`` header as a key (None when absent); a problem when it
+    is not a usable key."""
     if raw is None:
         return None
     key = raw.strip()
@@ -327,7 +330,7 @@ def _stored_headers(headers: Mapping[str, str]) -> dict[str, str]:
 _IdempotencyKey = Annotated[
     str | None,
     Header(
-        alias="Idempotency-Key",
+        alias=IDEMPOTENCY_KEY_HEADER,
         description="Makes the request safe to retry: the first response is stored and "
         "replayed for the same key (24 h by default).",
     ),
@@ -344,7 +347,7 @@ def idempotent_write(scope: Scope) -> Any:
             request: Request, client: ApiClient, idempotency_key: str | None = None
         ) -> IdempotentWrite:
             return IdempotentWrite(
-                get_context(request), request, client, _validate_key(idempotency_key)
+                get_context(request), request, client, validate_key(idempotency_key)
             )
 
         # Real objects, not the strings of postponed annotations: the scope is this call's.
@@ -359,6 +362,12 @@ def idempotent_write(scope: Scope) -> Any:
 
 
 _WRITES: dict[Scope, Any] = {}
+
+
+def is_keyed_write(call: object) -> bool:
+    """``call`` is the dependency of an ``idempotent_write(scope)`` declaration."""
+    return any(declared.dependency is call for declared in _WRITES.values())
+
 
 # The write of most routes: subscriptions and what they bill (customers, trials, renewals).
 SubscriptionsWrite = Annotated[IdempotentWrite, idempotent_write(Scope.SUBSCRIPTIONS_WRITE)]

@@ -31,6 +31,7 @@ from services.api.idempotency import Outcome, Record, SubscriptionsWrite, rolled
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
 from services.api.routes.id_reads import id_read
+from services.api.routes.keyed_writes import KeyedWrite
 from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
@@ -67,17 +68,6 @@ async def _subscription_outcome(
     return outcome(status, SubscriptionOut.of(sub), etag=etag(sub.version))
 
 
-@router.post(
-    "/subscriptions",
-    status_code=201,
-    response_model=SubscriptionOut,
-    summary="Subscribe a customer to a plan",
-    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
-    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
-    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
-    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
-    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
-)
 async def create_subscription(
     request: Request, body: CreateSubscriptionRequest, write: Writes
 ) -> Response:
@@ -142,6 +132,22 @@ async def create_subscription(
     if body.coupon_code is not None:
         return await write.run_on_pool(work_with_coupon, sequences=subscribe_uc.ID_SEQUENCES)
     return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
+
+
+router.add_api_route(
+    "/subscriptions",
+    create_subscription,
+    methods=["POST"],
+    status_code=201,
+    response_model=SubscriptionOut,
+    summary="Subscribe a customer to a plan",
+    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
+    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
+    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
+    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
+    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
+    route_class_override=KeyedWrite,
+)
 
 
 async def _read_subscription(request: Request, subscription_id: int) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 
@@ -513,3 +514,45 @@ async def test_a_read_by_id_answers_as_declared_whatever_the_spelling_of_the_id(
         await client.get("/subscriptions/9223372036854775807"), 404, "subscription-not-found"
     )
     assert (await anonymous.get(f"/subscriptions/{sub['id']}")).status_code == 401
+
+
+async def test_a_create_answers_as_declared_whatever_the_request(
+    client: httpx.AsyncClient, anonymous: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    """POST /subscriptions takes a short path for a JSON body its model accepts (guard, key,
+    endpoint) and FastAPI's declared one for anything else: both answer as declared, in the
+    declared order (an unreadable body before the key, the key before the Idempotency-Key)."""
+    customer = (await new_customer(client))["id"]
+    valid = json.dumps({"customerId": customer, "planCode": "BASIC_MONTHLY"}).encode()
+
+    async def post(
+        body: bytes, content_type: str | None = "application/json", **headers: str
+    ) -> httpx.Response:
+        sent = {**headers, **({"Content-Type": content_type} if content_type else {})}
+        return await client.post("/subscriptions", content=body, headers=sent)
+
+    with_charset = await post(valid, "application/json; charset=utf-8", **key())
+    assert with_charset.status_code == 201, with_charset.text
+    for body, content_type in (
+        (valid, "text/plain"),
+        (b"[]", "application/json"),
+        (b"null", "application/json"),
+        (b'{"customerId": "x", "planCode": "BASIC_MONTHLY"}', "application/json"),
+        (valid[:-1] + b', "extra": 1}', "application/json"),
+    ):
+        assert_problem(await post(body, content_type, **key()), 422, "validation-error")
+    assert_problem(await post(b"{", **key()), 400, "malformed-json")
+    assert_problem(
+        await anonymous.post(
+            "/subscriptions", content=b"{", headers={"Content-Type": "application/json", **key()}
+        ),
+        400,
+        "malformed-json",
+    )
+    no_key = await anonymous.post(
+        "/subscriptions", content=valid, headers={"Content-Type": "application/json", **key()}
+    )
+    assert_problem(no_key, 401, "unauthorized")
+    assert_problem(await post(valid), 400, "idempotency-key-required")
+    assert_problem(await post(valid, **{"Idempotency-Key": " "}), 400, "idempotency-key-invalid")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
