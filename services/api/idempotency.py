@@ -94,9 +94,7 @@ def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
     return hashlib.sha256(method.encode() + b"\n" + path.encode() + b"\n" + canonical).digest()
 
 
-def validate_key(raw: str | None) -> str | None:
-    """The request's ``Idempotency-Key`` header as a key (None when absent); a problem when it
-    is not a usable key."""
+def _validate_key(raw: str | None) -> str | None:
     if raw is None:
         return None
     key = raw.strip()
@@ -347,7 +345,7 @@ def idempotent_write(scope: Scope) -> Any:
             request: Request, client: ApiClient, idempotency_key: str | None = None
         ) -> IdempotentWrite:
             return IdempotentWrite(
-                get_context(request), request, client, validate_key(idempotency_key)
+                get_context(request), request, client, _validate_key(idempotency_key)
             )
 
         # Real objects, not the strings of postponed annotations: the scope is this call's.

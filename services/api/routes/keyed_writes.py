@@ -3,12 +3,13 @@ resolution.
 
 As for reads by id (:mod:`services.api.routes.id_reads`): the route is declared like any other
 (its OpenAPI, its guard, its validation errors), but a request whose body is JSON that the
-route's own body field accepts goes straight to the key's guard, the ``Idempotency-Key`` check
-and the endpoint: resolving the body, the header and the security dependency was an eighth of a
-``POST /subscriptions``. Any other request (no JSON content type, a body the field refuses)
-takes FastAPI's declared handler, so what it answers stays exactly FastAPI's. A route that
-declares anything besides the request, its body and its keyed write, or whose endpoint does not
-answer a ``Response`` itself, is refused when it is built: the short path would skip it.
+route's own body field accepts goes straight to the key's guard, the declared write (which
+checks the ``Idempotency-Key``) and the endpoint: resolving the body, the header and the
+security dependency was an eighth of a ``POST /subscriptions``. Any other request (no JSON
+content type, a body the field refuses) takes FastAPI's declared handler, so what it answers
+stays exactly FastAPI's. A route that declares anything besides the request, its body and its
+keyed write, or whose endpoint does not answer a ``Response`` itself, is refused when it is
+built: the short path would skip it.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from services.api.auth import ScopedKey
-from services.api.context import get_context
-from services.api.idempotency import IDEMPOTENCY_KEY_HEADER, IdempotentWrite, is_keyed_write
-from services.api.idempotency import validate_key as validated_key
+from services.api.idempotency import IDEMPOTENCY_KEY_HEADER, is_keyed_write
 
 
 def json_media_type(content_type: str | None) -> bool:
@@ -76,8 +75,8 @@ class KeyedWrite(APIRoute):
             )
         guard = guards[0]
         request_name, body_name = dependant.request_param_name, body_field.name
-        write_name = writes[0].name
-        assert write_name is not None
+        write_name, keyed_write = writes[0].name, writes[0].call
+        assert write_name is not None and keyed_write is not None
 
         async def handler(request: Request) -> Response:
             if not json_media_type(request.headers.get("content-type")):
@@ -92,8 +91,7 @@ class KeyedWrite(APIRoute):
             if errors:
                 return await declared(request)
             client = await guard(request)
-            key = validated_key(request.headers.get(IDEMPOTENCY_KEY_HEADER))
-            write = IdempotentWrite(get_context(request), request, client, key)
+            write = await keyed_write(request, client, request.headers.get(IDEMPOTENCY_KEY_HEADER))
             response: Response = await endpoint(
                 **{request_name: request, body_name: body, write_name: write}
             )
