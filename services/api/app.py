@@ -73,6 +73,8 @@ receive the payment gateway's signed results.
 # Connections of the plain asyncpg pool that serves the hot paths (GET and POST /subscriptions):
 # requests past this many wait for one to be released rather than open and close new ones.
 PG_POOL_SIZE = 16
+# Keyed creates written by one statement at most (those that arrived while the last was written).
+CREATE_GROUP_SIZE = 32
 
 
 def api_engine(settings: ApiSettings) -> AsyncEngine:
@@ -130,6 +132,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             context.engine.execution_options(isolation_level="AUTOCOMMIT")
         )
         context.pg_ = await pg.create_pool(settings, max_size=PG_POOL_SIZE)
+        context.creates_ = Batcher(context.write_creates, max_size=CREATE_GROUP_SIZE, max_wait=0)
         context.webhooks_ = Batcher(
             context.record_webhooks,
             max_size=50,
@@ -172,6 +175,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             context.sessions_ = None
             context.reads_ = None
             context.webhooks_ = None
+            context.creates_ = None
             log.info("api_stopped")
 
     app = FastAPI(

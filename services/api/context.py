@@ -15,8 +15,11 @@ from billing_core.db.pg import Connection, Pool
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo import ids as ids_repo
 from billing_core.repo import plans as plans_repo
+from billing_core.repo import subscription_groups
 from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.plans import Plan, PlanNotFound
+from billing_core.repo.subscription_groups import KeyedNew
+from billing_core.repo.subscriptions import Claimed
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
@@ -114,6 +117,7 @@ class AppContext:
     sessions_: async_sessionmaker[AsyncSession] | None = None
     reads_: async_sessionmaker[AsyncSession] | None = None
     webhooks_: Batcher[WebhookToRecord, str] | None = None
+    creates_: Batcher[KeyedNew, Claimed] | None = None
     pg_: Pool | None = None
     console: Sessions = field(default_factory=lambda: Sessions(None, 8 * 3600))
 
@@ -162,6 +166,18 @@ class AppContext:
         if self.webhooks_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.webhooks_
+
+    @property
+    def creates(self) -> Batcher[KeyedNew, Claimed]:
+        """Keyed creates written in groups: those that arrive while a group is written are
+        written together next, by one statement (``subscription_groups``)."""
+        if self.creates_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.creates_
+
+    async def write_creates(self, items: Sequence[KeyedNew]) -> list[Claimed]:
+        async with self.pg.acquire() as conn:
+            return await subscription_groups.insert_unless_claimed(conn, items)
 
     async def record_webhooks(self, webhooks: Sequence[WebhookToRecord]) -> list[str]:
         async with self.sessions.begin() as session:

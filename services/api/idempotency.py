@@ -39,6 +39,7 @@ from billing_core.repo import idempotency as idempotency_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.idempotency import StoredResponse
+from billing_core.repo.subscription_groups import KeyedNew
 from services.api.auth import actor_of, requires
 from services.api.context import AppContext, get_context
 from services.api.problems import (
@@ -76,11 +77,9 @@ Work = Callable[[AsyncSession, datetime], Awaitable[Outcome]]
 # (connection, now, the ids drawn, the record to store for an outcome) -> the outcome
 Record = Callable[[Outcome], idempotency_repo.NewRecord]
 PoolWork = Callable[[Connection, datetime, Sequence[int], Record], Awaitable[Outcome]]
-# (connection, now, the record to store for an outcome) -> what the statement found, and the
-# outcome it stored if it wrote anything
-OneStatement = Callable[
-    [Connection, datetime, Record], Awaitable[tuple[subscriptions_repo.Claimed, Outcome]]
-]
+# (connection, now, the record to store for an outcome) -> the whole keyed request to write in
+# one statement, and the outcome it stores (the connection is for drawing ids and reading plans)
+Prepare = Callable[[Connection, datetime, Record], Awaitable[tuple[KeyedNew, Outcome]]]
 
 
 def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
@@ -193,14 +192,16 @@ class IdempotentWrite:
         return None if stored is None else self._replay(stored, method, path, fingerprint)
 
     async def run_in_one_statement(
-        self, attempt: OneStatement, work: PoolWork, *, sequences: Sequence[str] = ()
+        self, prepare: Prepare, work: PoolWork, *, sequences: Sequence[str] = ()
     ) -> Response:
-        """:meth:`run_on_pool` in one statement when it can be: ``attempt`` writes everything
-        (the key's lock, the look-up, the rows and the stored response) in one statement if
-        the key is free and nothing is stored under it. What that statement cannot decide
-        alone goes to :meth:`run_on_pool` with ``work``: a refused request (its error must
-        not hide a response stored under the key), an expired stored response, and a first
-        request that committed while this one started."""
+        """:meth:`run_on_pool` in one statement when it can be: ``prepare`` builds the request's
+        rows and the statement writes everything (the key's lock, the look-up, the rows and the
+        stored response) if the key is free and nothing is stored under it; the requests that
+        arrive while one such statement runs are written together by the next
+        (``ctx.creates``). What that statement cannot decide alone goes to :meth:`run_on_pool`
+        with ``work``: a refused request (its error must not hide a response stored under the
+        key), an expired stored response, and a first request that committed while this one
+        started."""
         self.require_key()
         key = self.key
         assert key is not None
@@ -208,18 +209,20 @@ class IdempotentWrite:
         method = self._request.method
         path = self._request.url.path
         fingerprint = request_fingerprint(method, path, await self._request.body())
-        async with ctx.pg.acquire() as conn:
-            now = ctx.clock.now()
-            try:
-                claimed, outcome = await attempt(
+        claimed: subscriptions_repo.Claimed | None = None
+        try:
+            async with ctx.pg.acquire() as conn:
+                now = ctx.clock.now()
+                new, outcome = await prepare(
                     conn, now, self._record_for(key, method, path, fingerprint, now)
                 )
-            except DomainError:
-                claimed = None
-            except UniqueViolationError as exc:
-                if exc.constraint_name != STORED_KEY_CONSTRAINT:
-                    raise
-                claimed = None
+            claimed = await ctx.creates.submit(new)
+        except DomainError:
+            claimed = None
+        except UniqueViolationError as exc:
+            if exc.constraint_name != STORED_KEY_CONSTRAINT:
+                raise
+            claimed = None
         if claimed is None or (
             not claimed.created and claimed.stored is not None and claimed.stored.expires_at <= now
         ):

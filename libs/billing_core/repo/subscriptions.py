@@ -321,7 +321,7 @@ def _invoice_parameters(invoice: Invoice | None) -> tuple[object, ...]:
     )
 
 
-def _written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[int, ...]:
+def written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[int, ...]:
     """What the statement must have written: invoices, events, audit rows, the lines' total
     (the first invoice's amount, as its lines say)."""
     if invoice is None:
@@ -329,7 +329,7 @@ def _written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[in
     return (1, len(events), 1, invoice.amount)
 
 
-def _new_parameters(
+def new_parameters(
     sub: Subscription,
     invoice: Invoice | None,
     lines: Sequence[InvoiceLine],
@@ -390,7 +390,7 @@ async def insert_new(
     connection, and ``record`` (the API's stored response) with them. :class:`UnknownCustomer`
     when ``sub``'s customer does not exist (the statement wrote nothing)."""
     params = (
-        *_new_parameters(sub, invoice, lines, events, now),
+        *new_parameters(sub, invoice, lines, events, now),
         *audit.parameters(audit_entry, now),
     )
     try:
@@ -402,7 +402,7 @@ async def insert_new(
             )
     except asyncpg.ForeignKeyViolationError as exc:
         raise _unknown_customer(exc, sub) from exc
-    if tuple(row) != _written(invoice, events):
+    if tuple(row) != written(invoice, events):
         raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows/line total")
 
 
@@ -427,7 +427,7 @@ async def insert_new_unless_claimed(
     try:
         row = await conn.fetchrow(
             _INSERT_NEW_UNLESS_CLAIMED,
-            *_new_parameters(sub, invoice, lines, events, now),
+            *new_parameters(sub, invoice, lines, events, now),
             *audit.parameters(audit_entry, now),
             *idempotency.record_parameters(record),
             idempotency.lock_id(record.client_id, record.key),
@@ -437,7 +437,7 @@ async def insert_new_unless_claimed(
     locked, subs, invoices, written_events, audits, line_total, records = row[:7]
     created = subs == 1
     if (subs, invoices, written_events, audits, line_total, records) != (
-        (1, *_written(invoice, events), 1) if created else (0, 0, 0, 0, 0, 0)
+        (1, *written(invoice, events), 1) if created else (0, 0, 0, 0, 0, 0)
     ):
         raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:7])}")
     stored = None if row[7] is None else idempotency.stored_response(row[7:])

@@ -18,6 +18,7 @@ from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit as audit_repo
 from billing_core.repo import idempotency as idempotency_repo
 from billing_core.repo import invoices as invoices_repo
+from billing_core.repo import subscription_groups
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.plans import Plan
 
@@ -249,25 +250,24 @@ async def subscribe(
     )
 
 
-async def subscribe_unless_claimed(
-    conn: Connection,
+def keyed(
     new: NewSubscription,
     *,
     now: datetime,
     actor: audit_repo.Actor,
     record: idempotency_repo.NewRecord,
-) -> subscriptions_repo.Claimed:
-    """:func:`subscribe` as a whole keyed request in one statement, outside any transaction:
-    only if the request's key is free (see ``subscriptions_repo.insert_new_unless_claimed``)."""
-    return await subscriptions_repo.insert_new_unless_claimed(
-        conn,
+) -> subscription_groups.KeyedNew:
+    """``new`` as a whole keyed request, to be written in one statement outside any
+    transaction, alone or with others' (``subscription_groups.insert_unless_claimed``): only
+    if the request's key is free."""
+    return subscription_groups.KeyedNew(
         new.subscription,
         new.invoice,
         new.lines,
         new.events,
-        now=now,
-        audit_entry=audit_entry(new, actor),
-        record=record,
+        now,
+        audit_entry(new, actor),
+        record,
     )
 
 

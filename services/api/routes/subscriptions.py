@@ -20,6 +20,7 @@ from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import history as history_repo
 from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
+from billing_core.repo import subscription_groups
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
 from billing_core.usecases import cancel as cancel_uc
@@ -99,14 +100,11 @@ async def create_subscription(
         )
         return new, created
 
-    async def attempt(
+    async def prepare(
         conn: Connection, now: datetime, record: Record
-    ) -> tuple[subscriptions_repo.Claimed, Outcome]:
+    ) -> tuple[subscription_groups.KeyedNew, Outcome]:
         new, created = await build(conn, now, await ctx.subscription_ids.take(conn))
-        claimed = await subscribe_uc.subscribe_unless_claimed(
-            conn, new, now=now, actor=write.actor, record=record(created)
-        )
-        return claimed, created
+        return subscribe_uc.keyed(new, now=now, actor=write.actor, record=record(created)), created
 
     async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
         new, created = await build(conn, now, ids)
@@ -131,7 +129,7 @@ async def create_subscription(
 
     if body.coupon_code is not None:
         return await write.run_on_pool(work_with_coupon, sequences=subscribe_uc.ID_SEQUENCES)
-    return await write.run_in_one_statement(attempt, work, sequences=subscribe_uc.ID_SEQUENCES)
+    return await write.run_in_one_statement(prepare, work, sequences=subscribe_uc.ID_SEQUENCES)
 
 
 router.add_api_route(
