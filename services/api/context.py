@@ -80,6 +80,16 @@ class PlanCatalogue:
             plans = await plans_repo.fetch_active(conn)
             self._by_code = {plan.code: plan for plan in plans}
             self._expires = time.monotonic() + self._ttl
+        return self._plan(code)
+
+    async def get_pooled(self, pool: Pool, code: str) -> Plan:
+        """:meth:`get`, taking a connection from ``pool`` only when the catalogue is read."""
+        if time.monotonic() >= self._expires:
+            async with pool.acquire() as conn:
+                return await self.get(conn, code)
+        return self._plan(code)
+
+    def _plan(self, code: str) -> Plan:
         plan = self._by_code.get(code)
         if plan is None:
             raise PlanNotFound(code)
@@ -100,6 +110,13 @@ class IdBlocks:
             drawn = await ids_repo.draw(conn, self._sequences, self._block)
             drawn.reverse()
             self._ready = drawn + self._ready
+        return self._ready.pop()
+
+    async def take_pooled(self, pool: Pool) -> tuple[int, ...]:
+        """:meth:`take`, taking a connection from ``pool`` only when a block is drawn."""
+        if not self._ready:
+            async with pool.acquire() as conn:
+                return await self.take(conn)
         return self._ready.pop()
 
 

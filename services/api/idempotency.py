@@ -77,9 +77,9 @@ Work = Callable[[AsyncSession, datetime], Awaitable[Outcome]]
 # (connection, now, the ids drawn, the record to store for an outcome) -> the outcome
 Record = Callable[[Outcome], idempotency_repo.NewRecord]
 PoolWork = Callable[[Connection, datetime, Sequence[int], Record], Awaitable[Outcome]]
-# (connection, now, the record to store for an outcome) -> the whole keyed request to write in
-# one statement, and the outcome it stores (the connection is for drawing ids and reading plans)
-Prepare = Callable[[Connection, datetime, Record], Awaitable[tuple[KeyedNew, Outcome]]]
+# (now, the record to store for an outcome) -> the whole keyed request to write in one
+# statement, and the outcome it stores
+Prepare = Callable[[datetime, Record], Awaitable[tuple[KeyedNew, Outcome]]]
 
 
 def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
@@ -149,7 +149,7 @@ class IdempotentWrite:
     async def _run_once(self, work: Work) -> Response:
         ctx = self._ctx
         method = self._request.method
-        path = self._request.url.path
+        path = self._request.scope["path"]
         fingerprint = (
             request_fingerprint(method, path, await self._request.body())
             if self.key is not None
@@ -207,15 +207,12 @@ class IdempotentWrite:
         assert key is not None
         ctx = self._ctx
         method = self._request.method
-        path = self._request.url.path
+        path = self._request.scope["path"]
         fingerprint = request_fingerprint(method, path, await self._request.body())
         claimed: subscriptions_repo.Claimed | None = None
         try:
-            async with ctx.pg.acquire() as conn:
-                now = ctx.clock.now()
-                new, outcome = await prepare(
-                    conn, now, self._record_for(key, method, path, fingerprint, now)
-                )
+            now = ctx.clock.now()
+            new, outcome = await prepare(now, self._record_for(key, method, path, fingerprint, now))
             claimed = await ctx.creates.submit(new)
         except DomainError:
             claimed = None
@@ -273,7 +270,7 @@ class IdempotentWrite:
         assert key is not None
         ctx = self._ctx
         method = self._request.method
-        path = self._request.url.path
+        path = self._request.scope["path"]
         fingerprint = request_fingerprint(method, path, await self._request.body())
         client_id = self.client.id
         async with ctx.pg.acquire() as conn, conn.transaction():

@@ -23,6 +23,7 @@ from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import subscription_groups
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
+from billing_core.repo.plans import Plan
 from billing_core.usecases import cancel as cancel_uc
 from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
@@ -74,15 +75,15 @@ async def create_subscription(
 ) -> Response:
     ctx = get_context(request)
 
-    async def build(
-        conn: Connection,
+    def build(
+        plan: Plan,
         now: datetime,
         ids: Sequence[int],
         discount: coupon_rules.Discount | None = None,
     ) -> tuple[subscribe_uc.NewSubscription, Outcome]:
         subscription_id, invoice_id = ids
         new = subscribe_uc.new_subscription(
-            await ctx.plans.get(conn, body.plan_code),
+            plan,
             subscription_id=subscription_id,
             invoice_id=invoice_id,
             customer_id=body.customer_id,
@@ -101,13 +102,15 @@ async def create_subscription(
         return new, created
 
     async def prepare(
-        conn: Connection, now: datetime, record: Record
+        now: datetime, record: Record
     ) -> tuple[subscription_groups.KeyedNew, Outcome]:
-        new, created = await build(conn, now, await ctx.subscription_ids.take(conn))
+        # Plans and ids are cached: a connection is taken only to refresh them.
+        plan = await ctx.plans.get_pooled(ctx.pg, body.plan_code)
+        new, created = build(plan, now, await ctx.subscription_ids.take_pooled(ctx.pg))
         return subscribe_uc.keyed(new, now=now, actor=write.actor, record=record(created)), created
 
     async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
-        new, created = await build(conn, now, ids)
+        new, created = build(await ctx.plans.get(conn, body.plan_code), now, ids)
         await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
         return created
 
@@ -122,7 +125,7 @@ async def create_subscription(
             conn, body.coupon_code, currency=plan.currency, now=now
         )
         discount = coupon_rules.redeem(coupon, starting_period=0)
-        new, created = await build(conn, now, ids, discount)
+        new, created = build(plan, now, ids, discount)
         await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
         await coupons_repo.insert_discount_on(conn, new.subscription.id, discount, now=now)
         return created
