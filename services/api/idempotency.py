@@ -82,11 +82,20 @@ PoolWork = Callable[[Connection, datetime, Sequence[int], Record], Awaitable[Out
 Prepare = Callable[[datetime, Record], Awaitable[tuple[KeyedNew, Outcome]]]
 
 
-def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
-    """Hash of what makes two requests "the same": method, path and the JSON body's meaning."""
+# The request's JSON body, as a route that parsed it already leaves it in the request's scope
+# (a 1-tuple: the body may be ``null``), so that its fingerprint does not parse it again.
+PARSED_BODY = "billing.parsed_body"
+
+
+def request_fingerprint(
+    method: str, path: str, body: bytes, parsed: tuple[object] | None = None
+) -> bytes:
+    """Hash of what makes two requests "the same": method, path and the JSON body's meaning.
+    ``parsed``: ``(json.loads(body),)`` when the caller has it."""
     try:
+        value = json.loads(body) if parsed is None else parsed[0]
         canonical = json.dumps(
-            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()
     except ValueError:
         canonical = body
@@ -121,6 +130,10 @@ class IdempotentWrite:
         """Who makes this write, for its ``audit_event`` row."""
         return actor_of(self._request, self.client.id)
 
+    async def _fingerprint(self, method: str, path: str) -> bytes:
+        body = await self._request.body()
+        return request_fingerprint(method, path, body, self._request.scope.get(PARSED_BODY))
+
     def require_key(self) -> None:
         if self.key is None:
             raise ApiProblem(
@@ -150,11 +163,7 @@ class IdempotentWrite:
         ctx = self._ctx
         method = self._request.method
         path = self._request.scope["path"]
-        fingerprint = (
-            request_fingerprint(method, path, await self._request.body())
-            if self.key is not None
-            else b""
-        )
+        fingerprint = await self._fingerprint(method, path) if self.key is not None else b""
         async with ctx.sessions.begin() as session:
             now = ctx.clock.now()
             if self.key is not None:
@@ -208,7 +217,7 @@ class IdempotentWrite:
         ctx = self._ctx
         method = self._request.method
         path = self._request.scope["path"]
-        fingerprint = request_fingerprint(method, path, await self._request.body())
+        fingerprint = await self._fingerprint(method, path)
         claimed: subscriptions_repo.Claimed | None = None
         try:
             now = ctx.clock.now()
@@ -271,7 +280,7 @@ class IdempotentWrite:
         ctx = self._ctx
         method = self._request.method
         path = self._request.scope["path"]
-        fingerprint = request_fingerprint(method, path, await self._request.body())
+        fingerprint = await self._fingerprint(method, path)
         client_id = self.client.id
         async with ctx.pg.acquire() as conn, conn.transaction():
             now = ctx.clock.now()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from starlette.responses import Response
 
 from billing_core.domain.scopes import Scope
-from services.api.idempotency import IdempotentWrite, idempotent_write
+from services.api.idempotency import IdempotentWrite, idempotent_write, request_fingerprint
 from services.api.routes.keyed_writes import KeyedWrite, json_media_type
 
 Write = Annotated[IdempotentWrite, idempotent_write(Scope.SUBSCRIPTIONS_WRITE)]
@@ -83,3 +84,21 @@ def test_a_keyed_write_that_declares_anything_else_is_refused(
         APIRouter().add_api_route(
             "/things", endpoint, methods=["POST"], route_class_override=KeyedWrite
         )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"b": 1, "a": [1, 2]}', b'{ "a":[1,2],"b":1 }', b"null", b"[]", b'"\\u00e9"', b"{}"],
+)
+def test_a_fingerprint_from_the_parsed_body_is_that_of_the_body(body: bytes) -> None:
+    """The short path hands its parsed body to the fingerprint: same hash as parsing again."""
+    parsed = (json.loads(body),)
+    again = request_fingerprint("POST", "/s", body)
+    assert request_fingerprint("POST", "/s", body, parsed) == again
+
+
+def test_a_fingerprint_is_of_the_body_s_meaning_not_its_spelling() -> None:
+    spelled = request_fingerprint("POST", "/s", b'{"a": 1, "b": 2}')
+    assert request_fingerprint("POST", "/s", b'{"b":2,"a":1}') == spelled
+    assert request_fingerprint("POST", "/s", b'{"a": 1, "b": 3}') != spelled
+    assert request_fingerprint("POST", "/t", b'{"a": 1, "b": 2}') != spelled

@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from services.api.auth import ScopedKey
-from services.api.idempotency import IDEMPOTENCY_KEY_HEADER, is_keyed_write
+from services.api.idempotency import IDEMPOTENCY_KEY_HEADER, PARSED_BODY, is_keyed_write
 
 
 def json_media_type(content_type: str | None) -> bool:
@@ -90,6 +90,7 @@ class KeyedWrite(APIRoute):
             body, errors = body_field.validate(received, {}, loc=("body",))
             if errors:
                 return await declared(request)
+            request.scope[PARSED_BODY] = (received,)
             client = await guard(request)
             write = await keyed_write(request, client, request.headers.get(IDEMPOTENCY_KEY_HEADER))
             response: Response = await endpoint(
