@@ -2,11 +2,16 @@
 unknown API keys (in the process).
 
 * **Per client**: a fixed window (``api_rate_limit_window_seconds``) counted in Redis, shared by
-  every replica: one ``EVALSHA`` round trip per request (increment, and set the expiry on the
-  window's first request), shared by the requests that arrive while the previous one is in
-  flight (a :class:`~billing_core.runtime.batcher.Batcher` with no wait: one script call counts
-  them all, a fifth of the client CPU per request under load; a single Redis, not a cluster).
-  The limit is the key's ``rate_limit_per_minute`` or, when it sets
+  every replica. Each request takes the next number of its client's window; a replica reserves
+  those numbers in Redis a block at a time (``INCRBY``, and the expiry set by the window's first
+  block) and hands them out in the process: a block is a hundredth of the limit, at most
+  :data:`MAX_BLOCK`, and 1 for a limit up to 100, which counts every request in Redis as it
+  comes. A request is allowed when its number is within the limit, so no more than the limit
+  is ever allowed across replicas; a replica's unused numbers at the window's end are counted
+  all the same, so a client near its limit may be refused up to a hundredth of it early per
+  replica. The block requests that arrive while one is in flight share one script call (a
+  :class:`~billing_core.runtime.batcher.Batcher` with no wait; a single Redis, not a
+  cluster). The limit is the key's ``rate_limit_per_minute`` or, when it sets
   none, ``api_rate_limit_per_minute``, scaled to the window. Every answer carries
   ``RateLimit-Limit``, ``RateLimit-Remaining``, ``RateLimit-Reset`` and ``RateLimit-Policy``
   (IETF httpapi draft names); past the limit, a 429 problem with ``Retry-After``.
@@ -24,6 +29,7 @@ unknown API keys (in the process).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -51,18 +57,20 @@ UNLIMITED = Counter(
 )
 REFUSED = Counter("billing_api_rate_limited_total", "Requests refused with 429.", ["reason"])
 
-# Count each request in its window (one key per request, repeats allowed); a window's key
-# expires with the window.
-_HIT = """
-local counts = {}
+# Reserve a block of numbers in each window (KEYS[i] by ARGV[i + 1]; repeats allowed): the
+# block's last number. A window's key expires with the window (ARGV[1] ms).
+_RESERVE = """
+local tops = {}
 for i, key in ipairs(KEYS) do
-    local n = redis.call('INCR', key)
-    if n == 1 then redis.call('PEXPIRE', key, ARGV[1]) end
-    counts[i] = n
+    local size = tonumber(ARGV[i + 1])
+    local top = redis.call('INCRBY', key, size)
+    if top == size then redis.call('PEXPIRE', key, ARGV[1]) end
+    tops[i] = top
 end
-return counts
+return tops
 """
 MAX_GROUP = 256
+MAX_BLOCK = 100
 
 
 @dataclass(frozen=True)
@@ -98,16 +106,20 @@ class ClientRateLimit:
         clock: Clock,
     ) -> None:
         self._redis = redis
-        self._script = redis.register_script(_HIT)
+        self._script = redis.register_script(_RESERVE)
         self._prefix = key_prefix
         self._per_minute = per_minute
         self._window = window_seconds
         self._clock = clock
         self._paused_until = 0.0
         self._ttl_ms = window_seconds * 1000 + 1000
-        self._counts: Batcher[str, int | None] = Batcher(
-            self._count, max_size=MAX_GROUP, max_wait=0
+        self._reserved: Batcher[tuple[str, int], int | None] = Batcher(
+            self._reserve, max_size=MAX_GROUP, max_wait=0
         )
+        # Per client: its window's key, the next number to hand out and the last one reserved;
+        # per window key, the block being reserved (requests wait for it, not each reserve one).
+        self._blocks: dict[int, tuple[str, int, int]] = {}
+        self._reserving: dict[str, asyncio.Future[bool]] = {}
 
     def limit_of(self, client: ApiClient) -> int:
         per_minute = client.rate_limit_per_minute or self._per_minute
@@ -120,20 +132,46 @@ class ClientRateLimit:
         now = self._clock.now().timestamp()
         window = int(now // self._window)
         reset = max(1, math.ceil((window + 1) * self._window - now))
-        used = await self._counts.submit(f"{self._prefix}{client.id}:{window}")
-        if used is None:
-            return None
-        return Quota(self.limit_of(client), used, reset, self._window)
+        limit = self.limit_of(client)
+        key = f"{self._prefix}{client.id}:{window}"
+        size = min(MAX_BLOCK, max(1, limit // 100))
+        if size == 1:
+            used = await self._reserved.submit((key, 1))
+            return None if used is None else Quota(limit, used, reset, self._window)
+        while True:
+            block = self._blocks.get(client.id)
+            if block is not None and block[0] == key and block[1] <= block[2]:
+                self._blocks[client.id] = (key, block[1] + 1, block[2])
+                return Quota(limit, block[1], reset, self._window)
+            reserving = self._reserving.get(key)
+            if reserving is None:
+                reserving = asyncio.ensure_future(self._reserve_block(client.id, key, size))
+                self._reserving[key] = reserving
+            if not await asyncio.shield(reserving):
+                return None
 
-    async def _count(self, keys: Sequence[str]) -> list[int | None]:
-        """One script call for a group of requests; None for each when Redis fails."""
+    async def _reserve_block(self, client_id: int, key: str, size: int) -> bool:
         try:
-            counts = await self._script(keys=list(keys), args=[self._ttl_ms])
+            top = await self._reserved.submit((key, size))
+        finally:
+            del self._reserving[key]
+        if top is None:
+            return False
+        self._blocks[client_id] = (key, top - size + 1, top)
+        return True
+
+    async def _reserve(self, blocks: Sequence[tuple[str, int]]) -> list[int | None]:
+        """One script call for a group of blocks; None for each when Redis fails."""
+        try:
+            tops = await self._script(
+                keys=[key for key, _ in blocks],
+                args=[self._ttl_ms, *(size for _, size in blocks)],
+            )
         except (aioredis.RedisError, OSError) as exc:
             self._paused_until = time.monotonic() + REDIS_PAUSE_SECONDS
             log.warning("rate_limit_unavailable", error=repr(exc))
-            return [None] * len(keys)
-        return [int(n) for n in counts]
+            return [None] * len(blocks)
+        return [int(n) for n in tops]
 
 
 class FailedKeysByAddress:

@@ -12,14 +12,17 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 from fastapi import FastAPI
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.repo.api_clients import ApiClient
 from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key_async
 from services.api.app import create_app
+from services.api.client_limits import ClientRateLimit
 from services.api.settings import ApiSettings
 from tests.integration.api.helpers import assert_problem, scalar, subscribe
 from tests.support.processes import free_port
@@ -100,6 +103,34 @@ async def test_concurrent_requests_are_each_counted_once(
         int(a.headers["ratelimit-remaining"]) for a in answers if a.status_code == 200
     )
     assert remaining == list(range(25))
+
+
+async def test_a_large_limit_is_reserved_in_blocks_and_never_passed_across_replicas(
+    redis: aioredis.Redis, redis_prefix: str, clock: ManualClock
+) -> None:
+    """A limit of 12 000 per minute: each replica reserves numbers 100 at a time (a few Redis
+    calls for thousands of requests), each request gets its own number, and two replicas
+    together allow no more than the limit and refuse at most a block early each."""
+    client = ApiClient(id=7, name="big", key_prefix="bk_big", rate_limit_per_minute=12_000)
+    replicas = [
+        ClientRateLimit(
+            redis, key_prefix=redis_prefix, per_minute=60, window_seconds=60, clock=clock
+        )
+        for _ in range(2)
+    ]
+    first = await asyncio.gather(*(replicas[0].hit(client) for _ in range(150)))
+    assert sorted(q.used for q in first if q is not None) == list(range(1, 151))
+    (counter,) = await redis.keys(f"{redis_prefix}7:*")
+    assert int(await redis.get(counter)) == 200  # two blocks of 100
+    assert 0 < await redis.pttl(counter) <= 61_000
+
+    allowed = sum(1 for q in first if q is not None and q.allowed)
+    for i in range(12_500):
+        quota = await replicas[i % 2].hit(client)
+        assert quota is not None
+        allowed += quota.allowed
+    assert 12_000 - 2 * 99 <= allowed <= 12_000
+    assert int(await redis.get(counter)) <= 12_650 + 2 * 100
 
 
 async def test_the_default_limit_applies_to_keys_without_their_own(
