@@ -24,13 +24,23 @@ DEFINITION = re.compile(r"\b(Counter|Gauge|Histogram|Summary)\(\s*\"(billing_[a-
 # Modules that define metrics on the default registry (the simulator uses registries of its own).
 METRIC_MODULES = [
     "billing_core.runtime.build_info",
+    "billing_core.runtime.pauses",
     "services.api.middleware",
     "services.renewer.metrics",
     "services.collector.metrics",
     "services.relay.metrics",
     "billing_core.consumer",
 ]
-METRIC_PREFIXES = ("api", "renewer", "collector", "relay", "consumer", "gateway_sim", "build")
+METRIC_PREFIXES = (
+    "api",
+    "renewer",
+    "collector",
+    "relay",
+    "consumer",
+    "gateway_sim",
+    "build",
+    "gc",
+)
 # Series PromQL derives from a histogram or summary.
 DERIVED_SUFFIXES = ("_bucket", "_sum", "_count")
 
