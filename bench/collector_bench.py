@@ -68,18 +68,6 @@ def per_group(health_ports: list[int], histogram: str) -> float | None:
     return round(sum(items for items, _ in totals) / groups, 1) if groups else None
 
 
-def gateway_on_its_own_cpu(pid: int) -> None:
-    """A real gateway runs on its own machines: its timing does not suffer from our processes'
-    load. Here it shares two cores with them, and at 1 000/s its event loop, starved for tens of
-    milliseconds, stamps calls that arrived apart as if they arrived together, more than the
-    guard is there to absorb. Its scheduling priority is raised so that it gets the CPU first
-    (when the bench may; otherwise it says so)."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, pid, -10)
-    except PermissionError:
-        print("note: the simulator shares the CPU at normal priority", file=sys.stderr)
-
-
 async def paid(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         q = text("SELECT count(*) FROM invoice WHERE status = 'PAID'")
@@ -114,7 +102,6 @@ async def phase(
         timeout=120,
     )
     sim_url = f"http://127.0.0.1:{sim_port}"
-    gateway_on_its_own_cpu(sim.process.pid)
     key = f"bench:{time.time_ns()}:permits"
     collectors: list[Proc] = []
     health_ports: list[int] = []
