@@ -5,7 +5,7 @@ unknown API keys (in the process).
   every replica. Each request takes the next number of its client's window; a replica reserves
   those numbers in Redis a block at a time (``INCRBY``, and the expiry set by the window's first
   block) and hands them out in the process: a block is a hundredth of the limit, at most
-  :data:`MAX_BLOCK`, and 1 for a limit up to 100, which counts every request in Redis as it
+  :data:`MAX_BLOCK`, and 1 for a limit under 200, which counts every request in Redis as it
   comes. A request is allowed when its number is within the limit, so no more than the limit
   is ever allowed across replicas; a replica's unused numbers at the window's end are counted
   all the same, so a client near its limit may be refused up to a hundredth of it early per
