@@ -32,9 +32,9 @@ from billing_core.repo.invoices import Invoice
 from billing_core.repo.subscriptions import (
     Claimed,
     Subscription,
+    claimed_from,
     insert_new_unless_claimed,
     new_parameters,
-    written,
 )
 
 
@@ -268,16 +268,10 @@ async def insert_many_unless_claimed(conn: Connection, items: Sequence[KeyedNew]
     rows = await conn.fetch(INSERT_GROUP, *_columns(items))
     if [row[0] for row in rows] != list(range(len(items))):
         raise RuntimeError("insert_many_unless_claimed answered for other requests")
-    claims = []
-    for item, row in zip(items, rows, strict=True):
-        locked, subs, invoices, written_events, audits, line_total, records = row[1:8]
-        created = subs == 1
-        expected = (1, *written(item.invoice, item.events), 1) if created else (0,) * 6
-        if (subs, invoices, written_events, audits, line_total, records) != expected:
-            raise RuntimeError(f"insert_many_unless_claimed wrote {tuple(row[1:8])}")
-        stored = None if row[8] is None else idempotency.stored_response(row[8:])
-        claims.append(Claimed(bool(locked), created, stored))
-    return claims
+    return [
+        claimed_from(row[1:], item.invoice, item.events, statement="insert_many_unless_claimed")
+        for item, row in zip(items, rows, strict=True)
+    ]
 
 
 async def insert_unless_claimed(conn: Connection, items: Sequence[KeyedNew]) -> list[Claimed]:

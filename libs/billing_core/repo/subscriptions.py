@@ -321,7 +321,7 @@ def _invoice_parameters(invoice: Invoice | None) -> tuple[object, ...]:
     )
 
 
-def written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[int, ...]:
+def _written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[int, ...]:
     """What the statement must have written: invoices, events, audit rows, the lines' total
     (the first invoice's amount, as its lines say)."""
     if invoice is None:
@@ -402,7 +402,7 @@ async def insert_new(
             )
     except asyncpg.ForeignKeyViolationError as exc:
         raise _unknown_customer(exc, sub) from exc
-    if tuple(row) != written(invoice, events):
+    if tuple(row) != _written(invoice, events):
         raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows/line total")
 
 
@@ -434,12 +434,25 @@ async def insert_new_unless_claimed(
         )
     except asyncpg.ForeignKeyViolationError as exc:
         raise _unknown_customer(exc, sub) from exc
+    return claimed_from(row, invoice, events, statement="insert_new_unless_claimed")
+
+
+def claimed_from(
+    row: Sequence[Any],
+    invoice: Invoice | None,
+    events: Sequence[DomainEvent],
+    *,
+    statement: str,
+) -> Claimed:
+    """What a keyed create statement answered for one request — whether it took the key's lock,
+    the rows it wrote (all the request's, or none), the response stored under the key —
+    checked against what it had to write."""
     locked, subs, invoices, written_events, audits, line_total, records = row[:7]
     created = subs == 1
     if (subs, invoices, written_events, audits, line_total, records) != (
-        (1, *written(invoice, events), 1) if created else (0, 0, 0, 0, 0, 0)
+        (1, *_written(invoice, events), 1) if created else (0, 0, 0, 0, 0, 0)
     ):
-        raise RuntimeError(f"insert_new_unless_claimed wrote {tuple(row[:7])}")
+        raise RuntimeError(f"{statement} wrote {tuple(row[:7])}")
     stored = None if row[7] is None else idempotency.stored_response(row[7:])
     return Claimed(bool(locked), created, stored)
 
