@@ -68,6 +68,51 @@ def per_group(health_ports: list[int], histogram: str) -> float | None:
     return round(sum(items for items, _ in totals) / groups, 1) if groups else None
 
 
+def counter(health_port: int, name: str) -> float:
+    metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=10).text
+    for line in metrics.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def lateness_over(health_ports: list[int]) -> dict[str, float]:
+    """Share of the calls sent later than each bound (ms) after their slot, all collectors."""
+    below: dict[str, float] = {}
+    for port in health_ports:
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        for line in metrics.splitlines():
+            if line.startswith("billing_collector_send_lateness_seconds_bucket{"):
+                bound = line.split('le="', 1)[1].split('"', 1)[0]
+                below[bound] = below.get(bound, 0.0) + float(line.split()[-1])
+    total = below.pop("+Inf", 0.0)
+    if not total:
+        return {}
+    return {
+        f"{float(bound) * 1000:g}": round(1 - count / total, 4)
+        for bound, count in sorted(below.items(), key=lambda kv: float(kv[0]))
+    }
+
+
+def collector_readings(health_ports: list[int]) -> dict[str, Any]:
+    """What the collectors' own metrics say about the run."""
+    return {
+        "slots_granted": int(
+            sum(
+                counter(port, "billing_collector_limiter_slots_granted_total")
+                for port in health_ports
+            )
+        ),
+        "late_permits_dropped": sum(late_permits(port) for port in health_ports),
+        "send_late_over_ms": lateness_over(health_ports),
+        "checks_after_slot": int(
+            sum(counter(port, "billing_collector_check_after_slot_total") for port in health_ports)
+        ),
+        "checks_per_read": per_group(health_ports, "billing_collector_check_group_invoices"),
+        "results_per_group": per_group(health_ports, "billing_collector_record_group_results"),
+    }
+
+
 async def paid(engine: AsyncEngine) -> int:
     async with engine.connect() as conn:
         q = text("SELECT count(*) FROM invoice WHERE status = 'PAID'")
@@ -108,9 +153,7 @@ async def phase(
     started = time.monotonic()
     cpu: dict[str, float] = {}
     used: list[float] = []
-    late = 0
-    checks_per_read: float | None = None
-    results_per_group: float | None = None
+    readings: dict[str, Any] = {}
     calls_before = 0
     try:
         for i in range(2):
@@ -149,9 +192,7 @@ async def phase(
         span = time.monotonic() - measured_from
         cpu = {p.name: round(u / span, 2) for p, u in zip(procs, used, strict=True)}
         await asyncio.sleep(5.5)  # the collectors refresh the late-permit gauge every 5 s
-        late = sum(late_permits(port) for port in health_ports)
-        checks_per_read = per_group(health_ports, "billing_collector_check_group_invoices")
-        results_per_group = per_group(health_ports, "billing_collector_record_group_results")
+        readings = collector_readings(health_ports)
         async with httpx.AsyncClient(base_url=sim_url, timeout=120) as client:
             summary = (await client.get("/v1/ledger/summary")).json()
             per_second = (await client.get("/v1/ledger/calls-per-second")).json()
@@ -182,9 +223,7 @@ async def phase(
         "charges_succeeded": summary["charges_succeeded"],
         "calls": summary["calls"],
         "duplicate_success_invoices": len(summary["duplicate_success_invoices"]),
-        "late_permits_dropped": late,
-        "checks_per_read": checks_per_read,
-        "results_per_group": results_per_group,
+        **readings,
         "cpu_cores_used": cpu,
         "collector_cpu_ms_per_call": round(
             sum(used[1:]) / max(1, summary["calls"] - calls_before) * 1000, 2

@@ -22,6 +22,20 @@ LATE_PERMITS = Counter(
     "billing_collector_limiter_late_permits_total",
     "Send slots dropped because the process woke too late to use them",
 )
+SLOTS_GRANTED = Counter(
+    "billing_collector_limiter_slots_granted_total",
+    "Send slots of the shared limit this replica reserved (used or not)",
+)
+SEND_LATENESS = Histogram(
+    "billing_collector_send_lateness_seconds",
+    "How long after its send slot a call went out (later than the send bound: dropped, counted "
+    "in billing_collector_limiter_late_permits_total)",
+    buckets=(0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.05),
+)
+CHECK_AFTER_SLOT = Counter(
+    "billing_collector_check_after_slot_total",
+    "Pre-call checks still being read when their send slot came (the call leaves late)",
+)
 RECORDED = Counter("billing_collector_results_total", "Recorded results", ["result"])
 ABANDONED = Counter(
     "billing_collector_abandoned_total", "Leased invoices dropped before the call (lease too old)"

@@ -95,6 +95,7 @@ class Collector:
         self._gateway = gateway
         self._limiter = limiter
         self._late_permits_counted = 0  # of limiter.late_drops, already added to the counter
+        self._granted_counted = 0  # of limiter.granted, likewise
         self._redis = redis
         self._clock = clock
         self._policy = policy
@@ -312,6 +313,7 @@ class Collector:
             if not self._limiter.usable(slot):
                 continue
             if self._window.take():
+                metrics.SEND_LATENESS.observe(time.monotonic() - slot.send_at)
                 return slot
             metrics.WINDOW_FULL_SLOTS.inc()
 
@@ -347,6 +349,8 @@ class Collector:
         check = asyncio.ensure_future(self._still_ours(invoice, read_by - self._check_lead))
         try:
             await self._limiter.wait_until(slot)
+            if not check.done():
+                metrics.CHECK_AFTER_SLOT.inc()
             return await check
         finally:
             check.cancel()
@@ -483,6 +487,9 @@ class Collector:
         late = self._limiter.late_drops
         metrics.LATE_PERMITS.inc(late - self._late_permits_counted)
         self._late_permits_counted = late
+        granted = self._limiter.granted
+        metrics.SLOTS_GRANTED.inc(granted - self._granted_counted)
+        self._granted_counted = granted
         metrics.OLDEST_DUE.set((now - oldest).total_seconds() if oldest else 0)
 
 
