@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -99,10 +100,51 @@ class Grant:
         return [self.first_slot_us + i * self.interval_us for i in range(self.granted)]
 
 
+class RedisClock:
+    """Where Redis's clock stands against this process's monotonic one, as bounds that hold.
+
+    A script ran somewhere between the moment it was asked for and its answer, so the offset
+    (Redis seconds minus local seconds) lies between ``redis_now - answered`` and
+    ``redis_now - asked``. Each answer narrows the bounds kept so far, which widen by ``drift``
+    (1 ms per second: twice the largest rate at which the kernel slews a clock) as they age: one
+    quick round trip now and then pins the offset for every grant, including those whose
+    answer waited on a busy event loop, which alone would leave a slot's place that uncertain.
+    Answers that contradict the bounds (Redis's clock was stepped) start them over.
+    """
+
+    drift = 0.001
+
+    def __init__(self) -> None:
+        self._lo = -math.inf
+        self._hi = math.inf
+        self._at = 0.0
+
+    def observe(self, asked: float, answered: float, redis_us: int) -> None:
+        redis_s = redis_us / 1_000_000
+        lo, hi = self.bounds(answered)
+        aged = self.drift * (answered - asked)  # the offset moved since the script ran
+        new_lo, new_hi = redis_s - answered - aged, redis_s - asked + aged
+        if new_lo > hi or new_hi < lo:
+            lo, hi = new_lo, new_hi
+        self._lo, self._hi, self._at = max(lo, new_lo), min(hi, new_hi), answered
+
+    def bounds(self, at: float) -> tuple[float, float]:
+        widen = self.drift * max(0.0, at - self._at)
+        return self._lo - widen, self._hi + widen
+
+    def slot(self, slot_us: int, at: float, max_late: float) -> Slot:
+        """``slot_us`` (Redis clock) on the local clock, as seen at ``at``: never before the
+        slot, never later than ``max_late`` after it, however the clocks drift until then."""
+        lo, hi = self.bounds(at)
+        slot_s = slot_us / 1_000_000
+        widen = self.drift * max(0.0, slot_s - lo - at)
+        return Slot(slot_us, slot_s - lo + widen, slot_s - hi - widen + max_late)
+
+
 @dataclass(frozen=True)
 class Slot:
     redis_us: int
-    send_at: float  # local monotonic time of the slot (from when the answer arrived)
+    send_at: float  # local monotonic time at which the slot has surely come
     latest: float  # local monotonic time after which the slot may no longer be used
 
 
@@ -147,6 +189,7 @@ class GlobalRateLimiter:
         self.late_drops = 0
         self.pauses = 0
         self._paused_until = 0.0  # local monotonic: slots reserved before a pause are not used
+        self._clock = RedisClock()
 
     async def slots_booked(self) -> int:
         """Send slots reserved ahead of now by all replicas (0: the gateway budget is idle)."""
@@ -269,11 +312,9 @@ class GlobalRateLimiter:
             if self.closed:
                 log.info("rate_limiter_open_again")
             self.closed = False
+            self._clock.observe(asked, answered, grant.redis_time_us)
             for slot_us in grant.slots():
-                ahead = (slot_us - grant.redis_time_us) / 1_000_000
-                # The script ran between ``asked`` and ``answered``: never send before the slot
-                # (count from ``answered``), never use it later than max_late (from ``asked``).
-                slot = Slot(slot_us, answered + ahead, asked + ahead + self._max_late_s)
+                slot = self._clock.slot(slot_us, answered, self._max_late_s)
                 while self._waiters and self._waiters[0].done():
                     self._waiters.popleft()
                 if not self._waiters:
