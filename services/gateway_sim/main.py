@@ -9,6 +9,7 @@ import uvicorn
 from pydantic import ValidationError
 
 from billing_core.logging import configure_logging, get_logger
+from billing_core.runtime.priority import share_nice_with_session
 from services.gateway_sim.app import create_app
 from services.gateway_sim.settings import GatewaySimSettings
 
@@ -35,6 +36,7 @@ def own_priority(nice: int) -> None:
         log.info("gateway_sim_priority_kept", asked=nice, now=os.getpriority(os.PRIO_PROCESS, 0))
         return
     log.info("gateway_sim_priority", nice=nice)
+    share_nice_with_session()
 
 
 def main() -> None:

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from billing_core.runtime.priority import SESSION_OF_ITS_OWN
+
 TRUE = {"1", "true", "yes", "on"}
 
 
@@ -79,6 +81,7 @@ def run(procfile: Path, env_files: list[Path], overrides: dict[str, str] | None 
     from honcho.printer import Printer  # noqa: PLC0415
 
     env = environment(env_files, overrides or {})
+    env[SESSION_OF_ITS_OWN] = "1"  # honcho starts each process in a session of its own
     json_logs = env.get("BILLING_LOG_JSON", "").strip().lower() in TRUE
     manager = Manager(printer=JsonLinesPrinter(sys.stdout) if json_logs else Printer(sys.stdout))
     processes = parse_procfile(procfile.read_text(encoding="utf-8")).processes

@@ -62,3 +62,10 @@ def test_make_up_logs_are_json_lines_with_a_logger_name(system: System) -> None:
     assert "supervisor" in loggers  # the supervisor's "started"/"stopped" lines
     assert any(name.startswith("services.") for name in loggers)
     assert {r["process"] for r in records} >= {"billing.api", "run-all"}
+    if Path("/proc/self/autogroup").exists():  # Linux shares the CPU between sessions first
+        # the notifier's `nice -n 10` counts: its session (of its own) took the value
+        assert any(
+            r["event"] == "session_priority" and r.get("nice") == 10
+            for r in records
+            if r["process"] == "billing.notifier"
+        ), [r for r in records if r["process"] == "billing.notifier"][:5]
