@@ -34,7 +34,7 @@ from billing_core.repo.subscriptions import (
     Subscription,
     claimed_from,
     insert_new_unless_claimed,
-    new_parameters,
+    new_values,
 )
 
 
@@ -220,12 +220,12 @@ def _columns(items: Sequence[KeyedNew]) -> list[list[Any]]:
     lines: list[tuple[Any, ...]] = []
     events: list[tuple[Any, ...]] = []
     for n, item in enumerate(items):
-        values = new_parameters(item.sub, item.invoice, item.lines, item.events, item.now)
+        values = new_values(item.sub, item.invoice, item.lines, item.events, item.now)
         requests.append(
             (
                 n,
-                *values[:32],
-                values[42],
+                *values.row,
+                values.now,
                 *audit.parameters(item.audit_entry, item.now),
                 *idempotency.record_parameters(item.record),
                 idempotency.lock_id(item.record.client_id, item.record.key),
@@ -233,11 +233,11 @@ def _columns(items: Sequence[KeyedNew]) -> list[list[Any]]:
         )
         lines.extend(
             (n, line_no, *line)
-            for line_no, line in enumerate(zip(*values[32:39], strict=True), start=1)
+            for line_no, line in enumerate(zip(*values.lines, strict=True), start=1)
         )
         events.extend(
             (n, ord_, *event)
-            for ord_, event in enumerate(zip(*values[39:42], strict=True), start=1)
+            for ord_, event in enumerate(zip(*values.events, strict=True), start=1)
         )
     return [
         *_transposed(requests, len(_REQUEST_COLUMNS)),

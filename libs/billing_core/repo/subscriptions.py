@@ -329,20 +329,36 @@ def _written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[in
     return (1, len(events), 1, invoice.amount)
 
 
-def new_parameters(
+@dataclass(frozen=True, slots=True)
+class NewValues:
+    """What a new subscription's statement writes, by part: the subscription's and its first
+    invoice's columns, the lines' and the events' columns (one list each), and ``now``. The
+    one-request statement takes them flat, in this order (:meth:`flat`); the group statement
+    takes each part into its own arrays."""
+
+    row: tuple[object, ...]
+    lines: tuple[list[object], ...]
+    events: tuple[list[object], ...]
+    now: datetime
+
+    def flat(self) -> tuple[object, ...]:
+        return (*self.row, *self.lines, *self.events, self.now)
+
+
+def new_values(
     sub: Subscription,
     invoice: Invoice | None,
     lines: Sequence[InvoiceLine],
     events: Sequence[DomainEvent],
     now: datetime,
-) -> tuple[object, ...]:
+) -> NewValues:
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     if any(e.subscription_id != sub.id for e in events):
         raise ValueError("every event must be the new subscription's")
     if any(e.version != 1 for e in events):  # the statement leaves schema_version at its default
         raise ValueError("a new subscription's events are written at schema version 1")
-    return (
+    row = (
         sub.id,
         sub.customer_id,
         sub.plan_id,
@@ -360,6 +376,8 @@ def new_parameters(
         sub.created_at,
         sub.updated_at,
         *_invoice_parameters(invoice),
+    )
+    line_columns: tuple[list[object], ...] = (
         [str(line.kind) for line in lines],
         [line.description for line in lines],
         [line.quantity for line in lines],
@@ -367,11 +385,13 @@ def new_parameters(
         [line.amount for line in lines],
         [line.period_start for line in lines],
         [line.period_end for line in lines],
+    )
+    event_columns: tuple[list[object], ...] = (
         [uuid.uuid4() for _ in events],
         [str(e.type) for e in events],
         [e.payload_json() for e in events],
-        now,
     )
+    return NewValues(row, line_columns, event_columns, now)
 
 
 async def insert_new(
@@ -390,7 +410,7 @@ async def insert_new(
     connection, and ``record`` (the API's stored response) with them. :class:`UnknownCustomer`
     when ``sub``'s customer does not exist (the statement wrote nothing)."""
     params = (
-        *new_parameters(sub, invoice, lines, events, now),
+        *new_values(sub, invoice, lines, events, now).flat(),
         *audit.parameters(audit_entry, now),
     )
     try:
@@ -427,7 +447,7 @@ async def insert_new_unless_claimed(
     try:
         row = await conn.fetchrow(
             _INSERT_NEW_UNLESS_CLAIMED,
-            *new_parameters(sub, invoice, lines, events, now),
+            *new_values(sub, invoice, lines, events, now).flat(),
             *audit.parameters(audit_entry, now),
             *idempotency.record_parameters(record),
             idempotency.lock_id(record.client_id, record.key),
