@@ -43,14 +43,6 @@ def cpu_seconds(proc: Proc) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def late_permits(health_port: int) -> int:
-    metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=10).text
-    for line in metrics.splitlines():
-        if line.startswith("billing_collector_limiter_late_permits_total "):
-            return int(float(line.split()[1]))
-    return 0
-
-
 def group_totals(health_port: int, histogram: str) -> tuple[float, float]:
     """(items, groups) a collector's histogram has counted so far; (0, 0) when it has none."""
     metrics = httpx.get(f"http://127.0.0.1:{health_port}/metrics", timeout=10).text
@@ -103,7 +95,12 @@ def collector_readings(health_ports: list[int]) -> dict[str, Any]:
                 for port in health_ports
             )
         ),
-        "late_permits_dropped": sum(late_permits(port) for port in health_ports),
+        "late_permits_dropped": int(
+            sum(
+                counter(port, "billing_collector_limiter_late_permits_total")
+                for port in health_ports
+            )
+        ),
         "send_late_over_ms": lateness_over(health_ports),
         "checks_after_slot": int(
             sum(counter(port, "billing_collector_check_after_slot_total") for port in health_ports)
