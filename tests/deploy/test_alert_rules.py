@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from services.ops.contracts import monitoring
-from tests.deploy.kustomize import render, render_with_kubectl
+from tests.deploy.kustomize import render
 from tests.deploy.test_operations_doc import (
     OPERATIONS,
     _defined_in_code,
@@ -120,7 +120,7 @@ def test_the_prometheus_rule_carries_exactly_the_rules_file() -> None:
 
 
 def test_the_monitoring_kustomization_renders_rules_podmonitor_and_dashboard() -> None:
-    resources = {r["kind"]: r for r in render_with_kubectl(MONITORING)}
+    resources = {r["kind"]: r for r in render(MONITORING)}
     assert set(resources) == {"PrometheusRule", "PodMonitor", "ConfigMap"}
     dashboard = json.loads(resources["ConfigMap"]["data"]["first-of-month.json"])
     assert dashboard["uid"] == "billing-first-of-month"
