@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 BASE = K8S / "base"
 OVERLAY = K8S / "overlays" / "example"
+OPERATIONS = ROOT / "docs" / "OPERATIONS.md"
 
 SECRET_NAME = "billing-secrets"
 # Settings whose values are credentials: only ever read from the Secret.
@@ -386,6 +387,38 @@ def test_process_gets_the_secrets_it_needs(rendered: list[Resource], process: Pr
         e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})
     }
     assert from_secret == process.secrets
+
+
+def _secret_keys_referenced(rendered: list[Resource]) -> set[str]:
+    return {
+        ref["key"]
+        for _, container in _containers(rendered)
+        for env in container.get("env", [])
+        if (ref := env.get("valueFrom", {}).get("secretKeyRef")) is not None
+    }
+
+
+def _create_secret_keys(text: str) -> set[str]:
+    """The keys of the one documented ``kubectl create secret generic billing-secrets``."""
+    joined = re.sub(r"\\\n[#\s]*", " ", text)
+    (command,) = [
+        line for line in joined.splitlines() if f"create secret generic {SECRET_NAME}" in line
+    ]
+    return set(re.findall(r"--from-literal=([a-z0-9-]+)=", command))
+
+
+@pytest.mark.parametrize(
+    "document", [OPERATIONS, BASE / "secret.example.yaml"], ids=lambda p: p.name
+)
+def test_the_documented_create_secret_command_has_every_referenced_key(
+    rendered: list[Resource], document: Path
+) -> None:
+    assert _create_secret_keys(document.read_text()) == _secret_keys_referenced(rendered)
+
+
+def test_the_secret_example_has_every_referenced_key(rendered: list[Resource]) -> None:
+    example = yaml.safe_load((BASE / "secret.example.yaml").read_text())
+    assert set(example["stringData"]) == _secret_keys_referenced(rendered)
 
 
 def test_api_network_policy_opens_the_api_to_the_ingress_and_metrics_to_monitoring(
