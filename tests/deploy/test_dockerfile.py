@@ -51,7 +51,14 @@ def test_multi_stage_on_python_311_slim() -> None:
     stages = _stages()
     assert len(stages) >= 2
     for stage in stages:
-        assert _base_image(stage[0][1]) == "python:3.11-slim"
+        assert _base_image(stage[0][1]).split("@", 1)[0] == "python:3.11-slim"
+
+
+def test_every_base_image_is_pinned_by_digest() -> None:
+    """A tag moves; the digest names the one image the build was tested on."""
+    for stage in _stages():
+        image = _base_image(stage[0][1])
+        assert re.fullmatch(r"[a-z0-9./-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}", image), image
 
 
 def test_final_stage_runs_as_non_root() -> None:
