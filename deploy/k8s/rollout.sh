@@ -6,9 +6,9 @@
 # Plain kustomize has no "run this before that" (no Helm/Argo hooks), so the order is kept here:
 #   1. render the overlay once (every step applies the same manifests);
 #   2. delete the previous migration Job (a Job's pod template is immutable);
-#   3. apply everything that is not a process - namespace, service account, ConfigMap and the
-#      migration Job - and wait for the Job to complete. A failed migration stops the rollout
-#      here, with the previous release still serving;
+#   3. apply everything that is not a process - namespace, service account, ConfigMap, the
+#      network policies and the migration Job - and wait for the Job to complete. A failed
+#      migration stops the rollout here, with the previous release still serving;
 #   4. apply everything (the Job is unchanged) and wait for each Deployment to be ready.
 # Migrations must stay compatible with the release still running (expand now, contract in a
 # later release): between steps 3 and 4 the old pods run on the new schema.

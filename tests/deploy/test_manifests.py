@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -324,7 +325,8 @@ def test_migration_job_runs_billing_migrate(rendered: list[Resource]) -> None:
 
 def test_rollout_applies_the_migration_before_any_process(rendered: list[Resource]) -> None:
     """rollout.sh first applies what its selector picks and waits for the Job: that must be the
-    Job and its dependencies (ConfigMap, service account, namespace), and no process."""
+    Job and its dependencies (ConfigMap, service account, namespace, the network policies that
+    select it), and no process."""
     script = (K8S / "rollout.sh").read_text()
     match = re.search(r"processes='app\.kubernetes\.io/component notin \(([a-z,]+)\)'", script)
     assert match is not None
@@ -334,7 +336,18 @@ def test_rollout_applies_the_migration_before_any_process(rendered: list[Resourc
         for r in rendered
         if r["metadata"].get("labels", {}).get("app.kubernetes.io/component") not in excluded
     ]
-    assert {r["kind"] for r in first} == {"Namespace", "ServiceAccount", "ConfigMap", "Job"}
+    assert {r["kind"] for r in first} == {
+        "Namespace",
+        "ServiceAccount",
+        "ConfigMap",
+        "Job",
+        "NetworkPolicy",
+    }
+    job_labels, _ = _workloads(rendered)["migrate"]
+    job_policies = _policies(rendered, job_labels, "Ingress") + _policies(
+        rendered, job_labels, "Egress"
+    )
+    assert {_key(p) for p in job_policies} <= {_key(r) for r in first}
     assert excluded == set(PROCESS_IDS)
     assert "wait" in script or "Complete" in script
     subprocess.run(["bash", "-n", str(K8S / "rollout.sh")], check=True)
@@ -421,31 +434,181 @@ def test_the_secret_example_has_every_referenced_key(rendered: list[Resource]) -
     assert set(example["stringData"]) == _secret_keys_referenced(rendered)
 
 
-def test_api_network_policy_opens_the_api_to_the_ingress_and_metrics_to_monitoring(
+# -- network -----------------------------------------------------------------------------------
+
+MONITORING = [
+    {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+]
+INGRESS_CONTROLLER = [
+    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}
+]
+# What each workload (by its component label) connects to, besides DNS.
+TALKS_TO = {
+    "api": {"postgresql", "redis"},
+    "renewer": {"postgresql"},
+    "collector": {"postgresql", "redis", "gateway"},
+    "relay": {"postgresql", "kafka"},
+    "migrate": {"postgresql"},
+}
+Peer = dict[str, Any]
+
+
+def _workloads(rendered: list[Resource]) -> dict[str, tuple[dict[str, str], dict[str, Any]]]:
+    """component -> (pod labels, container) of every workload."""
+    found = {}
+    for resource in rendered:
+        spec = pod_spec(resource)
+        if spec is not None:
+            labels = resource["spec"]["template"]["metadata"]["labels"]
+            (container,) = spec["containers"]
+            found[labels["app.kubernetes.io/component"]] = (labels, container)
+    return found
+
+
+def _expression_holds(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+    value = labels.get(expression["key"])
+    match expression["operator"]:
+        case "In":
+            return value in expression["values"]
+        case "NotIn":
+            return value not in expression["values"]
+        case "Exists":
+            return value is not None
+        case "DoesNotExist":
+            return value is None
+    raise AssertionError(f"unknown selector operator {expression['operator']!r}")
+
+
+def _label_selector_matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return _selects(selector.get("matchLabels", {}), labels) and all(
+        _expression_holds(e, labels) for e in selector.get("matchExpressions", [])
+    )
+
+
+def _policies(rendered: list[Resource], labels: dict[str, str], kind: str) -> list[Resource]:
+    """The NetworkPolicies that select these pod labels for Ingress or Egress."""
+    return [
+        r
+        for r in rendered
+        if r["kind"] == "NetworkPolicy"
+        and kind in r["spec"]["policyTypes"]
+        and _label_selector_matches(r["spec"]["podSelector"], labels)
+    ]
+
+
+def _policy_port(container: dict[str, Any], port: int | str) -> int | None:
+    """The container port a policy port stands for; a name the container lacks selects none."""
+    declared = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    if isinstance(port, str):
+        return declared.get(port)
+    assert port in declared.values(), f"port {port} is not a port of the container"
+    return port
+
+
+def _ingress(rendered: list[Resource], component: str) -> dict[int, list[Peer]]:
+    """Container port -> the peers allowed to connect to it, over every policy."""
+    labels, container = _workloads(rendered)[component]
+    allowed: dict[int, list[Peer]] = {}
+    for policy in _policies(rendered, labels, "Ingress"):
+        for rule in policy["spec"].get("ingress", []):
+            assert rule.get("from"), "a rule without 'from' would open its ports to every pod"
+            assert rule.get("ports"), "a rule without 'ports' would open every port"
+            for port in rule["ports"]:
+                number = _policy_port(container, port["port"])
+                if number is not None:
+                    allowed.setdefault(number, []).extend(rule["from"])
+    return allowed
+
+
+def _egress(rendered: list[Resource], component: str) -> dict[tuple[int, str], list[Peer]]:
+    """(port, protocol) -> the peers the workload may connect to on it, over every policy."""
+    labels, _ = _workloads(rendered)[component]
+    allowed: dict[tuple[int, str], list[Peer]] = {}
+    for policy in _policies(rendered, labels, "Egress"):
+        for rule in policy["spec"].get("egress", []):
+            assert rule.get("to"), "a rule without 'to' would open its ports to every address"
+            assert rule.get("ports"), "a rule without 'ports' would open every port"
+            for port in rule["ports"]:
+                allowed.setdefault((port["port"], port["protocol"]), []).extend(rule["to"])
+    return allowed
+
+
+def _url_port(url: str) -> int:
+    parts = urlsplit(url)
+    return parts.port or {"https": 443, "http": 80}[parts.scheme]
+
+
+def _endpoint_ports(config: dict[str, str]) -> dict[str, set[tuple[int, str]]]:
+    """What each endpoint listens on, read from the settings that point at it."""
+    secrets = yaml.safe_load((BASE / "secret.example.yaml").read_text())["stringData"]
+    return {
+        "dns": {(53, "UDP"), (53, "TCP")},
+        "postgresql": {(_url_port(secrets["database-url"]), "TCP")},
+        "redis": {(_url_port(secrets["redis-url"]), "TCP")},
+        "kafka": {
+            (int(server.rsplit(":", 1)[1]), "TCP")
+            for server in config["BILLING_KAFKA_BOOTSTRAP"].split(",")
+        },
+        "gateway": {(_url_port(config["BILLING_COLLECTOR_GATEWAY_URL"]), "TCP")},
+    }
+
+
+def test_every_workload_is_denied_what_no_policy_allows(rendered: list[Resource]) -> None:
+    workloads = _workloads(rendered)
+    assert set(workloads) == set(TALKS_TO)
+    for component, (labels, _) in workloads.items():
+        both = [
+            p
+            for p in _policies(rendered, labels, "Ingress")
+            if "Egress" in p["spec"]["policyTypes"]
+        ]
+        assert both, f"{component}: no policy for both directions"
+
+
+@pytest.mark.parametrize("process", PROCESSES, ids=PROCESS_IDS)
+def test_ingress_reaches_the_metrics_port_from_monitoring_and_the_api_from_the_ingress(
+    rendered: list[Resource], config: dict[str, str], process: Process
+) -> None:
+    expected = {int(config[process.metrics_port_setting]): MONITORING}
+    if process.name == "api":
+        expected[int(config["BILLING_API_PORT"])] = INGRESS_CONTROLLER
+        assert config["BILLING_API_PUBLIC_DOCS"] == "false", "the docs belong to the internal port"
+    assert _ingress(rendered, process.name) == expected
+    assert config["BILLING_HEALTH_HOST"] == "0.0.0.0", "Prometheus cannot reach 127.0.0.1"
+
+
+@pytest.mark.parametrize("component", sorted(TALKS_TO))
+def test_egress_reaches_only_what_the_workload_talks_to(
+    rendered: list[Resource], config: dict[str, str], component: str
+) -> None:
+    ports = _endpoint_ports(config)
+    wanted = set().union(*(ports[endpoint] for endpoint in TALKS_TO[component] | {"dns"}))
+    assert set(_egress(rendered, component)) == wanted
+
+
+def _namespace_of(host: str, own: str) -> str:
+    """The namespace of a cluster DNS name (``<service>.<namespace>.svc``, with or without a
+    pod in front), else the pod's own."""
+    labels = host.split(".")
+    return labels[labels.index("svc") - 1] if "svc" in labels else own
+
+
+def test_kafka_egress_reaches_the_namespace_of_the_bootstrap_servers(
     rendered: list[Resource], config: dict[str, str]
 ) -> None:
-    deployment = _one(rendered, "Deployment", "billing-api")
-    container = _container(deployment)
-    policy = _one(rendered, "NetworkPolicy", "billing-api")
-    spec = policy["spec"]
-    assert _selects(
-        spec["podSelector"]["matchLabels"], deployment["spec"]["template"]["metadata"]["labels"]
-    )
-    assert spec["policyTypes"] == ["Ingress"]
-    allowed: dict[int, list[dict[str, Any]]] = {}
-    for rule in spec["ingress"]:
-        assert rule.get("from"), "a rule without 'from' would open its ports to every pod"
-        assert rule.get("ports"), "a rule without 'ports' would open every port"
-        for port in rule["ports"]:
-            allowed.setdefault(_resolve_port(container, port["port"]), []).extend(rule["from"])
-    api_port = int(config["BILLING_API_PORT"])
-    metrics_port = int(config["BILLING_API_INTERNAL_PORT"])
-    assert set(allowed) == {api_port, metrics_port}
-    namespaces = {
-        port: [peer["namespaceSelector"]["matchLabels"] for peer in peers]
-        for port, peers in allowed.items()
+    own = _one(rendered, "Deployment", "billing-relay")["metadata"]["namespace"]
+    servers = {
+        _namespace_of(server.rsplit(":", 1)[0], own)
+        for server in config["BILLING_KAFKA_BOOTSTRAP"].split(",")
     }
-    assert namespaces[api_port] == [{"kubernetes.io/metadata.name": "ingress-nginx"}]
-    assert namespaces[metrics_port] == [{"kubernetes.io/metadata.name": "monitoring"}]
-    assert config["BILLING_HEALTH_HOST"] == "0.0.0.0", "Prometheus cannot reach 127.0.0.1"
-    assert config["BILLING_API_PUBLIC_DOCS"] == "false"
+    (port,) = _endpoint_ports(config)["kafka"]
+    reached = {
+        peer.get("namespaceSelector", {})
+        .get("matchLabels", {})
+        .get("kubernetes.io/metadata.name", own)
+        for peer in _egress(rendered, "relay")[port]
+    }
+    assert reached == servers
