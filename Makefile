@@ -58,8 +58,9 @@ lint: venv ## ruff + mypy (strict)
 browser: ## Install the system's Chromium for the console's browser tests (when missing)
 	@scripts/chromium.sh
 
-test: venv infra-up lint browser ## Run the whole test suite (starts what it needs)
-	$(BIN)/pytest
+test: venv infra-up lint browser ## Run the whole test suite (starts what it needs): the parallel-safe part on two workers, then the real-time scenarios one at a time
+	$(BIN)/pytest -q -n 2 -m "not slow and not timing"
+	$(BIN)/pytest -m "slow or timing"
 
 test-fast: venv infra-up browser ## Developer loop: unit + integration without the slow process/chaos/e2e tests
 	$(BIN)/pytest -q -n 2 -m "not slow and not timing" tests/unit tests/deploy tests/integration
