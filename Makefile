@@ -101,6 +101,11 @@ bench-first-of-month: venv infra-up ## The whole system on 100 000 subscriptions
 
 .PHONY: bench-first-of-month
 
+bench-db-stack: venv infra-up ## CPU per transaction: the bare driver vs named queries vs SQLAlchemy (connection, session)
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.db_stack
+
+.PHONY: bench-db-stack
+
 bench-stripe-client: venv infra-up ## CPU per charge: the Stripe SDK vs the project's HTTP/1.1 client, against stripe-mock
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.stripe_client_cpu
 
