@@ -58,8 +58,9 @@ lint: venv ## ruff + mypy (strict)
 browser: ## Install the system's Chromium for the console's browser tests (when missing)
 	@scripts/chromium.sh
 
-test: venv infra-up lint browser ## Run the whole test suite (starts what it needs)
-	$(BIN)/pytest
+test: venv infra-up lint browser ## Run the whole test suite (starts what it needs): the parallel-safe part on two workers, then the real-time scenarios one at a time
+	$(BIN)/pytest -q -n 2 -m "not slow and not timing"
+	$(BIN)/pytest -m "slow or timing"
 
 test-fast: venv infra-up browser ## Developer loop: unit + integration without the slow process/chaos/e2e tests
 	$(BIN)/pytest -q -n 2 -m "not slow and not timing" tests/unit tests/deploy tests/integration
@@ -99,6 +100,11 @@ bench-first-of-month: venv infra-up ## The whole system on 100 000 subscriptions
 	$(BIN)/python -m bench.first_of_month --json var/bench-first-of-month.json
 
 .PHONY: bench-first-of-month
+
+bench-db-stack: venv infra-up ## CPU per transaction: the bare driver vs named queries vs SQLAlchemy (connection, session)
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.db_stack
+
+.PHONY: bench-db-stack
 
 bench-stripe-client: venv infra-up ## CPU per charge: the Stripe SDK vs the project's HTTP/1.1 client, against stripe-mock
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.stripe_client_cpu

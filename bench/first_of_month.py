@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import httpx
 from sqlalchemy import text
@@ -303,6 +304,10 @@ def plot(samples: list[Sample], per_second: list[dict[str, int]], limit: int, pa
     plt.close(fig)
 
 
+FIRST_PASS_TARGET = 1.15
+CPU_MS_PER_CHARGE_TARGET = 4.0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--subscriptions", type=int, default=100_000)
@@ -318,12 +323,30 @@ def main() -> None:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
-    ok = (
-        result["drained"]
-        and result["rate_limited_429"] == 0
-        and result["duplicate_success_invoices"] == 0
-    )
-    raise SystemExit(0 if ok else 1)
+    first_pass = cast("float | None", result["first_pass_over_floor"])
+    cpu_ms = cast(float, result["cpu_ms_per_charge_total"])
+    verdicts = [
+        verdict(
+            f"first pass {first_pass or 0:.2f}x the floor (<= {FIRST_PASS_TARGET})",
+            first_pass is not None and first_pass <= FIRST_PASS_TARGET,
+        ),
+        verdict(f"{result['rate_limited_429']} x 429 (0)", result["rate_limited_429"] == 0),
+        verdict(
+            f"{result['duplicate_success_invoices']} invoices charged twice (0)",
+            result["duplicate_success_invoices"] == 0,
+        ),
+        verdict(
+            f"{cpu_ms:.2f} ms CPU per charge (<= {CPU_MS_PER_CHARGE_TARGET})",
+            cpu_ms <= CPU_MS_PER_CHARGE_TARGET,
+        ),
+        verdict("drained", bool(result["drained"])),
+    ]
+    raise SystemExit(0 if all(verdicts) else 1)
+
+
+def verdict(what: str, ok: bool) -> bool:
+    print(f"  {'PASS' if ok else 'FAIL'}  {what}")
+    return ok
 
 
 if __name__ == "__main__":

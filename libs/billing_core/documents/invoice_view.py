@@ -115,21 +115,7 @@ def from_invoice(
     lines = [Line(f"{label}: {plan_name}, {period}", invoice.subtotal)]
     if invoice.credit_applied:
         lines.append(Line("Credit applied", -invoice.credit_applied))
-    document = InvoiceDocument(
-        invoice_id=invoice.id,
-        currency=invoice.currency,
-        issued_at=invoice.created_at,
-        period_start=invoice.period_start,
-        period_end=invoice.period_end,
-        status=invoice.status,
-        seller=seller,
-        customer=customer,
-        lines=tuple(lines),
-        paid_at=invoice.paid_at,
-    )
-    if document.total != invoice.amount:  # amount = subtotal - credit_applied (a CHECK)
-        raise ValueError(f"invoice {invoice.id}: lines add up to {document.total}, not amount")
-    return document
+    return _document(invoice, seller, customer, tuple(lines))
 
 
 def from_lines(
@@ -152,6 +138,24 @@ def from_lines(
         for line in lines
         if line.kind == LineKind.TAX
     )
+    document_lines = tuple(
+        Line(line.description, line.amount, line.quantity, line.unit_amount)
+        for line in lines
+        if line.kind != LineKind.TAX
+    )
+    return _document(invoice, seller, customer, document_lines, taxes=taxes, number=number)
+
+
+def _document(
+    invoice: InvoiceFacts,
+    seller: Party,
+    customer: Party,
+    lines: tuple[Line, ...],
+    *,
+    taxes: tuple[TaxLine, ...] = (),
+    number: str | None = None,
+) -> InvoiceDocument:
+    """``invoice``'s document with these lines, checked to add up to the amount charged."""
     document = InvoiceDocument(
         invoice_id=invoice.id,
         currency=invoice.currency,
@@ -161,15 +165,11 @@ def from_lines(
         status=invoice.status,
         seller=seller,
         customer=customer,
-        lines=tuple(
-            Line(line.description, line.amount, line.quantity, line.unit_amount)
-            for line in lines
-            if line.kind != LineKind.TAX
-        ),
+        lines=lines,
         taxes=taxes,
         number=number,
         paid_at=invoice.paid_at,
     )
-    if document.total != invoice.amount:  # the lines add up to the amount (checked on write)
+    if document.total != invoice.amount:
         raise ValueError(f"invoice {invoice.id}: lines add up to {document.total}, not amount")
     return document
