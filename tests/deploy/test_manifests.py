@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from services.api.settings import ApiSettings
 from tests.deploy.kustomize import Resource, pod_spec, render, render_with_kubectl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -429,3 +430,11 @@ def test_api_network_policy_opens_the_api_to_the_ingress_and_metrics_to_monitori
     assert namespaces[metrics_port] == [{"kubernetes.io/metadata.name": "monitoring"}]
     assert config["BILLING_HEALTH_HOST"] == "0.0.0.0", "Prometheus cannot reach 127.0.0.1"
     assert config["BILLING_API_PUBLIC_DOCS"] == "false"
+
+
+def test_the_api_trusts_forwarded_addresses_only_from_a_range(rendered: list[Resource]) -> None:
+    container = _container(_one(rendered, "Deployment", "billing-api"))
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    value = env["BILLING_API_FORWARDED_ALLOW_IPS"]
+    assert ApiSettings(api_forwarded_allow_ips=value).api_forwarded_allow_ips == value
+    assert "*" not in value
