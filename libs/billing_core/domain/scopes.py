@@ -26,10 +26,12 @@ ALL_SCOPES: tuple[Scope, ...] = tuple(Scope)
 
 DESCRIPTIONS: dict[Scope, str] = {
     Scope.PLANS_READ: "Read the plan catalogue and coupons.",
-    Scope.SUBSCRIPTIONS_READ: "Read subscriptions and their history.",
-    Scope.SUBSCRIPTIONS_WRITE: "Subscribe customers, cancel, change plans, redeem coupons.",
-    Scope.INVOICES_READ: "Read a subscription's invoices.",
-    Scope.ADMIN: "Manage API keys (with at most the key's own scopes) and coupons; reconciliation.",
+    Scope.SUBSCRIPTIONS_READ: "Read customers, their payment methods and subscriptions.",
+    Scope.SUBSCRIPTIONS_WRITE: "Create customers and set their payment methods; subscribe, "
+    "cancel, change plans, pause, resume, end trials, set tax locations, redeem coupons.",
+    Scope.INVOICES_READ: "Read invoices, their documents and the upcoming one.",
+    Scope.ADMIN: "Manage API keys (with at most the key's own scopes) and coupons; the "
+    "operator console and its reconciliation queue.",
 }
 
 
