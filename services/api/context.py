@@ -31,7 +31,8 @@ from services.api.settings import ApiSettings
 
 class KeyCache:
     """Verified keys (``ttl_seconds``) and unknown ones (``negative_ttl_seconds``) by hash; at
-    most ``max_entries``, the least recently used evicted first."""
+    most ``max_entries``, the oldest put evicted first (a key in use is put again each time its
+    entry ends, so only a flood within one ``ttl_seconds`` evicts it)."""
 
     def __init__(
         self, ttl_seconds: float, negative_ttl_seconds: float = 0.0, max_entries: int = 10_000
@@ -51,7 +52,6 @@ class KeyCache:
         if time.monotonic() >= expires:
             self._entries.pop(key_hash, None)
             return False, None
-        self._entries.move_to_end(key_hash)
         return True, client
 
     def put(self, key_hash: bytes, client: ApiClient | None) -> None:

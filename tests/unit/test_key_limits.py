@@ -27,15 +27,14 @@ def test_a_forgiven_look_up_is_not_counted() -> None:
     assert failures.retry_after("192.0.2.1") is None
 
 
-def test_a_full_key_cache_evicts_the_least_recently_used_key() -> None:
+def test_a_full_key_cache_evicts_only_the_oldest_entry() -> None:
     cache = KeyCache(ttl_seconds=60, negative_ttl_seconds=60, max_entries=3)
     client = ApiClient(id=1, name="shop", key_prefix="bk_shop")
-    cache.put(b"verified", client)
     cache.put(b"unknown-1", None)
+    cache.put(b"verified", client)
     cache.put(b"unknown-2", None)
-    assert cache.get(b"verified") == (True, client)
     cache.put(b"unknown-3", None)
-    assert cache.get(b"verified") == (True, client)
     assert cache.get(b"unknown-1") == (False, None)
+    assert cache.get(b"verified") == (True, client)
     assert cache.get(b"unknown-2") == (True, None)
     assert cache.get(b"unknown-3") == (True, None)
