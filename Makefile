@@ -45,7 +45,7 @@ status: venv ## Backlogs of the running system
 check: venv ## Invariant checker against the running system
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/billing check
 
-contracts: venv ## Regenerate every checked-in generated contract file (event schemas, AsyncAPI, EVENTS.md, OpenAPI)
+contracts: venv ## Regenerate every checked-in generated contract file (event schemas, AsyncAPI, EVENTS.md, OpenAPI, API.md's scope table)
 	$(BIN)/billing contracts
 
 down: infra-down ## Stop the infrastructure (processes stop with Ctrl-C on `make up`)

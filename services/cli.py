@@ -254,7 +254,7 @@ def contracts(
     root: Annotated[str, typer.Option(help="The repository's root folder.")] = ".",
 ) -> None:
     """Regenerate the contract files (event schemas, AsyncAPI, docs/EVENTS.md, OpenAPI, the
-    PrometheusRule)."""
+    scope table of docs/API.md, the PrometheusRule)."""
     from pathlib import Path  # noqa: PLC0415
 
     from services.ops.contracts import artifacts  # noqa: PLC0415

@@ -4,7 +4,9 @@ Keys are stored as SHA-256 hashes (``api_client``). A verified key is remembered
 for ``auth_cache_seconds`` so reads do not pay a database round trip each: revocation takes
 effect within that delay, expiry at once (the cached client carries its ``expires_at``). An
 unknown key is remembered as unknown for ``auth_negative_cache_seconds``, and a source address
-that sent too many unknown keys is refused before any look-up (``client_limits``).
+that sent too many unknown keys is refused before any look-up (``client_limits``). A key is
+looked up once at a time (requests with the same key wait for that look-up), and the look-up
+counts as unknown while it runs: a parallel burst gets no more look-ups than the limit.
 
 Every route that needs a key declares its one scope where it is defined, with
 :func:`requires` (or ``idempotent_write(scope)`` for POSTs): that is also what the OpenAPI
@@ -14,6 +16,7 @@ problem. Then the client's rate limit is counted (one Redis round trip).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import Request, Security
@@ -26,7 +29,7 @@ from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import audit
 from billing_core.repo.api_clients import ApiClient, hash_key
 from services.api.client_limits import LIMIT_UNAVAILABLE, RATE_LIMITED, REFUSED, UNLIMITED
-from services.api.context import get_context
+from services.api.context import AppContext, get_context
 from services.api.middleware import RATE_HEADERS_SCOPE_KEY
 from services.api.problems import FORBIDDEN, REQUEST_ID_SCOPE_KEY, UNAUTHORIZED, ApiProblem
 
@@ -63,8 +66,20 @@ async def verified_client(request: Request) -> ApiClient:
             return client
         ctx.key_cache.forget(digest)
         raise _unauthorized("Invalid API key.")
-    address = source_address(request)
-    wait = ctx.failed_keys.retry_after(address)
+    client = await ctx.key_cache.look_up(
+        digest, lambda: _find(ctx, key, source_address(request), now)
+    )
+    if client is None:
+        raise _unauthorized("Invalid API key.")
+    return client
+
+
+async def _find(ctx: AppContext, key: str, address: str, now: datetime) -> ApiClient | None:
+    """The active client of ``key`` (None: unknown). The look-up counts as an unknown key of
+    ``address`` from before it is awaited until the key is found valid; past the limit, a 429
+    problem instead of any database work."""
+    failures = ctx.failed_keys
+    wait = failures.retry_after(address)
     if wait is not None:
         REFUSED.labels("unknown-keys").inc()
         raise ApiProblem(
@@ -72,12 +87,15 @@ async def verified_client(request: Request) -> ApiClient:
             "Too many invalid API keys from this address; retry later.",
             headers={"Retry-After": str(wait)},
         )
-    async with ctx.reads() as session:
-        client = await api_clients_repo.find_active_by_key(session, key, now=now)
-    ctx.key_cache.put(digest, client)
-    if client is None:
-        ctx.failed_keys.add(address)
-        raise _unauthorized("Invalid API key.")
+    failures.add(address)
+    try:
+        async with ctx.reads() as session:
+            client = await api_clients_repo.find_active_by_key(session, key, now=now)
+    except BaseException:
+        failures.forgive(address)
+        raise
+    if client is not None:
+        failures.forgive(address)
     return client
 
 

@@ -22,9 +22,11 @@ unknown API keys (in the process).
   wait for a timeout.
 * **Unknown keys**: counted per source address in the process (it must hold when Redis is
   down too); past ``auth_failures_per_address`` per window, that address's key look-ups are
-  refused with 429 before any database work. Together with the negative cache of unknown keys
-  (:class:`services.api.auth.KeyCache`) a token scan costs at most that many look-ups per
-  window and replica.
+  refused with 429 before any database work. A look-up is counted before it is awaited (and
+  taken back when its key is valid), so requests in parallel cannot pass the limit together.
+  With the negative cache of unknown keys (:class:`services.api.context.KeyCache`) a token
+  scan costs at most that many look-ups per window and replica. The addresses kept are
+  bounded: a new one evicts the oldest, never the whole table.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -175,13 +178,15 @@ class ClientRateLimit:
 
 
 class FailedKeysByAddress:
-    """Unknown keys per source address in fixed windows, in this process (bounded memory)."""
+    """Unknown keys per source address in fixed windows, in this process. At most
+    ``max_addresses`` addresses are kept: a new one evicts the address whose window started
+    first, never the others' counts."""
 
     def __init__(self, limit: int, window_seconds: float, max_addresses: int = 100_000) -> None:
         self._limit = limit
         self._window = window_seconds
         self._max = max_addresses
-        self._counts: dict[str, tuple[float, int]] = {}
+        self._counts: OrderedDict[str, tuple[float, int]] = OrderedDict()
 
     def retry_after(self, address: str) -> int | None:
         """Seconds until ``address`` may try keys again, or None if it may now."""
@@ -196,10 +201,19 @@ class FailedKeysByAddress:
         return max(1, math.ceil(left)) if count >= self._limit else None
 
     def add(self, address: str) -> None:
+        """Count one key of ``address`` as unknown (before its look-up: see :meth:`forgive`)."""
         now = time.monotonic()
-        started, count = self._counts.get(address, (now, 0))
-        if now >= started + self._window:
-            started, count = now, 0
-        if len(self._counts) >= self._max and address not in self._counts:
-            self._counts.clear()
-        self._counts[address] = (started, count + 1)
+        entry = self._counts.get(address)
+        if entry is not None and now < entry[0] + self._window:
+            self._counts[address] = (entry[0], entry[1] + 1)
+            return
+        self._counts.pop(address, None)
+        while len(self._counts) >= self._max:
+            self._counts.popitem(last=False)
+        self._counts[address] = (now, 1)
+
+    def forgive(self, address: str) -> None:
+        """Take back one count of ``address``: the key counted was found valid."""
+        entry = self._counts.get(address)
+        if entry is not None and entry[1] > 0:
+            self._counts[address] = (entry[0], entry[1] - 1)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -28,7 +30,9 @@ from services.api.settings import ApiSettings
 
 
 class KeyCache:
-    """Verified keys (``ttl_seconds``) and unknown ones (``negative_ttl_seconds``) by hash."""
+    """Verified keys (``ttl_seconds``) and unknown ones (``negative_ttl_seconds``) by hash; at
+    most ``max_entries``, the oldest put evicted first (a key in use is put again each time its
+    entry ends, so only a flood within one ``ttl_seconds`` evicts it)."""
 
     def __init__(
         self, ttl_seconds: float, negative_ttl_seconds: float = 0.0, max_entries: int = 10_000
@@ -36,7 +40,8 @@ class KeyCache:
         self._ttl = ttl_seconds
         self._negative_ttl = negative_ttl_seconds
         self._max = max_entries
-        self._entries: dict[bytes, tuple[float, ApiClient | None]] = {}
+        self._entries: OrderedDict[bytes, tuple[float, ApiClient | None]] = OrderedDict()
+        self._looking_up: dict[bytes, asyncio.Future[ApiClient | None]] = {}
 
     def get(self, key_hash: bytes) -> tuple[bool, ApiClient | None]:
         """(known, client): (False, None) not cached; (True, None) cached as unknown."""
@@ -53,9 +58,31 @@ class KeyCache:
         ttl = self._ttl if client is not None else self._negative_ttl
         if ttl <= 0:
             return
-        if len(self._entries) >= self._max:
-            self._entries.clear()
+        self._entries.pop(key_hash, None)
+        while len(self._entries) >= self._max:
+            self._entries.popitem(last=False)
         self._entries[key_hash] = (time.monotonic() + ttl, client)
+
+    async def look_up(
+        self, key_hash: bytes, find: Callable[[], Awaitable[ApiClient | None]]
+    ) -> ApiClient | None:
+        """``find()``'s answer for a key not cached, then cached: requests with the same key
+        while it runs wait for that one look-up."""
+        looking_up = self._looking_up.get(key_hash)
+        if looking_up is None:
+            looking_up = asyncio.ensure_future(self._find_and_put(key_hash, find))
+            self._looking_up[key_hash] = looking_up
+        return await asyncio.shield(looking_up)
+
+    async def _find_and_put(
+        self, key_hash: bytes, find: Callable[[], Awaitable[ApiClient | None]]
+    ) -> ApiClient | None:
+        try:
+            client = await find()
+        finally:
+            del self._looking_up[key_hash]
+        self.put(key_hash, client)
+        return client
 
     def forget(self, key_hash: bytes) -> None:
         self._entries.pop(key_hash, None)

@@ -111,6 +111,7 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (api_clients_repo.ApiKeyAmbiguous, BUSINESS_RULE),
     (api_clients_repo.ApiKeyInactive, STATE_CONFLICT),
     (scopes.UnknownScope, BUSINESS_RULE),
+    (scopes.ScopeNotHeld, FORBIDDEN),
     (customers_repo.CustomerNotFound, CUSTOMER_NOT_FOUND),
     (customers_repo.CustomerExists, CUSTOMER_EXISTS),
     (coupons_repo.CouponNotFound, COUPON_NOT_FOUND),

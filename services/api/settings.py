@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -116,8 +117,9 @@ class ApiSettings(CoreSettings):
     )
     api_forwarded_allow_ips: str = Field(
         default="127.0.0.1",
-        description="Proxies whose X-Forwarded-For gives the client's address (comma-separated, "
-        "'*' for any): the address the limit on unknown API keys counts.",
+        description="Addresses or CIDR ranges of the proxies whose X-Forwarded-For gives the "
+        "client's address (comma-separated; empty: none): the address the limit on unknown API "
+        "keys counts. Never '*': a client would then choose its own address.",
     )
     access_log: bool = Field(default=False, description="uvicorn's access log.")
     console_enabled: bool = Field(default=True, description="Serve the operator console.")
@@ -142,6 +144,18 @@ class ApiSettings(CoreSettings):
         description="The collectors' gateway limit (the variable they read), the line drawn on "
         "the console's chart of gateway answers per second.",
     )
+
+    @field_validator("api_forwarded_allow_ips")
+    @classmethod
+    def _forwarders_are_networks(cls, value: str) -> str:
+        for entry in filter(None, (part.strip() for part in value.split(","))):
+            try:
+                ipaddress.ip_network(entry)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{entry!r} is not an address or CIDR range of a trusted proxy"
+                ) from exc
+        return value
 
     @field_validator("console_processes")
     @classmethod

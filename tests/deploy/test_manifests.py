@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from services.api.settings import ApiSettings
 from tests.deploy.kustomize import Resource, pod_spec, render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -612,3 +613,11 @@ def test_kafka_egress_reaches_the_namespace_of_the_bootstrap_servers(
         for peer in _egress(rendered, "relay")[port]
     }
     assert reached == servers
+
+
+def test_the_api_trusts_forwarded_addresses_only_from_a_range(rendered: list[Resource]) -> None:
+    container = _container(_one(rendered, "Deployment", "billing-api"))
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    value = env["BILLING_API_FORWARDED_ALLOW_IPS"]
+    assert ApiSettings(api_forwarded_allow_ips=value).api_forwarded_allow_ips == value
+    assert "*" not in value

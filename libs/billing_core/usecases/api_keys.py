@@ -1,15 +1,16 @@
 """Key management (create, revoke, rotate), each with its ``audit_event`` row, for the
-``billing api-keys`` command and the API's admin routes alike."""
+``billing api-keys`` command and the API's admin routes alike. A create or rotate is given the
+scopes its maker ``holds`` (the command line: all) and makes no key with another."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from billing_core.domain.scopes import Scope
+from billing_core.domain.scopes import ALL_SCOPES, Scope, require_held
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import audit
 from billing_core.repo.api_clients import ApiKeyInfo
@@ -30,10 +31,12 @@ async def create(
     actor: audit.Actor,
     expires_in: timedelta | None = None,
     rate_limit_per_minute: int | None = None,
+    holds: Collection[Scope] = ALL_SCOPES,
 ) -> NewKey:
     name = name.strip()
     if not name:
         raise ValueError("the API client needs a name")
+    require_held(scopes, holds)
     info, key = await api_clients_repo.create(
         session,
         name=name,
@@ -62,8 +65,10 @@ async def rotate(
     grace: timedelta,
     actor: audit.Actor,
     expires_in: timedelta | None = None,
+    holds: Collection[Scope] = ALL_SCOPES,
 ) -> tuple[ApiKeyInfo, NewKey]:
     """A new key for the client of ``prefix``; the old key works for ``grace`` more."""
+    require_held((await api_clients_repo.lock_by_prefix(session, prefix)).scopes, holds)
     old, new, key = await api_clients_repo.rotate(
         session,
         prefix,

@@ -1,5 +1,6 @@
 """Key management for ``admin`` keys: list, create, revoke, rotate (the ``billing api-keys``
-command over HTTP). Each change writes its ``audit_event`` row in its transaction.
+command over HTTP), creating and rotating only keys whose scopes the caller's key holds (403
+otherwise). Each change writes its ``audit_event`` row in its transaction.
 
 These POSTs do not store their response under an ``Idempotency-Key``: it holds a new key, and
 keys are never stored. Revoking is idempotent by itself; a create or rotate whose answer was
@@ -81,6 +82,7 @@ async def create_key(request: Request, body: CreateApiKeyRequest, client: Admin)
             if body.expires_in_seconds is None
             else api_keys_uc.seconds(body.expires_in_seconds),
             rate_limit_per_minute=body.rate_limit_per_minute,
+            holds=client.scopes,
         )
     return json_response(NewApiKeyOut(key=new.key, api_key=ApiKeyOut.of(new.info, now)), status=201)
 
@@ -124,6 +126,7 @@ async def rotate_key(
             expires_in=None
             if body.expires_in_seconds is None
             else api_keys_uc.seconds(body.expires_in_seconds),
+            holds=client.scopes,
         )
     ctx.key_cache.clear()
     return json_response(

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from billing_core.domain.event_payloads import PAYLOAD_MODELS, EventPayload
-from services.ops.contracts import asyncapi, events_doc, monitoring
+from services.ops.contracts import asyncapi, events_doc, monitoring, scope_table
 from services.ops.contracts.event_schemas import SCHEMA_FOLDER, all_schemas
 
 
@@ -25,15 +25,31 @@ def event_artifacts(models: Iterable[type[EventPayload]] = PAYLOAD_MODELS) -> di
     return files
 
 
-def openapi_artifact() -> dict[str, str]:
-    """docs/openapi.json: the API's document as ``/openapi.json`` serves it."""
+def api_document() -> dict[str, Any]:
+    """The API's OpenAPI document as ``/openapi.json`` serves it."""
     from billing_core.clock import SystemClock  # noqa: PLC0415
     from services.api import openapi  # noqa: PLC0415
     from services.api.app import create_app  # noqa: PLC0415
     from services.api.settings import ApiSettings  # noqa: PLC0415
 
-    app = create_app(ApiSettings(process_name="contracts"), SystemClock())
-    return {openapi.OPENAPI_PATH: dump_json(openapi.document(app))}
+    return openapi.document(create_app(ApiSettings(process_name="contracts"), SystemClock()))
+
+
+def openapi_artifact(document: dict[str, Any] | None = None) -> dict[str, str]:
+    """docs/openapi.json: ``document`` (default: the API's)."""
+    from services.api.openapi import OPENAPI_PATH  # noqa: PLC0415
+
+    return {OPENAPI_PATH: dump_json(api_document() if document is None else document)}
+
+
+def scope_table_artifact(root: Path, document: dict[str, Any] | None = None) -> dict[str, str]:
+    """docs/API.md under ``root`` with its scope table made from ``document``'s operations
+    (default: the API's)."""
+    from services.api.auth import SCHEME_NAME  # noqa: PLC0415
+
+    text = _read(root / scope_table.API_DOC_PATH) or ""
+    chosen = api_document() if document is None else document
+    return {scope_table.API_DOC_PATH: scope_table.updated(text, chosen, SCHEME_NAME)}
 
 
 def monitoring_artifacts(root: Path) -> dict[str, str]:
@@ -44,7 +60,13 @@ def monitoring_artifacts(root: Path) -> dict[str, str]:
 def all_artifacts(root: Path) -> dict[str, str]:
     """Every generated contract file of the checkout at ``root``: ``make contracts`` writes
     these."""
-    return {**event_artifacts(), **openapi_artifact(), **monitoring_artifacts(root)}
+    document = api_document()
+    return {
+        **event_artifacts(),
+        **openapi_artifact(document),
+        **scope_table_artifact(root, document),
+        **monitoring_artifacts(root),
+    }
 
 
 def differences(root: Path, files: dict[str, str]) -> list[str]:

@@ -190,3 +190,31 @@ async def test_admin_keys_manage_keys_over_the_api(
     ]
     assert all((a["source"], a["client_id"]) == ("API", admin_id) for a in audit[1:])
     assert all(a["request_id"] for a in audit[1:])
+
+
+async def test_an_admin_key_grants_only_the_scopes_it_holds(
+    app: FastAPI, settings: CoreSettings, engine: AsyncEngine
+) -> None:
+    """``admin`` is key management, not every scope: an admin key can neither create a key
+    with a scope it lacks nor rotate one (which would hand it that key)."""
+    admin = await create_api_key_async(settings, "keys-only", scopes=[Scope.ADMIN])
+    full = await create_api_key_async(settings, "full")
+    async with asgi_client(app, admin) as c:
+        wider = await c.post(
+            "/api-keys", json={"name": "reader", "scopes": ["admin", "subscriptions:read"]}
+        )
+        body = assert_problem(wider, 403, "forbidden")
+        assert "subscriptions:read" in body["detail"]
+        assert "admin" not in body["detail"].split("lacks", 1)[1]
+        rotated = await c.post(f"/api-keys/{full[:11]}/rotate", json={"graceSeconds": 0})
+        assert_problem(rotated, 403, "forbidden")
+        own = await c.post("/api-keys", json={"name": "keys-too", "scopes": ["admin"]})
+        assert own.status_code == 201, own.text
+    names = [r["name"] for r in await rows(engine, "SELECT name FROM api_client ORDER BY id")]
+    assert names.count("reader") == 0
+    assert names.count("full") == 1  # not rotated
+    assert await rows(engine, "SELECT 1 FROM api_client WHERE expires_at IS NOT NULL") == []
+    async with asgi_client(app, full) as c:
+        assert (await c.get("/plans")).status_code == 200
+        made = await c.post("/api-keys", json={"name": "reader", "scopes": ["subscriptions:read"]})
+        assert made.status_code == 201, made.text

@@ -43,9 +43,11 @@ class Statements:
 
     def __init__(self) -> None:
         self.count = 0
+        self.key_look_ups = 0
 
-    def __call__(self, *_args: Any) -> None:
+    def __call__(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         self.count += 1
+        self.key_look_ups += "FROM api_client" in statement
 
 
 @pytest.fixture
@@ -171,19 +173,64 @@ async def test_ten_thousand_bogus_tokens_cost_a_bounded_number_of_queries(
                 statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
     assert sum(statuses.values()) == 10_000
     assert set(statuses) == {401, 429}
-    # Each look-up is one statement; concurrent requests may pass the check before the
-    # failures they are about to add are counted (at most one batch).
-    assert statements.count <= limit + 100
-    assert statuses[401] == statements.count
-    assert statuses[429] >= 10_000 - limit - 100
+    # Each look-up is one statement.
+    assert statements.count == limit
+    assert statuses == {401: limit, 429: 10_000 - limit}
     async with client_from(app, "203.0.113.9", f"bk_{secrets.token_urlsafe(32)}") as c:
         refused = await c.get("/plans")
     assert_problem(refused, 429, "rate-limited")
     assert int(refused.headers["retry-after"]) >= 1
-    assert statements.count <= limit + 100
+    assert statements.count == limit
     # Another address is not refused.
     async with client_from(app, "203.0.113.10", f"bk_{secrets.token_urlsafe(32)}") as c:
         assert_problem(await c.get("/plans"), 401, "unauthorized")
+
+
+async def test_a_parallel_burst_of_bogus_keys_passes_no_more_than_the_limit(
+    app: FastAPI, statements: Statements, api_settings: ApiSettings
+) -> None:
+    """Each look-up is counted before the database is awaited: 200 requests sent together
+    from one address get no more look-ups than the limit, the others a 429."""
+    limit = api_settings.auth_failures_per_address
+    async with client_from(app, "203.0.113.20") as scanner:
+        answers = await asyncio.gather(
+            *(
+                scanner.get(
+                    "/plans",
+                    headers={"Authorization": f"Bearer bk_{secrets.token_urlsafe(32)}"},
+                )
+                for _ in range(200)
+            )
+        )
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [401] * limit + [429] * (200 - limit)
+    assert statements.count == limit
+
+
+async def test_a_valid_key_is_not_counted_as_unknown(
+    app: FastAPI, api_settings: ApiSettings, api_key: str
+) -> None:
+    limit = api_settings.auth_failures_per_address
+    async with client_from(app, "198.51.100.30") as c:
+        for _ in range(limit - 1):
+            bogus = {"Authorization": f"Bearer bk_{secrets.token_urlsafe(32)}"}
+            assert_problem(await c.get("/plans", headers=bogus), 401, "unauthorized")
+        assert (await c.get("/plans", headers={"Authorization": f"Bearer {api_key}"})).is_success
+        last = {"Authorization": f"Bearer bk_{secrets.token_urlsafe(32)}"}
+        assert_problem(await c.get("/plans", headers=last), 401, "unauthorized")
+        next_one = {"Authorization": f"Bearer bk_{secrets.token_urlsafe(32)}"}
+        assert_problem(await c.get("/plans", headers=next_one), 429, "rate-limited")
+
+
+async def test_parallel_requests_with_one_new_key_share_one_look_up(
+    app: FastAPI, statements: Statements, settings: CoreSettings, api_settings: ApiSettings
+) -> None:
+    key = await create_api_key_async(settings, "busy")
+    burst = 3 * api_settings.auth_failures_per_address
+    async with client_from(app, "198.51.100.40", key) as c:
+        answers = await asyncio.gather(*(c.get("/plans") for _ in range(burst)))
+    assert [a.status_code for a in answers] == [200] * burst
+    assert statements.key_look_ups == 1
 
 
 async def test_a_valid_key_from_a_scanning_address_still_works_once_verified(

@@ -37,7 +37,7 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
         {"planCode": "PRO_MONTHLY"},
     ),
     ("GET", "/api-keys", Scope.ADMIN, {}),
-    ("POST", "/api-keys", Scope.ADMIN, {"name": "x", "scopes": ["plans:read"]}),
+    ("POST", "/api-keys", Scope.ADMIN, {"name": "x", "scopes": ["admin"]}),
     ("POST", "/api-keys/bk_nothing/revoke", Scope.ADMIN, {}),
     ("POST", "/api-keys/bk_nothing/rotate", Scope.ADMIN, {}),
     (
