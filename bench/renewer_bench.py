@@ -56,7 +56,7 @@ from bench.renewer_sql import floor_batch, row_by_row_batch
 from billing_core.db import migrate
 from billing_core.db.engine import create_engine
 from billing_core.repo import renewal as renewal_repo
-from billing_core.runtime.pauses import quiet_garbage_collector
+from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from billing_core.seeding import (
     SeedSpec,
     asyncpg_dsn,

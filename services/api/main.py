@@ -8,7 +8,7 @@ import uvicorn
 from billing_core.clock import clock_from_offset
 from billing_core.logging import configure_logging
 from billing_core.runtime import build_info
-from billing_core.runtime.pauses import quiet_garbage_collector
+from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 
