@@ -55,11 +55,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bench.renewer_sql import floor_batch, row_by_row_batch
 from billing_core.db import migrate
 from billing_core.db.engine import create_engine
+from billing_core.db.pg import asyncpg_dsn
 from billing_core.repo import renewal as renewal_repo
 from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from billing_core.seeding import (
     SeedSpec,
-    asyncpg_dsn,
     seed_filler_sql,
     seed_lifecycle_mix,
     seed_subscriptions,
