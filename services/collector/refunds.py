@@ -110,7 +110,7 @@ class RefundSender:
         """At a send slot of the shared limit, with a place in the window; None when the lease
         got too old to make the call."""
         lease_until = self._clock.now() + self._lease
-        async with self._gateway.line() as line:
+        async with self._gateway.connection() as connection:
             while True:
                 await self._window.wait_for_room()
                 slot = await self._limiter.reserve()
@@ -123,7 +123,7 @@ class RefundSender:
                 started = time.monotonic()
                 latency: float | None = None
                 try:
-                    result = await line.refund(
+                    result = await connection.refund(
                         charge_reference, refund.amount, refund.idempotency_key, send_by=slot.latest
                     )
                     latency = time.monotonic() - started

@@ -27,7 +27,7 @@ from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, Ga
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import (
     ChargeResult,
-    GatewayLine,
+    GatewayConnection,
     LookupResult,
     NotSent,
     PaymentGateway,
@@ -246,9 +246,9 @@ class Collector:
 
     def _charge_call(
         self, invoice: LeasedInvoice
-    ) -> Callable[[GatewayLine, float], Awaitable[ChargeResult]]:
-        def call(line: GatewayLine, send_by: float) -> Awaitable[ChargeResult]:
-            return line.charge(
+    ) -> Callable[[GatewayConnection, float], Awaitable[ChargeResult]]:
+        def call(connection: GatewayConnection, send_by: float) -> Awaitable[ChargeResult]:
+            return connection.charge(
                 invoice.customer_id,
                 invoice.amount,
                 invoice.currency,
@@ -265,14 +265,14 @@ class Collector:
 
     def _lookup_call(
         self, invoice: LeasedInvoice
-    ) -> Callable[[GatewayLine, float], Awaitable[LookupResult]]:
-        def call(line: GatewayLine, send_by: float) -> Awaitable[LookupResult]:
-            return line.lookup(invoice.idempotency_key, send_by=send_by)
+    ) -> Callable[[GatewayConnection, float], Awaitable[LookupResult]]:
+        def call(connection: GatewayConnection, send_by: float) -> Awaitable[LookupResult]:
+            return connection.lookup(invoice.idempotency_key, send_by=send_by)
 
         return call
 
     async def _send(
-        self, invoice: LeasedInvoice, request: Callable[[GatewayLine, float], Awaitable[T]]
+        self, invoice: LeasedInvoice, request: Callable[[GatewayConnection, float], Awaitable[T]]
     ) -> T | None:
         """A place in the window, a connection, a send slot, the check that the invoice is still
         ours (read while the slot comes, so it is fresh and does not delay the call), then the
@@ -280,7 +280,7 @@ class Collector:
         when the invoice changed or the lease got too old to call."""
         started = time.monotonic()
         await self._window.wait_for_room()
-        async with self._gateway.line() as line:
+        async with self._gateway.connection() as connection:
             while (slot := await self._take_a_slot(invoice)) is not None:
                 metrics.LIMITER_WAIT.observe(time.monotonic() - started)
                 # The lease's end on this process's monotonic clock (the lease itself is on the
@@ -291,7 +291,7 @@ class Collector:
                     log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
                     return None
                 try:
-                    return await self._call(line, slot, request)
+                    return await self._call(connection, slot, request)
                 except NotSent:  # the process stalled between the slot and the send
                     self._limiter.late_drops += 1
             return None
@@ -319,15 +319,15 @@ class Collector:
 
     async def _call(
         self,
-        line: GatewayLine,
+        connection: GatewayConnection,
         slot: Slot,
-        request: Callable[[GatewayLine, float], Awaitable[T]],
+        request: Callable[[GatewayConnection, float], Awaitable[T]],
     ) -> T:
         """The call, sent no later than the slot allows (or not at all: ``NotSent``)."""
         call_started = time.monotonic()
         latency: float | None = None
         try:
-            result = await request(line, slot.latest)
+            result = await request(connection, slot.latest)
             latency = time.monotonic() - call_started
             metrics.CALL_SECONDS.observe(latency)
             return result
