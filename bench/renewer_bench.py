@@ -13,7 +13,7 @@
      trials' ends, the paused periods' VOID or DRAFT invoices and the scheduled changes by the
      renewer's rules) as ONE hand-written SQL statement per batch of the same size, from
      asyncpg;
-   * the article's row-by-row approach (batches of 500, one statement per row and write;
+   * a row-by-row approach (batches of 500, one statement per row and write;
      plain renewals: untaxed, the mix renewed as if it were plain).
 3. The whole backlog of a fresh copy drained by renewer processes (``python -m
    services.renewer``): total time for N.
@@ -263,7 +263,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
             lambda s: timed(pg_loop(conn, s, batch, floor_batch)),
         ),
         Variant(
-            "row by row (article, batch 500)",
+            "row by row (batch 500)",
             args.row_slice,
             lambda s: timed(pg_loop(conn, s, 500, row_by_row_batch)),
         ),
