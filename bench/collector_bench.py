@@ -32,7 +32,7 @@ from billing_core.db import migrate
 from tests.support.db import recreate_database, truncate_all
 from tests.support.factories import due_subscriptions_with_invoices
 from tests.support.infra import checkout_database_name, start_services
-from tests.support.processes import Proc, free_port, start
+from tests.support.processes import SIMULATOR_NICE, Proc, free_port, start
 
 OUT = Path(__file__).resolve().parent / "out"
 
@@ -142,6 +142,7 @@ async def phase(
         logs,
         ready_url=f"http://127.0.0.1:{sim_port}/healthz",
         timeout=120,
+        nice=SIMULATOR_NICE,
     )
     sim_url = f"http://127.0.0.1:{sim_port}"
     key = f"bench:{time.time_ns()}:permits"

@@ -13,7 +13,7 @@
      trials' ends, the paused periods' VOID or DRAFT invoices and the scheduled changes by the
      renewer's rules) as ONE hand-written SQL statement per batch of the same size, from
      asyncpg;
-   * the article's row-by-row approach (batches of 500, one statement per row and write;
+   * a row-by-row approach (batches of 500, one statement per row and write;
      plain renewals: untaxed, the mix renewed as if it were plain).
 3. The whole backlog of a fresh copy drained by renewer processes (``python -m
    services.renewer``): total time for N.
@@ -55,11 +55,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from bench.renewer_sql import floor_batch, row_by_row_batch
 from billing_core.db import migrate
 from billing_core.db.engine import create_engine
+from billing_core.db.pg import asyncpg_dsn
 from billing_core.repo import renewal as renewal_repo
-from billing_core.runtime.pauses import quiet_garbage_collector
+from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from billing_core.seeding import (
     SeedSpec,
-    asyncpg_dsn,
     seed_filler_sql,
     seed_lifecycle_mix,
     seed_subscriptions,
@@ -263,7 +263,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
             lambda s: timed(pg_loop(conn, s, batch, floor_batch)),
         ),
         Variant(
-            "row by row (article, batch 500)",
+            "row by row (batch 500)",
             args.row_slice,
             lambda s: timed(pg_loop(conn, s, 500, row_by_row_batch)),
         ),

@@ -6,7 +6,7 @@
   scheduled for the period end, create a paused period's invoice VOID or DRAFT, advance their
   periods and write their outbox events, all in ONE hand-written SQL statement (periods
   computed by PostgreSQL in the subscription's time zone).
-* ``row_by_row_batch``: the article's approach — lock a batch of 500, then one statement per row
+* ``row_by_row_batch``: the row-by-row approach — lock a batch of 500, then one statement per row
   for each write (insert the invoice, its line, advance the subscription, insert the outbox
   event), periods computed in Python by the domain functions. It renews ACTIVE rows as plain
   renewals (no tax, no trial's end, pause or scheduled change): less work than the renewer's.
@@ -210,7 +210,7 @@ _EVENT = """
 
 
 async def row_by_row_batch(conn: asyncpg.Connection, *, now: datetime, batch_size: int) -> int:
-    """The article's loop: lock a batch, then one statement per row and per write."""
+    """The row-by-row loop: lock a batch, then one statement per row and per write."""
     async with conn.transaction():
         rows = await conn.fetch(_LOCK, now, batch_size)
         for r in rows:

@@ -92,8 +92,8 @@ async def main(url: str, calls: int, concurrency: int) -> None:
             "Authorization": f"Bearer {API_KEY}",
             "Idempotency-Key": f"inv-{n}-try-0",
         }
-        async with pool.line() as line:
-            response = await line.post_json("/v1/payment_intents", form(n), headers)
+        async with pool.hold() as held:
+            response = await held.post_json("/v1/payment_intents", form(n), headers)
         assert response.status == 200, response.body[:200]
         return json.loads(response.body)
 

@@ -17,7 +17,14 @@ from typing import Protocol
 
 from billing_core.domain.charge_result import ChargeOutcome, classify, classify_lookup
 from billing_core.domain.refund import RefundOutcome, classify_refund
-from billing_core.http1 import Http1Pool, HttpError, HttpTimeout, Line, Response, SendMissed
+from billing_core.http1 import (
+    HeldConnection,
+    Http1Pool,
+    HttpError,
+    HttpTimeout,
+    Response,
+    SendMissed,
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +120,7 @@ class NotSent(Exception):
     """The call was not made: its send deadline passed before it could go out."""
 
 
-class GatewayLine(Protocol):
+class GatewayConnection(Protocol):
     """A connection to the gateway, held by one caller until it charges on it."""
 
     async def charge(
@@ -149,7 +156,7 @@ class GatewayLine(Protocol):
 
 
 class PaymentGateway(Protocol):
-    def line(self) -> AbstractAsyncContextManager[GatewayLine]:
+    def connection(self) -> AbstractAsyncContextManager[GatewayConnection]:
         """Get connected now, charge later: a call paced to a send slot must not spend its
         slot waiting for a connection."""
         ...
@@ -181,9 +188,9 @@ class HttpPaymentGateway:
         await self._http.aclose()
 
     @asynccontextmanager
-    async def line(self) -> AsyncIterator[_HttpLine]:
-        async with self._http.line() as line:
-            yield _HttpLine(line)
+    async def connection(self) -> AsyncIterator[_HttpConnection]:
+        async with self._http.hold() as held:
+            yield _HttpConnection(held)
 
     async def charge(
         self,
@@ -194,25 +201,25 @@ class HttpPaymentGateway:
         metadata: Mapping[str, int | str],
     ) -> ChargeResult:
         """One call on a connection of its own (for callers that do not pace their calls)."""
-        async with self.line() as line:
-            return await line.charge(customer_id, amount, currency, idempotency_key, metadata)
+        async with self.connection() as connection:
+            return await connection.charge(customer_id, amount, currency, idempotency_key, metadata)
 
     async def refund(
         self, charge_reference: str, amount: int, idempotency_key: str
     ) -> RefundResult:
         """One refund on a connection of its own (for callers that do not pace their calls)."""
-        async with self.line() as line:
-            return await line.refund(charge_reference, amount, idempotency_key)
+        async with self.connection() as connection:
+            return await connection.refund(charge_reference, amount, idempotency_key)
 
     async def lookup(self, idempotency_key: str) -> LookupResult:
         """One look-up on a connection of its own."""
-        async with self.line() as line:
-            return await line.lookup(idempotency_key)
+        async with self.connection() as connection:
+            return await connection.lookup(idempotency_key)
 
 
-class _HttpLine:
-    def __init__(self, line: Line) -> None:
-        self._line = line
+class _HttpConnection:
+    def __init__(self, held: HeldConnection) -> None:
+        self._held = held
 
     async def charge(
         self,
@@ -270,7 +277,7 @@ class _HttpLine:
         call's outcome is unknown). ``NotSent`` when the send deadline passed first."""
         headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
         try:
-            return await self._line.post_json(
+            return await self._held.post_json(
                 path,
                 json.dumps(request, separators=(",", ":")).encode(),
                 headers,

@@ -224,7 +224,7 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
     return int(parts[1]), headers
 
 
-class Line:
+class HeldConnection:
     """A connection held by one caller; requests on it go one after the other. Opening it may
     have failed (or the server may close it while it is held): the next request opens another,
     and raises if that fails too."""
@@ -243,7 +243,7 @@ class Line:
         send_by: float | None = None,
     ) -> Response:
         """``send_by``: a ``time.monotonic()`` after which the request must not be sent at all
-        (it raises :class:`SendMissed`; the line stays usable)."""
+        (it raises :class:`SendMissed`; the connection stays usable)."""
         request = self._pool.request_bytes(path, body, headers)
         if self.conn is not None and not self.conn.reusable:
             self._pool.discard(self.conn)
@@ -291,25 +291,25 @@ class Http1Pool:
         self._closed = False
 
     @asynccontextmanager
-    async def line(self) -> AsyncIterator[Line]:
+    async def hold(self) -> AsyncIterator[HeldConnection]:
         """A connection held for the caller: opened (or taken idle) now, so that a request sent
         on it later goes out at once, without a connect in between."""
         try:
             conn: _Connection | None = await self.checkout()
         except HttpError:
             conn = None  # the request will try again, and say why it cannot be sent
-        line = Line(self, conn)
+        held = HeldConnection(self, conn)
         try:
-            yield line
+            yield held
         finally:
-            self._give_back(line)
+            self._give_back(held)
 
     async def post_json(self, path: str, body: bytes, headers: Mapping[str, str]) -> Response:
-        line = Line(self, None)
+        held = HeldConnection(self, None)
         try:
-            return await line.post_json(path, body, headers)
+            return await held.post_json(path, body, headers)
         finally:
-            self._give_back(line)
+            self._give_back(held)
 
     async def answer(self, conn: _Connection, answer: asyncio.Future[Response]) -> Response:
         try:
@@ -387,9 +387,9 @@ class Http1Pool:
             raise HttpTransportError(f"connect failed: {exc!r}") from exc
         return conn
 
-    def _give_back(self, line: Line) -> None:
-        if line.conn is not None:
-            self._checkin(line.conn, reuse=line.reusable)
+    def _give_back(self, held: HeldConnection) -> None:
+        if held.conn is not None:
+            self._checkin(held.conn, reuse=held.reusable)
 
     def _checkin(self, conn: _Connection, *, reuse: bool) -> None:
         if reuse and conn.reusable and not self._closed:

@@ -13,8 +13,8 @@ dropped, never used), so the calls sent in any rolling second come from slots wi
 — never more than ``limit`` as long as ``max_late < guard``. What is left of the guard absorbs
 the network and the gateway's own timing jitter. When there is work the rate is
 ``limit / (1 + guard)``, 98 % of the limit with the default 20 ms guard; an idle cursor gives no
-burst credit. (The article's fixed one-second counter lets up to twice the limit through across
-a window edge.)
+burst credit. (A fixed one-second counter would let up to twice the limit through across a
+window edge.)
 
 A gateway that answers 429 anyway (its own clock, a contract changed under us) pauses every
 replica: :meth:`GlobalRateLimiter.pause` moves the shared cursor past the pause, so no replica

@@ -129,11 +129,6 @@ async def seed_customers(
     return _count(status)
 
 
-def asyncpg_dsn(database_url: str) -> str:
-    """The asyncpg DSN of a SQLAlchemy ``postgresql+asyncpg://`` URL."""
-    return database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
-
-
 async def _plans(conn: asyncpg.Connection, codes: Sequence[str] | None) -> list[_Plan]:
     rows = await conn.fetch(
         "SELECT id, price_amount, billing_interval FROM plan WHERE active "

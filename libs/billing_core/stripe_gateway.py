@@ -103,15 +103,15 @@ class StripePaymentGateway:
             http_client=self._http,
             max_network_retries=0,
         )
-        self._line = StripeLine(client, customers)
+        self._connection = StripeConnection(client, customers)
 
     async def aclose(self) -> None:
         await self._http.close_async()  # type: ignore[no-untyped-call]
 
     @asynccontextmanager
-    async def line(self) -> AsyncIterator[StripeLine]:
+    async def connection(self) -> AsyncIterator[StripeConnection]:
         """Every caller shares the SDK's pool (httpx connects on first use, then keeps it)."""
-        yield self._line
+        yield self._connection
 
     async def charge(
         self,
@@ -121,15 +121,17 @@ class StripePaymentGateway:
         idempotency_key: str,
         metadata: Mapping[str, int | str],
     ) -> ChargeResult:
-        return await self._line.charge(customer_id, amount, currency, idempotency_key, metadata)
+        return await self._connection.charge(
+            customer_id, amount, currency, idempotency_key, metadata
+        )
 
     async def refund(
         self, charge_reference: str, amount: int, idempotency_key: str
     ) -> RefundResult:
-        return await self._line.refund(charge_reference, amount, idempotency_key)
+        return await self._connection.refund(charge_reference, amount, idempotency_key)
 
     async def lookup(self, idempotency_key: str) -> LookupResult:
-        return await self._line.lookup(idempotency_key)
+        return await self._connection.lookup(idempotency_key)
 
 
 def intent_metadata(
@@ -142,7 +144,7 @@ def intent_metadata(
     return {**tagged, "customer_id": str(customer_id), "idempotency_key": idempotency_key}
 
 
-class StripeLine:
+class StripeConnection:
     def __init__(self, client: stripe.StripeClient, customers: CustomerLookup) -> None:
         self._client = client
         self._customers = customers

@@ -8,8 +8,7 @@ import uvicorn
 from billing_core.clock import clock_from_offset
 from billing_core.logging import configure_logging
 from billing_core.runtime import build_info
-from billing_core.runtime.pauses import quiet_garbage_collector
-from billing_core.runtime.priority import share_nice_with_session
+from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 
@@ -17,7 +16,6 @@ from services.api.settings import ApiSettings
 def main() -> None:
     settings = ApiSettings()
     configure_logging(settings.process_name, settings.log_level, settings.log_json)
-    share_nice_with_session()
     build_info.publish("api")
     app = create_app(settings, clock_from_offset(settings.clock_offset_seconds))
     # The app, its routes and models live as long as the process: never scanned again, and

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
-from datetime import timedelta
 
 import redis.asyncio as aioredis
 
@@ -46,48 +44,28 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         expected_latency_seconds=settings.collector_expected_latency_seconds,
     )
     clock = clock_from_offset(settings.clock_offset_seconds)
-    policy = settings.dunning_policy()
-    rng = random.Random(settings.collector_rng_seed)
     # Result groups and pre-call checks go a group at a time each: a few plain connections.
     plain = pg.LazyPool(settings, max_size=4)
     collector = Collector(
+        settings,
         sessions=session_factory(engine),
         reads=reads,
+        plain=plain,
         gateway=gateway,
         limiter=limiter,
+        window=window,
         redis=redis,
         clock=clock,
-        clock_offset=timedelta(seconds=settings.clock_offset_seconds),
-        policy=policy,
-        rng=rng,
-        batch_size=settings.collector_batch_size,
-        max_in_flight=settings.collector_max_in_flight,
-        window=window,
-        lease=timedelta(seconds=settings.collector_lease_seconds),
-        call_budget=timedelta(
-            seconds=settings.collector_connect_timeout_seconds
-            + settings.collector_read_timeout_seconds
-            + 1
-        ),
         stopping=stopping,
-        unauthorized_pause_seconds=settings.collector_unauthorized_pause_seconds,
-        key_prefix=settings.gateway_key_prefix,
-        group_max=settings.collector_group_max,
-        group_wait_seconds=settings.collector_group_wait_ms / 1000,
-        check_lead_seconds=settings.collector_check_lead_ms / 1000,
-        plain=plain,
     )
     refunds = RefundSender(
+        settings,
         sessions=session_factory(engine),
         gateway=gateway,
         limiter=limiter,
         window=window,
         clock=clock,
-        clock_offset=timedelta(seconds=settings.clock_offset_seconds),
-        policy=settings.dunning_policy(),
-        lease=timedelta(seconds=settings.collector_lease_seconds),
         stopping=stopping,
-        unauthorized_pause_seconds=settings.collector_unauthorized_pause_seconds,
     )
     budget = settings.collector_shutdown_timeout_seconds
     worker = Worker(

@@ -19,7 +19,6 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
-from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.refund import RefundAnswer, RefundOutcome, RefundState
 from billing_core.gateway import NotSent, PaymentGateway, RefundResult
 from billing_core.logging import get_logger
@@ -27,38 +26,39 @@ from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo.refunds import claim_due_refunds
 from billing_core.usecases.refunds import record_refund_answer
 from services.collector import metrics
+from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
 
 log = get_logger(__name__)
 
 
+BATCH_SIZE = 20  # refunds claimed at once
+
+
 class RefundSender:
+    """Its figures come from ``settings``, as the collector's do."""
+
     def __init__(
         self,
+        settings: CollectorSettings,
         *,
         sessions: async_sessionmaker[AsyncSession],
         gateway: PaymentGateway,
         limiter: GlobalRateLimiter,
         window: CallWindow,
         clock: Clock,
-        policy: DunningPolicy,
-        clock_offset: timedelta = timedelta(0),
-        lease: timedelta,
         stopping: asyncio.Event,
-        batch_size: int = 20,
-        unauthorized_pause_seconds: float = 30.0,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
         self._limiter = limiter
         self._window = window
         self._clock = clock
-        self._clock_offset = clock_offset
-        self._policy = policy
-        self._lease = lease
+        self._clock_offset = timedelta(seconds=settings.clock_offset_seconds)
+        self._policy = settings.dunning_policy()
+        self._lease = timedelta(seconds=settings.collector_lease_seconds)
         self._stopping = stopping
-        self._batch_size = batch_size
-        self._unauthorized_pause = unauthorized_pause_seconds
+        self._unauthorized_pause = settings.collector_unauthorized_pause_seconds
 
     async def send_due(self) -> int:
         """Claim the due refunds and send them (concurrently, each at its own send slot);
@@ -70,7 +70,7 @@ class RefundSender:
             due = await claim_due_refunds(
                 session,
                 clock_offset=self._clock_offset,
-                limit=self._batch_size,
+                limit=BATCH_SIZE,
                 lease=self._lease,
             )
         if not due:
@@ -110,7 +110,7 @@ class RefundSender:
         """At a send slot of the shared limit, with a place in the window; None when the lease
         got too old to make the call."""
         lease_until = self._clock.now() + self._lease
-        async with self._gateway.line() as line:
+        async with self._gateway.connection() as connection:
             while True:
                 await self._window.wait_for_room()
                 slot = await self._limiter.reserve()
@@ -123,7 +123,7 @@ class RefundSender:
                 started = time.monotonic()
                 latency: float | None = None
                 try:
-                    result = await line.refund(
+                    result = await connection.refund(
                         charge_reference, refund.amount, refund.idempotency_key, send_by=slot.latest
                     )
                     latency = time.monotonic() - started

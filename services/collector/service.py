@@ -24,10 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from billing_core.clock import Clock
 from billing_core.db.pg import LazyPool
 from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, GatewayReport
-from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import (
     ChargeResult,
-    GatewayLine,
+    GatewayConnection,
     LookupResult,
     NotSent,
     PaymentGateway,
@@ -45,6 +44,7 @@ from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.payment_result import AttemptToRecord, RecordOutcome
 from services.collector import metrics
 from services.collector.recording import GroupRecorder
+from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
 
 log = get_logger(__name__)
@@ -58,39 +58,35 @@ _LOOKUP_LABELS = {
 }
 
 
+# A slot missed (window full, check too slow) is retried with the same pre-call check while it
+# is this fresh; an older one is read again.
+CHECK_FRESH_SECONDS = 0.25
+
+
 class Collector:
+    """Its figures come from ``settings``; the keyword arguments are what it shares with the rest
+    of the process (connections, the gateway, the limit and window shared with the refunds)."""
+
     def __init__(
         self,
+        settings: CollectorSettings,
         *,
         sessions: async_sessionmaker[AsyncSession],
+        reads: async_sessionmaker[AsyncSession],
+        plain: LazyPool | None,
         gateway: PaymentGateway,
         limiter: GlobalRateLimiter,
+        window: CallWindow,
         redis: aioredis.Redis,
         clock: Clock,
-        policy: DunningPolicy,
-        rng: random.Random,
-        batch_size: int,
-        max_in_flight: int,
-        window: CallWindow,
-        lease: timedelta,
-        call_budget: timedelta,
         stopping: asyncio.Event,
-        unauthorized_pause_seconds: float = 30.0,
-        key_prefix: str = "",
-        reads: async_sessionmaker[AsyncSession] | None = None,
-        group_max: int = 20,
-        group_wait_seconds: float = 0.2,
-        check_fresh_seconds: float = 0.25,
-        check_lead_seconds: float = 0.03,
-        clock_offset: timedelta = timedelta(0),
-        plain: LazyPool | None = None,
     ) -> None:
         # Leases are read and written on the database's clock, moved by the shared offset.
-        self._clock_offset = clock_offset
+        self._clock_offset = timedelta(seconds=settings.clock_offset_seconds)
         # One-statement reads outside any transaction (AUTOCOMMIT: no BEGIN/ROLLBACK round trips).
-        self._reads = reads or sessions
-        self._key_prefix = key_prefix
-        self._unauthorized_pause = unauthorized_pause_seconds
+        self._reads = reads
+        self._key_prefix = settings.gateway_key_prefix
+        self._unauthorized_pause = settings.collector_unauthorized_pause_seconds
         self._sessions = sessions
         self._gateway = gateway
         self._limiter = limiter
@@ -98,18 +94,18 @@ class Collector:
         self._granted_counted = 0  # of limiter.granted, likewise
         self._redis = redis
         self._clock = clock
-        self._policy = policy
-        self._rng = rng
-        self._batch_size = batch_size
-        self._max_in_flight = max_in_flight
+        self._policy = settings.dunning_policy()
+        self._rng = random.Random(settings.collector_rng_seed)
+        self._batch_size = settings.collector_batch_size
+        self._max_in_flight = settings.collector_max_in_flight
         # Claims are made in chunks of at least this many invoices (a quarter of what may be in
         # flight): one claim per freed place would cost a transaction per call.
-        self._refill = max(1, min(batch_size, max_in_flight // 4))
+        self._refill = max(1, min(self._batch_size, self._max_in_flight // 4))
         self._window = window
-        self._lease = lease
+        self._lease = timedelta(seconds=settings.collector_lease_seconds)
         # A permit obtained closer than this to the end of the lease is not used: the call could
         # outlive the lease, when another replica may already retry the invoice.
-        self._call_budget = call_budget
+        self._call_budget = timedelta(seconds=settings.collector_call_seconds + 1)
         # Set on SIGTERM: no new claim after it, even by a tick already waiting for a free slot.
         self._stopping = stopping
         self._in_flight: set[asyncio.Task[None]] = set()
@@ -125,16 +121,16 @@ class Collector:
             sessions=sessions,
             pool=plain.get if plain is not None else None,
             clock=clock,
-            policy=policy,
-            rng=rng,
-            key_prefix=key_prefix,
+            policy=self._policy,
+            rng=self._rng,
+            key_prefix=self._key_prefix,
         )
-        self._results = Batcher(self._record_group, max_size=group_max, max_wait=group_wait_seconds)
-        self._checks = Batcher(self._check_group, max_size=group_max, max_wait=check_fresh_seconds)
-        self._check_lead = check_lead_seconds
-        # A slot missed (window full, check too slow) is retried with the same check while it
-        # is this fresh; an older one is read again.
-        self._check_fresh = check_fresh_seconds
+        group_max = settings.collector_group_max
+        self._results = Batcher(
+            self._record_group, max_size=group_max, max_wait=settings.collector_group_wait_ms / 1000
+        )
+        self._checks = Batcher(self._check_group, max_size=group_max, max_wait=CHECK_FRESH_SECONDS)
+        self._check_lead = settings.collector_check_lead_ms / 1000
 
     @property
     def in_flight(self) -> int:
@@ -246,9 +242,9 @@ class Collector:
 
     def _charge_call(
         self, invoice: LeasedInvoice
-    ) -> Callable[[GatewayLine, float], Awaitable[ChargeResult]]:
-        def call(line: GatewayLine, send_by: float) -> Awaitable[ChargeResult]:
-            return line.charge(
+    ) -> Callable[[GatewayConnection, float], Awaitable[ChargeResult]]:
+        def call(connection: GatewayConnection, send_by: float) -> Awaitable[ChargeResult]:
+            return connection.charge(
                 invoice.customer_id,
                 invoice.amount,
                 invoice.currency,
@@ -265,14 +261,14 @@ class Collector:
 
     def _lookup_call(
         self, invoice: LeasedInvoice
-    ) -> Callable[[GatewayLine, float], Awaitable[LookupResult]]:
-        def call(line: GatewayLine, send_by: float) -> Awaitable[LookupResult]:
-            return line.lookup(invoice.idempotency_key, send_by=send_by)
+    ) -> Callable[[GatewayConnection, float], Awaitable[LookupResult]]:
+        def call(connection: GatewayConnection, send_by: float) -> Awaitable[LookupResult]:
+            return connection.lookup(invoice.idempotency_key, send_by=send_by)
 
         return call
 
     async def _send(
-        self, invoice: LeasedInvoice, request: Callable[[GatewayLine, float], Awaitable[T]]
+        self, invoice: LeasedInvoice, request: Callable[[GatewayConnection, float], Awaitable[T]]
     ) -> T | None:
         """A place in the window, a connection, a send slot, the check that the invoice is still
         ours (read while the slot comes, so it is fresh and does not delay the call), then the
@@ -280,7 +276,7 @@ class Collector:
         when the invoice changed or the lease got too old to call."""
         started = time.monotonic()
         await self._window.wait_for_room()
-        async with self._gateway.line() as line:
+        async with self._gateway.connection() as connection:
             while (slot := await self._take_a_slot(invoice)) is not None:
                 metrics.LIMITER_WAIT.observe(time.monotonic() - started)
                 # The lease's end on this process's monotonic clock (the lease itself is on the
@@ -291,7 +287,7 @@ class Collector:
                     log.warning("lease_too_old_skipping_call", invoice_id=invoice.id)
                     return None
                 try:
-                    return await self._call(line, slot, request)
+                    return await self._call(connection, slot, request)
                 except NotSent:  # the process stalled between the slot and the send
                     self._limiter.late_drops += 1
             return None
@@ -300,11 +296,11 @@ class Collector:
         """Wait for a usable send slot and a place in the window (taken); None when the
         invoice is no longer ours to charge. A slot that comes with the window full, or that
         the check made us miss, goes unused."""
-        checked_at = -self._check_fresh
+        checked_at = -CHECK_FRESH_SECONDS
         while True:
             await self._window.wait_for_room()
             slot = await self._limiter.reserve()
-            if time.monotonic() - checked_at > self._check_fresh:
+            if time.monotonic() - checked_at > CHECK_FRESH_SECONDS:
                 if not await self._checked_by(slot, invoice):
                     return None
                 checked_at = time.monotonic()
@@ -319,15 +315,15 @@ class Collector:
 
     async def _call(
         self,
-        line: GatewayLine,
+        connection: GatewayConnection,
         slot: Slot,
-        request: Callable[[GatewayLine, float], Awaitable[T]],
+        request: Callable[[GatewayConnection, float], Awaitable[T]],
     ) -> T:
         """The call, sent no later than the slot allows (or not at all: ``NotSent``)."""
         call_started = time.monotonic()
         latency: float | None = None
         try:
-            result = await request(line, slot.latest)
+            result = await request(connection, slot.latest)
             latency = time.monotonic() - call_started
             metrics.CALL_SECONDS.observe(latency)
             return result

@@ -88,6 +88,11 @@ class CollectorSettings(CoreSettings):
         "probes with one call; no invoice is touched meanwhile.",
     )
 
+    @property
+    def collector_call_seconds(self) -> float:
+        """The longest a gateway call may take: its connect and read timeouts."""
+        return self.collector_connect_timeout_seconds + self.collector_read_timeout_seconds
+
     @model_validator(mode="after")
     def _stripe_has_a_key(self) -> CollectorSettings:
         if self.gateway == "stripe" and not self.stripe_api_key.get_secret_value():
@@ -105,7 +110,7 @@ class CollectorSettings(CoreSettings):
 
     @model_validator(mode="after")
     def _lease_outlives_a_call(self) -> CollectorSettings:
-        call = self.collector_connect_timeout_seconds + self.collector_read_timeout_seconds
+        call = self.collector_call_seconds
         if self.collector_lease_seconds <= call * 2:
             raise ValueError(
                 "BILLING_COLLECTOR_LEASE_SECONDS must exceed twice the gateway timeouts "

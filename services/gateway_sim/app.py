@@ -23,7 +23,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from billing_core.logging import get_logger
-from billing_core.runtime.pauses import quiet_garbage_collector
+from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from services.gateway_sim.behaviour import Behaviour, DeclineCode
 from services.gateway_sim.charges import Gateway, Reply, problem
 from services.gateway_sim.ledger import ChargeInput, RefundInput

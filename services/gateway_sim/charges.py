@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -61,6 +63,43 @@ class CustomerDecline(NamedTuple):
     code: str
 
 
+@dataclass
+class KeyedCalls:
+    """The idempotency rules of one kind of call (charges, refunds), by key: what is stored under
+    the key answers (``find``, ``fingerprint`` and ``answer`` read it), another body under it is
+    a conflict (``counted`` is told "conflict" or "replayed"), and a key in flight makes later
+    requests wait for the first one's end."""
+
+    find: Callable[[str], int | None]
+    fingerprint: Callable[[int], int]
+    answer: Callable[[int], Reply]
+    counted: Callable[[str], None]
+    in_flight: dict[str, asyncio.Future[None]] = field(default_factory=dict)
+
+    async def once(self, key: str, fingerprint: int, call: Callable[[], Awaitable[Reply]]) -> Reply:
+        """The stored answer under ``key``, else ``call()``'s, made while no other call holds
+        the key (one that stored nothing, a 5xx, leaves it free for the next)."""
+        while (index := self.find(key)) is None:
+            pending = self.in_flight.get(key)
+            if pending is None:
+                return await self._alone(key, call)
+            await asyncio.shield(pending)
+        if self.fingerprint(index) != fingerprint:
+            self.counted("conflict")
+            return Reply(409, _conflict(key), False, 0.0)
+        self.counted("replayed")
+        return self.answer(index)
+
+    async def _alone(self, key: str, call: Callable[[], Awaitable[Reply]]) -> Reply:
+        done = asyncio.get_running_loop().create_future()
+        self.in_flight[key] = done
+        try:
+            return await call()
+        finally:
+            del self.in_flight[key]
+            done.set_result(None)
+
+
 class Gateway:
     def __init__(
         self,
@@ -106,8 +145,18 @@ class Gateway:
             now_unix=lambda: int(self.behaviour.now().timestamp()),
         )
         self._seed = seed
-        self._inflight: dict[str, asyncio.Future[None]] = {}
-        self._refunds_inflight: dict[str, asyncio.Future[None]] = {}
+        self._charges = KeyedCalls(
+            find=self.ledger.find,
+            fingerprint=self.ledger.fingerprint,
+            answer=lambda index: self._answer(index, replayed=True),
+            counted=self._charge_counted,
+        )
+        self._refunds = KeyedCalls(
+            find=self.ledger.find_refund,
+            fingerprint=lambda index: self.ledger.stored_refund(index).fingerprint,
+            answer=lambda index: self._refund_answer(index, replayed=True),
+            counted=self._refund_counted,
+        )
         self.stall = Stall()
         self.behaviour = behaviour
         self._initial = behaviour
@@ -137,6 +186,20 @@ class Gateway:
 
     def count(self, outcome: str) -> None:
         self._calls[outcome].inc()
+
+    def _charge_counted(self, outcome: str) -> None:
+        if outcome == "conflict":
+            self.ledger.conflicts += 1
+        else:
+            self.ledger.replays += 1
+        self.count(outcome)
+
+    def _refund_counted(self, outcome: str) -> None:
+        if outcome == "conflict":
+            self.ledger.refund_conflicts += 1
+        else:
+            self.ledger.refund_replays += 1
+        self._refund_calls[outcome].inc()
 
     def summary(self) -> dict[str, object]:
         return {
@@ -170,50 +233,34 @@ class Gateway:
         return decline.code
 
     async def charge(self, request: ChargeInput) -> Reply:
-        ledger = self.ledger
-        while True:
-            index = ledger.find(request.key)
-            if index is not None:
-                if ledger.fingerprint(index) != request.fingerprint:
-                    ledger.conflicts += 1
-                    self.count("conflict")
-                    return Reply(409, _conflict(request.key), False, 0.0)
-                ledger.replays += 1
-                self.count("replayed")
-                return self._answer(index, replayed=True)
-            pending = self._inflight.get(request.key)
-            if pending is None:
-                break
-            await asyncio.shield(pending)
+        return await self._charges.once(
+            request.key, request.fingerprint, lambda: self._new_charge(request)
+        )
 
-        done = asyncio.get_running_loop().create_future()
-        self._inflight[request.key] = done
-        try:
-            behaviour = self.behaviour
-            delay = latency_seconds(behaviour, self._latency_rng)
-            if delay:
-                await asyncio.sleep(delay)
-            await self.stall.hold_answer()
-            behaviour = self.behaviour
-            now = behaviour.now()
-            decision = decide(
-                behaviour, self._outcome_rng, self._forced_decline(request.customer_id, now)
-            )
-            if decision.error_status is not None:
-                ledger.server_errors += 1
-                self.count("server_error")
-                return Reply(decision.error_status, _server_error(decision.error_status), False, 0)
-            index = ledger.store(
-                request,
-                decline_code=decision.decline_code,
-                late=decision.late,
-                created=int(now.timestamp()),
-            )
-            if behaviour.webhook_url and not self._webhook_lost(behaviour):
-                self.webhooks.publish(self._event(index, now), behaviour)
-        finally:
-            del self._inflight[request.key]
-            done.set_result(None)
+    async def _new_charge(self, request: ChargeInput) -> Reply:
+        ledger = self.ledger
+        behaviour = self.behaviour
+        delay = latency_seconds(behaviour, self._latency_rng)
+        if delay:
+            await asyncio.sleep(delay)
+        await self.stall.hold_answer()
+        behaviour = self.behaviour
+        now = behaviour.now()
+        decision = decide(
+            behaviour, self._outcome_rng, self._forced_decline(request.customer_id, now)
+        )
+        if decision.error_status is not None:
+            ledger.server_errors += 1
+            self.count("server_error")
+            return Reply(decision.error_status, _server_error(decision.error_status), False, 0)
+        index = ledger.store(
+            request,
+            decline_code=decision.decline_code,
+            late=decision.late,
+            created=int(now.timestamp()),
+        )
+        if behaviour.webhook_url and not self._webhook_lost(behaviour):
+            self.webhooks.publish(self._event(index, now), behaviour)
         if decision.late:
             ledger.timeouts += 1
             self.count("timeout")
@@ -227,56 +274,40 @@ class Gateway:
         made, or refused for good), another body under it is a conflict, a key in flight makes
         later requests wait for it; a 5xx stores nothing. An unknown charge is 404, more than
         is left to refund of it (or a declined one) 422 — nothing stored."""
-        ledger = self.ledger
-        while True:
-            index = ledger.find_refund(request.key)
-            if index is not None:
-                if ledger.stored_refund(index).fingerprint != request.fingerprint:
-                    ledger.refund_conflicts += 1
-                    self._refund_calls["conflict"].inc()
-                    return Reply(409, _conflict(request.key), False, 0.0)
-                ledger.refund_replays += 1
-                self._refund_calls["replayed"].inc()
-                return self._refund_answer(index, replayed=True)
-            pending = self._refunds_inflight.get(request.key)
-            if pending is None:
-                break
-            await asyncio.shield(pending)
+        return await self._refunds.once(
+            request.key, request.fingerprint, lambda: self._new_refund(request)
+        )
 
-        done = asyncio.get_running_loop().create_future()
-        self._refunds_inflight[request.key] = done
-        try:
-            behaviour = self.behaviour
-            delay = latency_seconds(behaviour, self._latency_rng)
-            if delay:
-                await asyncio.sleep(delay)
-            await self.stall.hold_answer()
-            behaviour = self.behaviour
-            charge = ledger.charge_index(request.charge_id, self.salt)
-            if charge is None:
-                self._refund_calls["not_found"].inc()
-                detail = f"No charge {request.charge_id!r}; nothing refunded."
-                return Reply(404, problem(404, "No such charge", detail), False, 0.0)
-            left = ledger.refundable(charge)
-            if request.amount > left:
-                self._refund_calls["not_refundable"].inc()
-                detail = f"{left} is left to refund of {request.charge_id}; nothing refunded."
-                return Reply(422, problem(422, "Not refundable", detail), False, 0.0)
-            decision = decide_refund(behaviour, self._outcome_rng)
-            if decision.error_status is not None:
-                ledger.server_errors += 1
-                self._refund_calls["server_error"].inc()
-                return Reply(decision.error_status, _server_error(decision.error_status), False, 0)
-            index = ledger.store_refund(
-                request,
-                charge,
-                failed=decision.failed,
-                late=decision.late,
-                created=int(behaviour.now().timestamp()),
-            )
-        finally:
-            del self._refunds_inflight[request.key]
-            done.set_result(None)
+    async def _new_refund(self, request: RefundInput) -> Reply:
+        ledger = self.ledger
+        behaviour = self.behaviour
+        delay = latency_seconds(behaviour, self._latency_rng)
+        if delay:
+            await asyncio.sleep(delay)
+        await self.stall.hold_answer()
+        behaviour = self.behaviour
+        charge = ledger.charge_index(request.charge_id, self.salt)
+        if charge is None:
+            self._refund_calls["not_found"].inc()
+            detail = f"No charge {request.charge_id!r}; nothing refunded."
+            return Reply(404, problem(404, "No such charge", detail), False, 0.0)
+        left = ledger.refundable(charge)
+        if request.amount > left:
+            self._refund_calls["not_refundable"].inc()
+            detail = f"{left} is left to refund of {request.charge_id}; nothing refunded."
+            return Reply(422, problem(422, "Not refundable", detail), False, 0.0)
+        decision = decide_refund(behaviour, self._outcome_rng)
+        if decision.error_status is not None:
+            ledger.server_errors += 1
+            self._refund_calls["server_error"].inc()
+            return Reply(decision.error_status, _server_error(decision.error_status), False, 0)
+        index = ledger.store_refund(
+            request,
+            charge,
+            failed=decision.failed,
+            late=decision.late,
+            created=int(behaviour.now().timestamp()),
+        )
         reply = self._refund_answer(index, replayed=False)
         if decision.late:
             self._refund_calls["timeout"].inc()
@@ -318,7 +349,7 @@ class Gateway:
             self._lookups["found"].inc()
             ledger.lookups_found += 1
             return Reply(200, ledger.charge(index, self.salt), False, 0.0)
-        if key in self._inflight:
+        if key in self._charges.in_flight:
             self._lookups["in_progress"].inc()
             ledger.lookup_errors += 1
             return Reply(409, _in_progress(key), False, 0.0)

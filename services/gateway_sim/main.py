@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import uvicorn
 from pydantic import ValidationError
 
 from billing_core.logging import configure_logging, get_logger
-from billing_core.runtime.priority import share_nice_with_session
 from services.gateway_sim.app import create_app
 from services.gateway_sim.settings import GatewaySimSettings
 
@@ -27,22 +25,9 @@ def load_settings() -> GatewaySimSettings:
         raise SystemExit(2) from None
 
 
-def own_priority(nice: int) -> None:
-    """Ask for ``nice`` (see the setting); say whether it was granted."""
-    log = get_logger(__name__)
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-    except PermissionError:
-        log.info("gateway_sim_priority_kept", asked=nice, now=os.getpriority(os.PRIO_PROCESS, 0))
-        return
-    log.info("gateway_sim_priority", nice=nice)
-    share_nice_with_session()
-
-
 def main() -> None:
     settings = load_settings()
     configure_logging(settings.process_name, settings.log_level, settings.log_json)
-    own_priority(settings.nice)
     app = create_app(settings)
     try:
         uvicorn.run(

@@ -129,15 +129,6 @@ class GatewaySimSettings(CoreSettings):
         " dropped (counted).",
         ge=1,
     )
-    nice: int = _sim(
-        -10,
-        "nice",
-        "Scheduling niceness the process asks for at start: a real gateway runs on machines of"
-        " its own, so its clock, which stamps arrivals for the rate limit, must not stall with"
-        " the load of the processes it serves. Kept as it is when the system refuses (not root).",
-        ge=-20,
-        le=19,
-    )
     late_answer_grace_seconds: float = _sim(
         1.0,
         "late_answer_grace_seconds",

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 import asyncpg  # type: ignore[import-untyped]
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_history, seed_subscriptions
+from billing_core.db.pg import asyncpg_dsn
+from billing_core.seeding import SeedSpec, seed_history, seed_subscriptions
 
 
 async def seed(

@@ -24,7 +24,7 @@ DEFINITION = re.compile(r"\b(Counter|Gauge|Histogram|Summary)\(\s*\"(billing_[a-
 # Modules that define metrics on the default registry (the simulator uses registries of its own).
 METRIC_MODULES = [
     "billing_core.runtime.build_info",
-    "billing_core.runtime.pauses",
+    "billing_core.runtime.garbage_collection",
     "services.api.middleware",
     "services.renewer.metrics",
     "services.collector.metrics",

@@ -1,9 +1,12 @@
 """``make up`` with BILLING_LOG_JSON=true logs JSON lines only, each with its logger name: the
-processes' own lines, uvicorn's, the libraries' and the supervisor's."""
+processes' own lines, uvicorn's, the libraries' and the supervisor's; the Procfile's nice values
+count, for each process and its session."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +18,30 @@ from tests.support.infra import Services
 from tests.support.system import System, running_system
 
 RUN_SECONDS = 20
+AUTOGROUP = Path("/proc/self/autogroup")
+# The Procfile's `nice -n` values (a negative one is granted to root only).
+NICED = {
+    name: nice
+    for name, nice in {"notifier": 10, "gateway": -10}.items()
+    if nice > 0 or os.geteuid() == 0
+}
+
+
+def started_pid(log_path: Path, name: str) -> int:
+    """The pid the supervisor said it started the Procfile's process ``name`` with."""
+    started = re.compile(rf"{name}\.1 started \(pid=(\d+)\)")
+    for line in log_path.read_text().splitlines():
+        found = started.search(json.loads(line)["event"])
+        if found:
+            return int(found[1])
+    raise AssertionError(f"{name} never started")
+
+
+def nice_values(pid: int) -> tuple[int, int | None]:
+    """A running process's nice value, and its session's where the kernel groups by session."""
+    autogroup = Path(f"/proc/{pid}/autogroup")
+    session = int(autogroup.read_text().split()[-1]) if AUTOGROUP.exists() else None
+    return os.getpriority(os.PRIO_PROCESS, pid), session
 
 
 @pytest.fixture
@@ -46,6 +73,7 @@ def test_make_up_logs_are_json_lines_with_a_logger_name(system: System) -> None:
         httpx.get(f"{system.api_url}/nowhere", headers=auth, timeout=10)
         n += 1
         time.sleep(0.5)
+    niced = {name: nice_values(started_pid(system.log_path, name)) for name in NICED}
     assert system.stop()
 
     lines = system.log_path.read_text().splitlines()
@@ -62,10 +90,7 @@ def test_make_up_logs_are_json_lines_with_a_logger_name(system: System) -> None:
     assert "supervisor" in loggers  # the supervisor's "started"/"stopped" lines
     assert any(name.startswith("services.") for name in loggers)
     assert {r["process"] for r in records} >= {"billing.api", "run-all"}
-    if Path("/proc/self/autogroup").exists():  # Linux shares the CPU between sessions first
-        # the notifier's `nice -n 10` counts: its session (of its own) took the value
-        assert any(
-            r["event"] == "session_priority" and r.get("nice") == 10
-            for r in records
-            if r["process"] == "billing.notifier"
-        ), [r for r in records if r["process"] == "billing.notifier"][:5]
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    for name, nice in NICED.items():  # the Procfile's `nice -n`, for the process and its session
+        expected = max(-20, min(19, base + nice))
+        assert niced[name] == (expected, expected if AUTOGROUP.exists() else None), name

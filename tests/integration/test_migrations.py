@@ -78,7 +78,9 @@ async def _index(url: str, name: str) -> asyncpg.Record | None:
         await conn.close()
 
 
-async def test_catalog_has_the_articles_safety_net_and_partial_indexes(database_url: str) -> None:
+async def test_catalog_has_one_renewal_per_period_and_the_partial_indexes(
+    database_url: str,
+) -> None:
     renewal = await _index(database_url, "uq_invoice_renewal_period")
     assert renewal is not None
     assert renewal["unique"] is True

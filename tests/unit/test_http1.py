@@ -225,12 +225,12 @@ async def test_a_refused_connection_is_a_transport_error_and_unsafe_headers_are_
 async def test_a_held_line_is_connected_before_the_request_and_replaced_if_dropped() -> None:
     async with serving(ok(), close_after=True) as server:
         client = pool(server)
-        async with client.line() as line:
+        async with client.hold() as held:
             await asyncio.sleep(0.05)
             assert server.connections == 1 and server.requests == []  # connected, nothing sent
-            first = await line.post_json("/", b"{}", {})
+            first = await held.post_json("/", b"{}", {})
             await asyncio.sleep(0.05)  # the server closes it after answering
-            second = await line.post_json("/", b"{}", {})
+            second = await held.post_json("/", b"{}", {})
         await client.aclose()
     assert (first.status, second.status) == (200, 200)
     assert server.connections == 2
@@ -240,22 +240,22 @@ async def test_a_line_that_could_not_connect_says_so_when_used() -> None:
     client = Http1Pool(
         f"http://127.0.0.1:{free_port()}", max_connections=1, connect_timeout=1, read_timeout=1
     )
-    async with client.line() as line:
+    async with client.hold() as held:
         with pytest.raises(HttpTransportError):
-            await line.post_json("/", b"{}", {})
-    async with client.line() as line:  # the failed line gave its place back
+            await held.post_json("/", b"{}", {})
+    async with client.hold() as held:  # the failed connection gave its place back
         with pytest.raises(HttpTransportError):
-            await line.post_json("/", b"{}", {})
+            await held.post_json("/", b"{}", {})
     await client.aclose()
 
 
 async def test_a_request_past_its_send_deadline_is_not_sent_and_the_line_stays_usable() -> None:
     async with serving(ok()) as server:
         client = pool(server)
-        async with client.line() as line:
+        async with client.hold() as held:
             with pytest.raises(SendMissed):
-                await line.post_json("/", b"{}", {}, send_by=time.monotonic() - 0.001)
-            response = await line.post_json("/", b"{}", {}, send_by=time.monotonic() + 1)
+                await held.post_json("/", b"{}", {}, send_by=time.monotonic() - 0.001)
+            response = await held.post_json("/", b"{}", {}, send_by=time.monotonic() + 1)
         await client.aclose()
     assert response.status == 200
     assert len(server.requests) == 1 and server.connections == 1

@@ -32,7 +32,7 @@ from billing_core.domain.money import (
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 
-def test_articles_dunning_example() -> None:
+def test_the_first_retry_comes_a_day_later_and_the_fourth_decline_is_the_last() -> None:
     first = next_attempt(1, NOW, random.Random(7))
     assert first is not None
     assert NOW + timedelta(days=1) <= first < NOW + timedelta(days=1, hours=2)

@@ -17,7 +17,7 @@ OCTOBER = Period(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 31, tzinf
 LEAP_YEAR_SECONDS = 366 * 86_400
 
 
-def test_articles_proration_example() -> None:
+def test_an_upgrade_half_way_through_charges_half_the_difference() -> None:
     period = Period(datetime(2026, 10, 1, tzinfo=UTC), datetime(2026, 10, 31, tzinfo=UTC))
     result = prorate(100_000, 300_000, period, datetime(2026, 10, 16, tzinfo=UTC))
     assert result.due == 100_000
@@ -71,7 +71,7 @@ def test_never_overflows_bigint_and_nets_to_zero(
 
 
 def test_a_naive_product_would_not_fit_bigint() -> None:
-    # why mul_div_floor exists: the article's product for a large yearly price
+    # why mul_div_floor exists: price x remaining seconds, for a large yearly price
     assert 10**12 * LEAP_YEAR_SECONDS > BIGINT_MAX
 
 
@@ -81,7 +81,7 @@ def test_a_naive_product_would_not_fit_bigint() -> None:
     total=st.integers(1, LEAP_YEAR_SECONDS),
     data=st.data(),
 )
-def test_mul_div_floor_is_the_articles_floor_with_bigint_intermediates(
+def test_mul_div_floor_is_the_exact_floor_with_bigint_intermediates(
     price: int, total: int, data: st.DataObject
 ) -> None:
     remaining = data.draw(st.integers(0, total))

@@ -25,12 +25,16 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db.engine import server_settings
-from billing_core.seeding import asyncpg_dsn
 from billing_core.settings import CoreSettings
 
 # An ``asyncpg.Connection`` / ``asyncpg.Pool``: the library ships no type information.
 Connection: TypeAlias = Any
 Pool: TypeAlias = Any
+
+
+def asyncpg_dsn(database_url: str) -> str:
+    """The asyncpg DSN of a SQLAlchemy ``postgresql+asyncpg://`` URL."""
+    return database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
 
 
 async def create_pool(settings: CoreSettings, *, max_size: int) -> Pool:

@@ -221,7 +221,8 @@ invoice = Table(
     CheckConstraint("attempt_count >= 0", name="attempt_count_non_negative"),
     CheckConstraint("period_end > period_start", name="period_order"),
     CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso4217"),
-    # The article's last safety net: one renewal invoice per (subscription, period).
+    # The last safety net against charging twice for a period: one renewal invoice per
+    # (subscription, period), whatever the code above it does.
     Index(
         "uq_invoice_renewal_period",
         "subscription_id",

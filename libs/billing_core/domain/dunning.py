@@ -40,7 +40,7 @@ class DunningPolicy:
 
     @property
     def max_attempts(self) -> int:
-        """Declined attempts after which the invoice fails (the article's 4)."""
+        """Declined attempts after which the invoice fails: the first and one per retry delay."""
         return len(self.delays) + 1
 
 

@@ -1,4 +1,5 @@
-"""Proration of a mid-period plan change — the article's rule, integers only.
+"""Proration of a mid-period plan change: the old plan's unused share credited, the new plan's
+charged for what is left of the period, both rounded down, integers only.
 
 ``total`` and ``remaining`` are whole seconds (``remaining = period.end - at``);
 ``credit = floor(old * remaining / total)``, ``charge = floor(new * remaining / total)``,
@@ -42,7 +43,7 @@ def mul_div_floor(price: int, remaining: int, total: int) -> int:
 
 
 def prorate(old_price: int, new_price: int, period: Period, at: datetime) -> Proration:
-    """The article's proration of a change from ``old_price`` to ``new_price`` at ``at``.
+    """The proration of a change from ``old_price`` to ``new_price`` at ``at``.
 
     At the period start the full difference is due; at its end nothing. A change outside
     ``[period.start, period.end]`` raises :class:`ChangeOutsidePeriod`.

@@ -20,9 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.db.engine import database_answers
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime import build_info
+from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from billing_core.runtime.http import Check, HealthServer
-from billing_core.runtime.pauses import quiet_garbage_collector
-from billing_core.runtime.priority import share_nice_with_session
 from billing_core.runtime.startup import load_settings, require_database
 from billing_core.runtime.worker import Worker, stop_on_signals
 from billing_core.settings import CoreSettings
@@ -113,7 +112,6 @@ def run(name: str, settings_cls: type[S], build: Callable[[S], WorkerProcess]) -
     """The whole life of a worker process (``main()`` of each service)."""
     settings = load_settings(settings_cls, name)
     configure_logging(settings.process_name, settings.log_level, settings.log_json)
-    share_nice_with_session()
     build_info.publish(name)
     require_database(name, settings)
 

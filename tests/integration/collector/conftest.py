@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.processes import Proc, free_port, start
+from tests.support.processes import SIMULATOR_NICE, Proc, free_port, start
 
 
 class Simulator:
@@ -53,6 +53,7 @@ def simulator_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc
         {"BILLING_GATEWAY_SIM_PORT": str(port), "BILLING_GATEWAY_SIM_SEED": "7"},
         tmp_path_factory.mktemp("sim"),
         ready_url=f"http://127.0.0.1:{port}/healthz",
+        nice=SIMULATOR_NICE,
     )
     yield proc
     proc.terminate()

@@ -1,4 +1,5 @@
-"""record_charge_result against real PostgreSQL: every path of the article's rules."""
+"""record_charge_result against real PostgreSQL: every path of the result rules (paid, declined
+into dunning, failed and canceled, uncertain and retried, late and duplicate answers)."""
 
 from __future__ import annotations
 

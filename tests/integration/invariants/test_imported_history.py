@@ -18,11 +18,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db.pg import asyncpg_dsn
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.report import Report
 from billing_core.invariants.topic import read_topic
-from billing_core.seeding import SeedSpec, asyncpg_dsn, seed_history, seed_subscriptions
+from billing_core.seeding import SeedSpec, seed_history, seed_subscriptions
 from services.ops.seed import seed
 from tests.integration.invariants.world import World
 from tests.support.infra import Services

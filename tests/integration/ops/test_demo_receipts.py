@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from billing_core.seeding import asyncpg_dsn
+from billing_core.db.pg import asyncpg_dsn
 from tests.support.infra import Services
 from tests.support.mail import MailServer, mail_server
 from tests.support.system import System, running_system

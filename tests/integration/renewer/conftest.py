@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
-from billing_core.seeding import asyncpg_dsn
+from billing_core.db.pg import asyncpg_dsn
 
 
 @pytest.fixture

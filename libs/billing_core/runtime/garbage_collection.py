@@ -1,5 +1,5 @@
 """Fewer, shorter garbage-collection pauses for processes that keep time on an event loop, and
-each pause measured.
+each collection measured.
 
 A full collection scans every object the process holds — after startup, mostly modules,
 SQLAlchemy metadata and settings that live as long as the process — and stops the event loop
@@ -7,8 +7,8 @@ for tens of milliseconds while it does. For a collector sending calls at 1 000/s
 a millisecond apart, or a gateway stamping their arrival, that is dozens of calls late at once.
 What exists once the process has started is frozen (never scanned again), and full collections
 of what is left are made rare; young collections, which free almost everything, are unchanged.
-Every collection's length goes to ``billing_gc_pause_seconds`` (by generation), and a pause
-longer than :data:`LONG_PAUSE_S` is logged: a paced process that meets one knows why it was late.
+Every collection's length goes to ``billing_gc_pause_seconds`` (by generation). It is wall
+time: a collection during which the process was off the CPU is counted as long as it lasted.
 """
 
 from __future__ import annotations
@@ -19,14 +19,9 @@ from typing import Any
 
 from prometheus_client import Histogram
 
-from billing_core.logging import get_logger
-
-log = get_logger(__name__)
-
 FULL_COLLECTION_EVERY = 100  # middle-generation collections (default 10)
-LONG_PAUSE_S = 0.010
 
-PAUSES = Histogram(
+COLLECTIONS = Histogram(
     "billing_gc_pause_seconds",
     "Garbage-collection pauses of this process, by generation collected.",
     ["generation"],
@@ -34,25 +29,16 @@ PAUSES = Histogram(
 )
 
 
-class _PauseClock:
+class _CollectionClock:
     def __init__(self) -> None:
         self._started = 0.0
-        self._observe = [PAUSES.labels(str(generation)) for generation in range(3)]
+        self._observe = [COLLECTIONS.labels(str(generation)) for generation in range(3)]
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
             return
-        seconds = time.perf_counter() - self._started
-        generation = int(info["generation"])
-        self._observe[generation].observe(seconds)
-        if seconds > LONG_PAUSE_S:
-            log.warning(
-                "gc_pause_long",
-                generation=generation,
-                ms=round(seconds * 1000, 1),
-                collected=info["collected"],
-            )
+        self._observe[int(info["generation"])].observe(time.perf_counter() - self._started)
 
 
 def quiet_garbage_collector() -> None:
@@ -61,5 +47,5 @@ def quiet_garbage_collector() -> None:
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
-    if not any(isinstance(callback, _PauseClock) for callback in gc.callbacks):
-        gc.callbacks.append(_PauseClock())
+    if not any(isinstance(callback, _CollectionClock) for callback in gc.callbacks):
+        gc.callbacks.append(_CollectionClock())
