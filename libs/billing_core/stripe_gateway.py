@@ -27,6 +27,7 @@ import stripe
 
 from billing_core.domain import stripe_answers
 from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.errors import DomainError
 from billing_core.domain.refund import RefundOutcome
 from billing_core.gateway import (
     ChargeResult,
@@ -97,13 +98,7 @@ class StripePaymentGateway:
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
         )
-        client = stripe.StripeClient(
-            api_key,
-            base_addresses={"api": api_base},
-            http_client=self._http,
-            max_network_retries=0,
-        )
-        self._line = StripeLine(client, customers)
+        self._line = StripeLine(_client(api_key, api_base, self._http), customers)
 
     async def aclose(self) -> None:
         await self._http.close_async()  # type: ignore[no-untyped-call]
@@ -130,6 +125,61 @@ class StripePaymentGateway:
 
     async def lookup(self, idempotency_key: str) -> LookupResult:
         return await self._line.lookup(idempotency_key)
+
+
+def _client(api_key: str, api_base: str, http: _PooledHttpx) -> stripe.StripeClient:
+    return stripe.StripeClient(
+        api_key, base_addresses={"api": api_base}, http_client=http, max_network_retries=0
+    )
+
+
+class PaymentMethodNotOurs(DomainError):
+    """Stripe does not hold that payment method for that Stripe customer, or the Stripe
+    customer is not the one of ours it was offered for."""
+
+
+class GatewayUnavailable(DomainError):
+    """Stripe could not be asked (no answer, 5xx, 429, our credentials refused)."""
+
+
+class StripePaymentMethods:
+    """Checks a payment method before it is saved for one of our customers: Stripe must hold
+    it attached to that Stripe customer, and the Stripe customer's metadata ``customer_id``
+    must name ours. Every key of a deployment sees every customer: without the check, a key
+    could point a customer at someone else's card."""
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        api_base: str = "https://api.stripe.com",
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+    ) -> None:
+        self._http = _PooledHttpx(
+            max_connections=10, connect_timeout=connect_timeout, read_timeout=read_timeout
+        )
+        self._client = _client(api_key, api_base, self._http)
+
+    async def aclose(self) -> None:
+        await self._http.close_async()  # type: ignore[no-untyped-call]
+
+    async def check(self, customer_id: int, stripe_customer: str, payment_method: str) -> None:
+        """Returns when Stripe confirms both; ``PaymentMethodNotOurs`` or
+        ``GatewayUnavailable`` otherwise."""
+        try:
+            method = await self._client.v1.payment_methods.retrieve_async(payment_method)
+            customer = await self._client.v1.customers.retrieve_async(stripe_customer)
+        except stripe.StripeError as exc:
+            status = exc.http_status
+            if status in (400, 404):
+                raise PaymentMethodNotOurs(_describe(exc)) from None
+            raise GatewayUnavailable(_describe(exc)) from None
+        refusal = stripe_answers.payment_method_refusal(
+            method.to_dict(), customer.to_dict(), stripe_customer, customer_id
+        )
+        if refusal is not None:
+            raise PaymentMethodNotOurs(refusal)
 
 
 def intent_metadata(

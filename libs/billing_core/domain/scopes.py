@@ -16,6 +16,7 @@ class Scope(StrEnum):
     PLANS_READ = "plans:read"
     SUBSCRIPTIONS_READ = "subscriptions:read"
     SUBSCRIPTIONS_WRITE = "subscriptions:write"
+    PAYMENT_METHODS_WRITE = "payment_methods:write"
     INVOICES_READ = "invoices:read"
     ADMIN = "admin"
 
@@ -26,6 +27,7 @@ DESCRIPTIONS: dict[Scope, str] = {
     Scope.PLANS_READ: "Read the plan catalogue and coupons.",
     Scope.SUBSCRIPTIONS_READ: "Read subscriptions and their history.",
     Scope.SUBSCRIPTIONS_WRITE: "Subscribe customers, cancel, change plans, redeem coupons.",
+    Scope.PAYMENT_METHODS_WRITE: "Set which gateway customer and payment method charge a customer.",
     Scope.INVOICES_READ: "Read a subscription's invoices.",
     Scope.ADMIN: "Manage API keys and coupons; reconciliation.",
 }

@@ -14,7 +14,12 @@ import pytest
 
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.refund import RefundOutcome
-from billing_core.stripe_gateway import StripeCustomer, StripePaymentGateway
+from billing_core.stripe_gateway import (
+    PaymentMethodNotOurs,
+    StripeCustomer,
+    StripePaymentGateway,
+    StripePaymentMethods,
+)
 from tests.support.infra import Services
 from tests.support.recording_proxy import RecordingProxy, recording_proxy
 
@@ -90,3 +95,17 @@ async def test_lookup_search_request_is_accepted(
     )
     # The fixture hit carries none of our metadata: it is not taken for the key's charge.
     assert found.never_seen
+
+
+async def test_payment_method_check_requests_are_accepted(proxy: RecordingProxy) -> None:
+    check = StripePaymentMethods(API_KEY, api_base=proxy.url)
+    try:
+        # stripe-mock's fixtures name none of our customers: refused, after both reads.
+        with pytest.raises(PaymentMethodNotOurs):
+            await check.check(42, "cus_PZrgY7FgXqFqUd", "pm_1OkjqQ2eZvKYlo2C")
+    finally:
+        await check.aclose()
+    assert [(e.method, e.path, e.status) for e in proxy.exchanges] == [
+        ("GET", "/v1/payment_methods/pm_1OkjqQ2eZvKYlo2C", 200),
+        ("GET", "/v1/customers/cus_PZrgY7FgXqFqUd", 200),
+    ]
