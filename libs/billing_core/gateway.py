@@ -31,6 +31,9 @@ class ChargeResult:
     # A 4xx that says "later", not "never" (Stripe's 409 for a key whose first request is still
     # being processed): retried with the same key like any UNKNOWN, never held as a refusal.
     transient: bool = False
+    # The adapter did not send the call: the gateway could not make it as asked (an amount it
+    # cannot charge exactly). Nothing was charged, and no retry changes it.
+    unsent: bool = False
 
     @property
     def rate_limited(self) -> bool:
@@ -42,7 +45,7 @@ class ChargeResult:
         409 key reused with other parameters, 422): the gateway will refuse this call the same
         way every time, so retrying it is pointless; a person must look."""
         status = self.http_status
-        return (
+        return self.unsent or (
             self.outcome == ChargeOutcome.UNKNOWN
             and status is not None
             and 400 <= status < 500
@@ -134,12 +137,14 @@ class GatewayLine(Protocol):
         self,
         charge_reference: str,
         amount: int,
+        currency: str,
         idempotency_key: str,
         *,
         send_by: float | None = None,
     ) -> RefundResult:
-        """Give back ``amount`` of the charge ``charge_reference``; the same key always means
-        the same refund (a retry after an uncertain answer gets the first one's result)."""
+        """Give back ``amount`` (of ``currency``, the charge's) of the charge
+        ``charge_reference``; the same key always means the same refund (a retry after an
+        uncertain answer gets the first one's result)."""
         ...
 
     async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
@@ -198,11 +203,11 @@ class HttpPaymentGateway:
             return await line.charge(customer_id, amount, currency, idempotency_key, metadata)
 
     async def refund(
-        self, charge_reference: str, amount: int, idempotency_key: str
+        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
     ) -> RefundResult:
         """One refund on a connection of its own (for callers that do not pace their calls)."""
         async with self.line() as line:
-            return await line.refund(charge_reference, amount, idempotency_key)
+            return await line.refund(charge_reference, amount, currency, idempotency_key)
 
     async def lookup(self, idempotency_key: str) -> LookupResult:
         """One look-up on a connection of its own."""
@@ -239,10 +244,12 @@ class _HttpLine:
         self,
         charge_reference: str,
         amount: int,
+        currency: str,
         idempotency_key: str,
         *,
         send_by: float | None = None,
     ) -> RefundResult:
+        """The simulator knows the charge's currency: the request names the charge only."""
         request = {"chargeId": charge_reference, "amount": amount}
         answer = await self._post("/v1/refunds", request, idempotency_key, send_by)
         if isinstance(answer, str):

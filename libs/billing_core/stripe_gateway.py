@@ -1,9 +1,10 @@
 """The Stripe adapter of the gateway port (``BILLING_GATEWAY=stripe``).
 
 * A charge is a PaymentIntent created with ``confirm=true, off_session=true``, the customer's
-  Stripe customer id and default payment method (``gateway_customer``), the amount in minor
-  units, metadata naming the invoice, attempt, subscription, customer and key, and the
-  attempt's idempotency key as ``Idempotency-Key``.
+  Stripe customer id and default payment method (``gateway_customer``), the amount in Stripe's
+  unit for the currency (:mod:`billing_core.domain.stripe_amounts`; an amount Stripe cannot
+  charge exactly is not sent, and held for a person), metadata naming the invoice, attempt,
+  subscription, customer and key, and the attempt's idempotency key as ``Idempotency-Key``.
 * A refund is a Refund of the PaymentIntent, under the refund's own key.
 * A look-up by key searches PaymentIntents by ``metadata['idempotency_key']``.
 
@@ -25,7 +26,7 @@ from typing import Any
 import httpx
 import stripe
 
-from billing_core.domain import stripe_answers
+from billing_core.domain import stripe_amounts, stripe_answers
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.errors import DomainError
 from billing_core.domain.refund import RefundOutcome
@@ -119,9 +120,9 @@ class StripePaymentGateway:
         return await self._line.charge(customer_id, amount, currency, idempotency_key, metadata)
 
     async def refund(
-        self, charge_reference: str, amount: int, idempotency_key: str
+        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
     ) -> RefundResult:
-        return await self._line.refund(charge_reference, amount, idempotency_key)
+        return await self._line.refund(charge_reference, amount, currency, idempotency_key)
 
     async def lookup(self, idempotency_key: str) -> LookupResult:
         return await self._line.lookup(idempotency_key)
@@ -207,6 +208,10 @@ class StripeLine:
         *,
         send_by: float | None = None,
     ) -> ChargeResult:
+        try:
+            stripe_amount = stripe_amounts.to_stripe(amount, currency)
+        except stripe_amounts.NotBillableAtStripe as exc:
+            return ChargeResult(ChargeOutcome.UNKNOWN, error=f"not sent: {exc}", unsent=True)
         on_file = await self._customers(customer_id)
         if on_file is None:
             return ChargeResult(
@@ -216,7 +221,7 @@ class StripeLine:
             )
         _not_late(send_by)
         params: Any = {
-            "amount": amount,
+            "amount": stripe_amount,
             "currency": currency.lower(),
             "customer": on_file.customer,
             "payment_method": on_file.payment_method,
@@ -244,15 +249,20 @@ class StripeLine:
         self,
         charge_reference: str,
         amount: int,
+        currency: str,
         idempotency_key: str,
         *,
         send_by: float | None = None,
     ) -> RefundResult:
+        try:
+            stripe_amount = stripe_amounts.to_stripe(amount, currency)
+        except stripe_amounts.NotBillableAtStripe as exc:
+            return RefundResult(RefundOutcome.FAILED, error=f"not sent: {exc}")
         _not_late(send_by)
         what = "charge" if charge_reference.startswith("ch_") else "payment_intent"
         params: Any = {
             what: charge_reference,
-            "amount": amount,
+            "amount": stripe_amount,
             "metadata": {"idempotency_key": idempotency_key},
         }
         try:
@@ -320,13 +330,21 @@ def lookup_result(intent: Mapping[str, Any]) -> LookupResult:
             http_status=200,
             error="lookup: a payment intent without amount or currency",
         )
+    currency = currency.upper()
+    ours = stripe_amounts.from_stripe(amount, currency)
+    if ours is None:
+        return LookupResult(
+            ChargeOutcome.UNKNOWN,
+            http_status=200,
+            error=f"lookup: {amount} {currency} at Stripe is no amount of ours",
+        )
     customer = _metadata(intent).get("customer_id")
     return LookupResult(
         outcome,
         decline_code=decline_code,
         gateway_reference=_text(intent.get("id")),
-        amount=amount,
-        currency=currency.upper(),
+        amount=ours,
+        currency=currency,
         customer_id=int(customer) if isinstance(customer, str) and customer.isdigit() else None,
         http_status=200,
         error=_unsettled(outcome, intent),

@@ -8,6 +8,7 @@ real response objects, is."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from urllib.parse import parse_qsl
 
 import httpx
 import pytest
@@ -75,7 +76,7 @@ async def test_payment_intent_request_is_accepted_with_the_attempt_key(
 async def test_refund_request_is_accepted_with_its_key(
     gateway: StripePaymentGateway, proxy: RecordingProxy
 ) -> None:
-    result = await gateway.refund("pi_3MtwBwLkdIwHu7ix28a3tqPa", 990, "ref-5")
+    result = await gateway.refund("pi_3MtwBwLkdIwHu7ix28a3tqPa", 990, "EUR", "ref-5")
     (exchange,) = proxy.exchanges
     assert (exchange.path, exchange.status) == ("/v1/refunds", 200)
     assert exchange.request_headers["idempotency-key"] == "ref-5"
@@ -109,3 +110,36 @@ async def test_payment_method_check_requests_are_accepted(proxy: RecordingProxy)
         ("GET", "/v1/payment_methods/pm_1OkjqQ2eZvKYlo2C", 200),
         ("GET", "/v1/customers/cus_PZrgY7FgXqFqUd", 200),
     ]
+
+
+@pytest.mark.parametrize(
+    ("amount", "currency", "sent"),
+    [(500, "ISK", "50000"), (150_000, "MGA", "1500"), (500, "JPY", "500"), (5120, "KWD", "5120")],
+)
+async def test_amounts_are_sent_in_stripes_unit_for_the_currency(
+    gateway: StripePaymentGateway, proxy: RecordingProxy, amount: int, currency: str, sent: str
+) -> None:
+    await gateway.charge(42, amount, currency, "inv-77-try-1", {"invoiceId": 77, "attempt": 1})
+    await gateway.refund("pi_3MtwBwLkdIwHu7ix28a3tqPa", amount, currency, "ref-5")
+    charge, refund = proxy.exchanges
+    assert (charge.path, charge.status, refund.path, refund.status) == (
+        "/v1/payment_intents",
+        200,
+        "/v1/refunds",
+        200,
+    )
+    charged = dict(parse_qsl(charge.request_body.decode()))
+    assert (charged["amount"], charged["currency"]) == (sent, currency.lower())
+    assert dict(parse_qsl(refund.request_body.decode()))["amount"] == sent
+
+
+@pytest.mark.parametrize(("amount", "currency"), [(150_050, "MGA"), (5124, "KWD"), (5000, "IQD")])
+async def test_an_amount_stripe_cannot_charge_exactly_is_not_sent_and_held(
+    gateway: StripePaymentGateway, proxy: RecordingProxy, amount: int, currency: str
+) -> None:
+    result = await gateway.charge(42, amount, currency, "inv-77-try-1", {"invoiceId": 77})
+    refund = await gateway.refund("pi_3MtwBwLkdIwHu7ix28a3tqPa", amount, currency, "ref-5")
+    assert proxy.exchanges == []
+    assert (result.outcome, result.rejected) == (ChargeOutcome.UNKNOWN, True)
+    assert result.error is not None and result.error.startswith("not sent: Stripe cannot charge")
+    assert refund.outcome == RefundOutcome.FAILED
