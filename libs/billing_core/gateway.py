@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
@@ -87,7 +87,9 @@ class LookupResult:
     ``outcome`` is the stored charge's (SUCCESS or DECLINED) when the gateway has the key,
     ``None`` when it has never seen it (nothing was charged under it), and UNKNOWN when the
     look-up itself failed (timeout, 5xx, 429, the key still being processed, …): still unknown.
-    ``amount``, ``currency`` and ``customer_id`` are what the gateway says it charged."""
+    ``amount``, ``currency`` and ``customer_id`` are what the gateway says it charged.
+    ``index_lag``: a "never seen" from an index that trails the gateway's writes by up to this
+    much (Stripe's search) says nothing of calls made more recently than that."""
 
     outcome: ChargeOutcome | None
     decline_code: str | None = None
@@ -98,10 +100,15 @@ class LookupResult:
     http_status: int | None = None
     error: str | None = None
     retry_after_seconds: float | None = None
+    index_lag: timedelta = timedelta(0)
 
     @property
     def never_seen(self) -> bool:
         return self.outcome is None
+
+    def never_seen_since(self, last_call_at: datetime, now: datetime) -> bool:
+        """Never seen, and the answer covers a call made at ``last_call_at``."""
+        return self.never_seen and now - last_call_at >= self.index_lag
 
     @property
     def rate_limited(self) -> bool:
@@ -147,9 +154,17 @@ class GatewayLine(Protocol):
         uncertain answer gets the first one's result)."""
         ...
 
-    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+    async def lookup(
+        self,
+        idempotency_key: str,
+        *,
+        reference: str | None = None,
+        send_by: float | None = None,
+    ) -> LookupResult:
         """What happened to the charge made (or not) under ``idempotency_key``: a call of its
-        own at the gateway (it counts against the gateway's rate limit like a charge)."""
+        own at the gateway (it counts against the gateway's rate limit like a charge).
+        ``reference``: the gateway's id of a charge made under the key, when an answer or a
+        webhook gave one (an adapter whose look-up by key may lag reads that charge instead)."""
         ...
 
 
@@ -256,9 +271,16 @@ class _HttpLine:
             return RefundResult(RefundOutcome.UNKNOWN, error=answer)
         return _refund_result(answer)
 
-    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+    async def lookup(
+        self,
+        idempotency_key: str,
+        *,
+        reference: str | None = None,
+        send_by: float | None = None,
+    ) -> LookupResult:
         """``POST /v1/charges/lookup {"idempotencyKey": …}``: 200 with the stored charge, 404
-        when the gateway has never seen the key. (A POST: the key travels in the body, whatever
+        when the gateway has never seen the key (at once: the simulator's look-up by key does
+        not lag, so ``reference`` adds nothing). (A POST: the key travels in the body, whatever
         characters it holds.)"""
         request = {"idempotencyKey": idempotency_key}
         answer = await self._post("/v1/charges/lookup", request, None, send_by)

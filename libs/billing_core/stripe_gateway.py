@@ -6,7 +6,8 @@
   charge exactly is not sent, and held for a person), metadata naming the invoice, attempt,
   subscription, customer and key, and the attempt's idempotency key as ``Idempotency-Key``.
 * A refund is a Refund of the PaymentIntent, under the refund's own key.
-* A look-up by key searches PaymentIntents by ``metadata['idempotency_key']``.
+* A look-up by key reads the PaymentIntent by its id when the caller knows it, else searches
+  PaymentIntents by ``metadata['idempotency_key']`` (a search that may lag: ``SEARCH_LAG``).
 
 Answers are mapped by :mod:`billing_core.domain.stripe_answers` onto the same result fields as
 the simulator's (outcome, decline code, HTTP status, error), so the collector's rules — 429
@@ -21,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -41,6 +43,10 @@ from billing_core.gateway import (
 # Our decline code when a customer has no Stripe customer and payment method on file: nothing
 # is sent to Stripe, and the invoice follows the dunning schedule like any declined card.
 NO_PAYMENT_METHOD = "no_payment_method"
+
+# How far Stripe's search index may trail its writes: under a minute normally, up to an hour
+# during incidents (Stripe's search documentation), the very incidents that time calls out.
+SEARCH_LAG = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -93,13 +99,14 @@ class StripePaymentGateway:
         max_connections: int = 100,
         connect_timeout: float = 2.0,
         read_timeout: float = 10.0,
+        search_lag: timedelta = SEARCH_LAG,
     ) -> None:
         self._http = _PooledHttpx(
             max_connections=max_connections,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
         )
-        self._line = StripeLine(_client(api_key, api_base, self._http), customers)
+        self._line = StripeLine(_client(api_key, api_base, self._http), customers, search_lag)
 
     async def aclose(self) -> None:
         await self._http.close_async()  # type: ignore[no-untyped-call]
@@ -124,8 +131,8 @@ class StripePaymentGateway:
     ) -> RefundResult:
         return await self._line.refund(charge_reference, amount, currency, idempotency_key)
 
-    async def lookup(self, idempotency_key: str) -> LookupResult:
-        return await self._line.lookup(idempotency_key)
+    async def lookup(self, idempotency_key: str, *, reference: str | None = None) -> LookupResult:
+        return await self._line.lookup(idempotency_key, reference=reference)
 
 
 def _client(api_key: str, api_base: str, http: _PooledHttpx) -> stripe.StripeClient:
@@ -194,9 +201,12 @@ def intent_metadata(
 
 
 class StripeLine:
-    def __init__(self, client: stripe.StripeClient, customers: CustomerLookup) -> None:
+    def __init__(
+        self, client: stripe.StripeClient, customers: CustomerLookup, search_lag: timedelta
+    ) -> None:
         self._client = client
         self._customers = customers
+        self._search_lag = search_lag
 
     async def charge(
         self,
@@ -292,22 +302,27 @@ class StripeLine:
             error=words if words else None,
         )
 
-    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
-        """The PaymentIntent created under the key (found by its metadata), or ``never seen``.
-        Stripe's search index trails writes by up to a minute: a charge too recent to be found
-        is charged again under the same key, which Stripe answers with the first charge."""
+    async def lookup(
+        self,
+        idempotency_key: str,
+        *,
+        reference: str | None = None,
+        send_by: float | None = None,
+    ) -> LookupResult:
+        """The PaymentIntent created under the key: ``reference`` (a ``pi_…`` id) read by its id,
+        else searched by its metadata, or ``never seen``. Stripe's search index trails writes
+        (under a minute usually, up to an hour during incidents): a "never seen" from it carries
+        ``index_lag``, and covers only calls made at least that long before. The read by id
+        does not lag."""
         _not_late(send_by)
+        if reference is not None and reference.startswith("pi_"):
+            return await self._read(idempotency_key, reference)
         quoted = idempotency_key.replace("\\", "\\\\").replace("'", "\\'")
         params: Any = {"query": f"metadata['idempotency_key']:'{quoted}'", "limit": 10}
         try:
             found = await self._client.v1.payment_intents.search_async(params)
         except stripe.StripeError as exc:
-            return LookupResult(
-                ChargeOutcome.UNKNOWN,
-                http_status=exc.http_status,
-                error=f"lookup {_describe(exc)}",
-                retry_after_seconds=_retry_after(exc),
-            )
+            return _lookup_error(exc)
         hits = found.to_dict().get("data")
         ours = [
             hit
@@ -315,8 +330,30 @@ class StripeLine:
             if isinstance(hit, Mapping) and _metadata(hit).get("idempotency_key") == idempotency_key
         ]
         if not ours:
-            return LookupResult(None, http_status=200)
+            return LookupResult(None, http_status=200, index_lag=self._search_lag)
         return lookup_result(ours[0])
+
+    async def _read(self, idempotency_key: str, reference: str) -> LookupResult:
+        try:
+            intent = (await self._client.v1.payment_intents.retrieve_async(reference)).to_dict()
+        except stripe.StripeError as exc:
+            return _lookup_error(exc)
+        if _metadata(intent).get("idempotency_key") != idempotency_key:
+            return LookupResult(
+                ChargeOutcome.UNKNOWN,
+                http_status=200,
+                error=f"lookup: payment intent {reference} is not under {idempotency_key}",
+            )
+        return lookup_result(intent)
+
+
+def _lookup_error(exc: stripe.StripeError) -> LookupResult:
+    return LookupResult(
+        ChargeOutcome.UNKNOWN,
+        http_status=exc.http_status,
+        error=f"lookup {_describe(exc)}",
+        retry_after_seconds=_retry_after(exc),
+    )
 
 
 def lookup_result(intent: Mapping[str, Any]) -> LookupResult:

@@ -10,6 +10,12 @@ from billing_core.settings import GatewaySettings
 class CollectorSettings(GatewaySettings):
     process_name: str = "billing.collector"
     collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
+    stripe_search_lag_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="How far Stripe's search may trail its writes: a look-up's 'no charge under "
+        "the key' voids a canceled invoice only this long after the key's last call.",
+    )
     collector_rate_limit_per_second: int = Field(default=200, ge=1, le=100_000)
     collector_rate_limit_guard_ms: int = Field(
         default=20,

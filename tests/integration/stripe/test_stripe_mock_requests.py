@@ -16,6 +16,7 @@ import pytest
 from billing_core.domain.charge_result import ChargeOutcome
 from billing_core.domain.refund import RefundOutcome
 from billing_core.stripe_gateway import (
+    SEARCH_LAG,
     PaymentMethodNotOurs,
     StripeCustomer,
     StripePaymentGateway,
@@ -94,8 +95,28 @@ async def test_lookup_search_request_is_accepted(
         "/v1/payment_intents/search",
         200,
     )
-    # The fixture hit carries none of our metadata: it is not taken for the key's charge.
+    # The fixture hit carries none of our metadata: it is not taken for the key's charge, and
+    # the search's "never seen" says how far its index may lag.
     assert found.never_seen
+    assert found.index_lag == SEARCH_LAG
+
+
+async def test_lookup_by_a_known_payment_intent_id_reads_it(
+    gateway: StripePaymentGateway, proxy: RecordingProxy
+) -> None:
+    found = await gateway.lookup("inv-77-try-1", reference="pi_3MtwBwLkdIwHu7ix28a3tqPa")
+    (exchange,) = proxy.exchanges
+    assert (exchange.method, exchange.path, exchange.status) == (
+        "GET",
+        "/v1/payment_intents/pi_3MtwBwLkdIwHu7ix28a3tqPa",
+        200,
+    )
+    # The fixture is not under our key: not taken for its charge, and not "never seen" either.
+    assert found.outcome == ChargeOutcome.UNKNOWN
+    assert (
+        found.error
+        == "lookup: payment intent pi_3MtwBwLkdIwHu7ix28a3tqPa is not under inv-77-try-1"
+    )
 
 
 async def test_payment_method_check_requests_are_accepted(proxy: RecordingProxy) -> None:
