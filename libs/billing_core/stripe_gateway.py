@@ -8,6 +8,7 @@
 * A refund is a Refund of the PaymentIntent, under the refund's own key.
 * A look-up by key reads the PaymentIntent by its id when the caller knows it, else searches
   PaymentIntents by ``metadata['idempotency_key']`` (a search that may lag: ``SEARCH_LAG``).
+* A payment method set for one of our customers is checked first (``StripePaymentMethods``).
 
 Answers are mapped by :mod:`billing_core.domain.stripe_answers` onto the same result fields as
 the simulator's (outcome, decline code, HTTP status, error), so the collector's rules — 429
@@ -39,6 +40,9 @@ from billing_core.gateway import (
     RefundResult,
     retry_after_seconds,
 )
+from billing_core.logging import get_logger
+
+log = get_logger(__name__)
 
 # Our decline code when a customer has no Stripe customer and payment method on file: nothing
 # is sent to Stripe, and the invoice follows the dunning schedule like any declined card.
@@ -182,6 +186,7 @@ class StripePaymentMethods:
             status = exc.http_status
             if status in (400, 404):
                 raise PaymentMethodNotOurs(_describe(exc)) from None
+            log.warning("stripe_payment_method_check_failed", error=_describe(exc))
             raise GatewayUnavailable(_describe(exc)) from None
         refusal = stripe_answers.payment_method_refusal(
             method.to_dict(), customer.to_dict(), stripe_customer, customer_id
