@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Protocol
 
@@ -38,6 +38,9 @@ class ChargeResult:
     # A 4xx that says "later", not "never" (Stripe's 409 for a key whose first request is still
     # being processed): retried with the same key like any UNKNOWN, never held as a refusal.
     transient: bool = False
+    # The adapter did not send the call: the gateway could not make it as asked (an amount it
+    # cannot charge exactly). Nothing was charged, and no retry changes it.
+    unsent: bool = False
 
     @property
     def rate_limited(self) -> bool:
@@ -49,7 +52,7 @@ class ChargeResult:
         409 key reused with other parameters, 422): the gateway will refuse this call the same
         way every time, so retrying it is pointless; a person must look."""
         status = self.http_status
-        return (
+        return self.unsent or (
             self.outcome == ChargeOutcome.UNKNOWN
             and status is not None
             and 400 <= status < 500
@@ -91,7 +94,9 @@ class LookupResult:
     ``outcome`` is the stored charge's (SUCCESS or DECLINED) when the gateway has the key,
     ``None`` when it has never seen it (nothing was charged under it), and UNKNOWN when the
     look-up itself failed (timeout, 5xx, 429, the key still being processed, …): still unknown.
-    ``amount``, ``currency`` and ``customer_id`` are what the gateway says it charged."""
+    ``amount``, ``currency`` and ``customer_id`` are what the gateway says it charged.
+    ``index_lag``: a "never seen" from an index that trails the gateway's writes by up to this
+    much (Stripe's search) says nothing of calls made more recently than that."""
 
     outcome: ChargeOutcome | None
     decline_code: str | None = None
@@ -102,10 +107,15 @@ class LookupResult:
     http_status: int | None = None
     error: str | None = None
     retry_after_seconds: float | None = None
+    index_lag: timedelta = timedelta(0)
 
     @property
     def never_seen(self) -> bool:
         return self.outcome is None
+
+    def never_seen_since(self, last_call_at: datetime, now: datetime) -> bool:
+        """Never seen, and the answer covers a call made at ``last_call_at``."""
+        return self.never_seen and now - last_call_at >= self.index_lag
 
     @property
     def rate_limited(self) -> bool:
@@ -141,17 +151,27 @@ class GatewayConnection(Protocol):
         self,
         charge_reference: str,
         amount: int,
+        currency: str,
         idempotency_key: str,
         *,
         send_by: float | None = None,
     ) -> RefundResult:
-        """Give back ``amount`` of the charge ``charge_reference``; the same key always means
-        the same refund (a retry after an uncertain answer gets the first one's result)."""
+        """Give back ``amount`` (of ``currency``, the charge's) of the charge
+        ``charge_reference``; the same key always means the same refund (a retry after an
+        uncertain answer gets the first one's result)."""
         ...
 
-    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+    async def lookup(
+        self,
+        idempotency_key: str,
+        *,
+        reference: str | None = None,
+        send_by: float | None = None,
+    ) -> LookupResult:
         """What happened to the charge made (or not) under ``idempotency_key``: a call of its
-        own at the gateway (it counts against the gateway's rate limit like a charge)."""
+        own at the gateway (it counts against the gateway's rate limit like a charge).
+        ``reference``: the gateway's id of a charge made under the key, when an answer or a
+        webhook gave one (an adapter whose look-up by key may lag reads that charge instead)."""
         ...
 
 
@@ -205,11 +225,11 @@ class HttpPaymentGateway:
             return await connection.charge(customer_id, amount, currency, idempotency_key, metadata)
 
     async def refund(
-        self, charge_reference: str, amount: int, idempotency_key: str
+        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
     ) -> RefundResult:
         """One refund on a connection of its own (for callers that do not pace their calls)."""
         async with self.connection() as connection:
-            return await connection.refund(charge_reference, amount, idempotency_key)
+            return await connection.refund(charge_reference, amount, currency, idempotency_key)
 
     async def lookup(self, idempotency_key: str) -> LookupResult:
         """One look-up on a connection of its own."""
@@ -246,19 +266,28 @@ class _HttpConnection:
         self,
         charge_reference: str,
         amount: int,
+        currency: str,
         idempotency_key: str,
         *,
         send_by: float | None = None,
     ) -> RefundResult:
+        """The simulator knows the charge's currency: the request names the charge only."""
         request = {"chargeId": charge_reference, "amount": amount}
         answer = await self._post("/v1/refunds", request, idempotency_key, send_by)
         if isinstance(answer, str):
             return RefundResult(RefundOutcome.UNKNOWN, error=answer)
         return _refund_result(answer)
 
-    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
+    async def lookup(
+        self,
+        idempotency_key: str,
+        *,
+        reference: str | None = None,
+        send_by: float | None = None,
+    ) -> LookupResult:
         """``POST /v1/charges/lookup {"idempotencyKey": …}``: 200 with the stored charge, 404
-        when the gateway has never seen the key. (A POST: the key travels in the body, whatever
+        when the gateway has never seen the key (at once: the simulator's look-up by key does
+        not lag, so ``reference`` adds nothing). (A POST: the key travels in the body, whatever
         characters it holds.)"""
         request = {"idempotencyKey": idempotency_key}
         answer = await self._post("/v1/charges/lookup", request, None, send_by)

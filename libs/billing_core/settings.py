@@ -11,9 +11,9 @@ import os
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -173,3 +173,29 @@ class CoreSettings(BaseSettings):
             unknown_max_retries=self.unknown_max_retries,
             unknown_max_age=timedelta(seconds=self.unknown_max_age_seconds),
         )
+
+
+class GatewaySettings(CoreSettings):
+    """Which payment gateway the system uses: the collector charges it, the API checks the
+    payment methods set through it."""
+
+    gateway: Literal["simulator", "stripe"] = Field(
+        default="simulator",
+        description="Which payment gateway the collector charges: the simulator at "
+        "BILLING_COLLECTOR_GATEWAY_URL, or Stripe (BILLING_STRIPE_API_KEY); with Stripe the API "
+        "checks each payment method set against the Stripe customer.",
+    )
+    stripe_api_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="Stripe secret (or restricted) key; required with BILLING_GATEWAY=stripe.",
+    )
+    stripe_api_base: str = Field(
+        default="https://api.stripe.com",
+        description="Stripe's API address (stripe-mock's in tests).",
+    )
+
+    @model_validator(mode="after")
+    def _stripe_has_a_key(self) -> Self:
+        if self.gateway == "stripe" and not self.stripe_api_key.get_secret_value():
+            raise ValueError("BILLING_GATEWAY=stripe needs BILLING_STRIPE_API_KEY")
+        return self

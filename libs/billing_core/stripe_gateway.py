@@ -1,11 +1,14 @@
 """The Stripe adapter of the gateway port (``BILLING_GATEWAY=stripe``).
 
 * A charge is a PaymentIntent created with ``confirm=true, off_session=true``, the customer's
-  Stripe customer id and default payment method (``gateway_customer``), the amount in minor
-  units, metadata naming the invoice, attempt, subscription, customer and key, and the
-  attempt's idempotency key as ``Idempotency-Key``.
+  Stripe customer id and default payment method (``gateway_customer``), the amount in Stripe's
+  unit for the currency (:mod:`billing_core.domain.stripe_amounts`; an amount Stripe cannot
+  charge exactly is not sent, and held for a person), metadata naming the invoice, attempt,
+  subscription, customer and key, and the attempt's idempotency key as ``Idempotency-Key``.
 * A refund is a Refund of the PaymentIntent, under the refund's own key.
-* A look-up by key searches PaymentIntents by ``metadata['idempotency_key']``.
+* A look-up by key reads the PaymentIntent by its id when the caller knows it, else searches
+  PaymentIntents by ``metadata['idempotency_key']`` (a search that may lag: ``SEARCH_LAG``).
+* A payment method set for one of our customers is checked first (``StripePaymentMethods``).
 
 Answers are mapped by :mod:`billing_core.domain.stripe_answers` onto the same result fields as
 the simulator's (outcome, decline code, HTTP status, error), so the collector's rules — 429
@@ -20,13 +23,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import stripe
 
-from billing_core.domain import stripe_answers
+from billing_core.domain import stripe_amounts, stripe_answers
 from billing_core.domain.charge_result import ChargeOutcome
+from billing_core.domain.errors import DomainError
 from billing_core.domain.refund import RefundOutcome
 from billing_core.gateway import (
     ChargeResult,
@@ -35,10 +40,17 @@ from billing_core.gateway import (
     RefundResult,
     retry_after_seconds,
 )
+from billing_core.logging import get_logger
+
+log = get_logger(__name__)
 
 # Our decline code when a customer has no Stripe customer and payment method on file: nothing
 # is sent to Stripe, and the invoice follows the dunning schedule like any declined card.
 NO_PAYMENT_METHOD = "no_payment_method"
+
+# How far Stripe's search index may trail its writes: under a minute normally, up to an hour
+# during incidents (Stripe's search documentation), the very incidents that time calls out.
+SEARCH_LAG = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -91,19 +103,16 @@ class StripePaymentGateway:
         max_connections: int = 100,
         connect_timeout: float = 2.0,
         read_timeout: float = 10.0,
+        search_lag: timedelta = SEARCH_LAG,
     ) -> None:
         self._http = _PooledHttpx(
             max_connections=max_connections,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
         )
-        client = stripe.StripeClient(
-            api_key,
-            base_addresses={"api": api_base},
-            http_client=self._http,
-            max_network_retries=0,
+        self._connection = StripeConnection(
+            _client(api_key, api_base, self._http), customers, search_lag
         )
-        self._connection = StripeConnection(client, customers)
 
     async def aclose(self) -> None:
         await self._http.close_async()  # type: ignore[no-untyped-call]
@@ -126,12 +135,68 @@ class StripePaymentGateway:
         )
 
     async def refund(
-        self, charge_reference: str, amount: int, idempotency_key: str
+        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
     ) -> RefundResult:
-        return await self._connection.refund(charge_reference, amount, idempotency_key)
+        return await self._connection.refund(charge_reference, amount, currency, idempotency_key)
 
-    async def lookup(self, idempotency_key: str) -> LookupResult:
-        return await self._connection.lookup(idempotency_key)
+    async def lookup(self, idempotency_key: str, *, reference: str | None = None) -> LookupResult:
+        return await self._connection.lookup(idempotency_key, reference=reference)
+
+
+def _client(api_key: str, api_base: str, http: _PooledHttpx) -> stripe.StripeClient:
+    return stripe.StripeClient(
+        api_key, base_addresses={"api": api_base}, http_client=http, max_network_retries=0
+    )
+
+
+class PaymentMethodNotOurs(DomainError):
+    """Stripe does not hold that payment method for that Stripe customer, or the Stripe
+    customer is not the one of ours it was offered for."""
+
+
+class GatewayUnavailable(DomainError):
+    """Stripe could not be asked (no answer, 5xx, 429, our credentials refused)."""
+
+
+class StripePaymentMethods:
+    """Checks a payment method before it is saved for one of our customers: Stripe must hold
+    it attached to that Stripe customer, and the Stripe customer's metadata ``customer_id``
+    must name ours. Every key of a deployment sees every customer: without the check, a key
+    could point a customer at someone else's card."""
+
+    def __init__(
+        self,
+        api_key: str,
+        *,
+        api_base: str = "https://api.stripe.com",
+        connect_timeout: float = 2.0,
+        read_timeout: float = 10.0,
+    ) -> None:
+        self._http = _PooledHttpx(
+            max_connections=10, connect_timeout=connect_timeout, read_timeout=read_timeout
+        )
+        self._client = _client(api_key, api_base, self._http)
+
+    async def aclose(self) -> None:
+        await self._http.close_async()  # type: ignore[no-untyped-call]
+
+    async def check(self, customer_id: int, stripe_customer: str, payment_method: str) -> None:
+        """Returns when Stripe confirms both; ``PaymentMethodNotOurs`` or
+        ``GatewayUnavailable`` otherwise."""
+        try:
+            method = await self._client.v1.payment_methods.retrieve_async(payment_method)
+            customer = await self._client.v1.customers.retrieve_async(stripe_customer)
+        except stripe.StripeError as exc:
+            status = exc.http_status
+            if status in (400, 404):
+                raise PaymentMethodNotOurs(_describe(exc)) from None
+            log.warning("stripe_payment_method_check_failed", error=_describe(exc))
+            raise GatewayUnavailable(_describe(exc)) from None
+        refusal = stripe_answers.payment_method_refusal(
+            method.to_dict(), customer.to_dict(), stripe_customer, customer_id
+        )
+        if refusal is not None:
+            raise PaymentMethodNotOurs(refusal)
 
 
 def intent_metadata(
@@ -145,9 +210,12 @@ def intent_metadata(
 
 
 class StripeConnection:
-    def __init__(self, client: stripe.StripeClient, customers: CustomerLookup) -> None:
+    def __init__(
+        self, client: stripe.StripeClient, customers: CustomerLookup, search_lag: timedelta
+    ) -> None:
         self._client = client
         self._customers = customers
+        self._search_lag = search_lag
 
     async def charge(
         self,
@@ -159,6 +227,10 @@ class StripeConnection:
         *,
         send_by: float | None = None,
     ) -> ChargeResult:
+        try:
+            stripe_amount = stripe_amounts.to_stripe(amount, currency)
+        except stripe_amounts.NotBillableAtStripe as exc:
+            return ChargeResult(ChargeOutcome.UNKNOWN, error=f"not sent: {exc}", unsent=True)
         on_file = await self._customers(customer_id)
         if on_file is None:
             return ChargeResult(
@@ -168,7 +240,7 @@ class StripeConnection:
             )
         _not_late(send_by)
         params: Any = {
-            "amount": amount,
+            "amount": stripe_amount,
             "currency": currency.lower(),
             "customer": on_file.customer,
             "payment_method": on_file.payment_method,
@@ -196,15 +268,20 @@ class StripeConnection:
         self,
         charge_reference: str,
         amount: int,
+        currency: str,
         idempotency_key: str,
         *,
         send_by: float | None = None,
     ) -> RefundResult:
+        try:
+            stripe_amount = stripe_amounts.to_stripe(amount, currency)
+        except stripe_amounts.NotBillableAtStripe as exc:
+            return RefundResult(RefundOutcome.FAILED, error=f"not sent: {exc}")
         _not_late(send_by)
         what = "charge" if charge_reference.startswith("ch_") else "payment_intent"
         params: Any = {
             what: charge_reference,
-            "amount": amount,
+            "amount": stripe_amount,
             "metadata": {"idempotency_key": idempotency_key},
         }
         try:
@@ -234,22 +311,27 @@ class StripeConnection:
             error=words if words else None,
         )
 
-    async def lookup(self, idempotency_key: str, *, send_by: float | None = None) -> LookupResult:
-        """The PaymentIntent created under the key (found by its metadata), or ``never seen``.
-        Stripe's search index trails writes by up to a minute: a charge too recent to be found
-        is charged again under the same key, which Stripe answers with the first charge."""
+    async def lookup(
+        self,
+        idempotency_key: str,
+        *,
+        reference: str | None = None,
+        send_by: float | None = None,
+    ) -> LookupResult:
+        """The PaymentIntent created under the key: ``reference`` (a ``pi_…`` id) read by its id,
+        else searched by its metadata, or ``never seen``. Stripe's search index trails writes
+        (under a minute usually, up to an hour during incidents): a "never seen" from it carries
+        ``index_lag``, and covers only calls made at least that long before. The read by id
+        does not lag."""
         _not_late(send_by)
+        if reference is not None and reference.startswith("pi_"):
+            return await self._read(idempotency_key, reference)
         quoted = idempotency_key.replace("\\", "\\\\").replace("'", "\\'")
         params: Any = {"query": f"metadata['idempotency_key']:'{quoted}'", "limit": 10}
         try:
             found = await self._client.v1.payment_intents.search_async(params)
         except stripe.StripeError as exc:
-            return LookupResult(
-                ChargeOutcome.UNKNOWN,
-                http_status=exc.http_status,
-                error=f"lookup {_describe(exc)}",
-                retry_after_seconds=_retry_after(exc),
-            )
+            return _lookup_error(exc)
         hits = found.to_dict().get("data")
         ours = [
             hit
@@ -257,8 +339,30 @@ class StripeConnection:
             if isinstance(hit, Mapping) and _metadata(hit).get("idempotency_key") == idempotency_key
         ]
         if not ours:
-            return LookupResult(None, http_status=200)
+            return LookupResult(None, http_status=200, index_lag=self._search_lag)
         return lookup_result(ours[0])
+
+    async def _read(self, idempotency_key: str, reference: str) -> LookupResult:
+        try:
+            intent = (await self._client.v1.payment_intents.retrieve_async(reference)).to_dict()
+        except stripe.StripeError as exc:
+            return _lookup_error(exc)
+        if _metadata(intent).get("idempotency_key") != idempotency_key:
+            return LookupResult(
+                ChargeOutcome.UNKNOWN,
+                http_status=200,
+                error=f"lookup: payment intent {reference} is not under {idempotency_key}",
+            )
+        return lookup_result(intent)
+
+
+def _lookup_error(exc: stripe.StripeError) -> LookupResult:
+    return LookupResult(
+        ChargeOutcome.UNKNOWN,
+        http_status=exc.http_status,
+        error=f"lookup {_describe(exc)}",
+        retry_after_seconds=_retry_after(exc),
+    )
 
 
 def lookup_result(intent: Mapping[str, Any]) -> LookupResult:
@@ -272,13 +376,21 @@ def lookup_result(intent: Mapping[str, Any]) -> LookupResult:
             http_status=200,
             error="lookup: a payment intent without amount or currency",
         )
+    currency = currency.upper()
+    ours = stripe_amounts.from_stripe(amount, currency)
+    if ours is None:
+        return LookupResult(
+            ChargeOutcome.UNKNOWN,
+            http_status=200,
+            error=f"lookup: {amount} {currency} at Stripe is no amount of ours",
+        )
     customer = _metadata(intent).get("customer_id")
     return LookupResult(
         outcome,
         decline_code=decline_code,
         gateway_reference=_text(intent.get("id")),
-        amount=amount,
-        currency=currency.upper(),
+        amount=ours,
+        currency=currency,
         customer_id=int(customer) if isinstance(customer, str) and customer.isdigit() else None,
         http_status=200,
         error=_unsettled(outcome, intent),

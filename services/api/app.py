@@ -23,6 +23,7 @@ from billing_core.db.engine import create_engine, database_answers, session_fact
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from billing_core.runtime.http import HealthServer
+from billing_core.stripe_gateway import StripePaymentMethods
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api import openapi, problems
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
@@ -149,6 +150,10 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             window_seconds=settings.api_rate_limit_window_seconds,
             clock=clock,
         )
+        if settings.gateway == "stripe":
+            context.payment_methods = StripePaymentMethods(
+                settings.stripe_api_key.get_secret_value(), api_base=settings.stripe_api_base
+            )
         internal = internal_server(app, context)
         await internal.start()
         context.internal_port = internal.port
@@ -168,6 +173,9 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
                     await purge
             await internal.stop()
             await redis.aclose()
+            if context.payment_methods is not None:
+                await context.payment_methods.aclose()
+                context.payment_methods = None
             context.rate_limit_ = None
             await context.engine.dispose()
             await context.pg.close()

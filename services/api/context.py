@@ -23,6 +23,7 @@ from billing_core.repo.plans import Plan, PlanNotFound
 from billing_core.repo.subscription_groups import KeyedNew
 from billing_core.repo.subscriptions import Claimed
 from billing_core.runtime.batcher import Batcher
+from billing_core.stripe_gateway import StripePaymentMethods
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
 from services.api.console.session import Sessions
@@ -164,6 +165,8 @@ class AppContext:
     creates_: Batcher[KeyedNew, Claimed] | None = None
     pg_: Pool | None = None
     console: Sessions = field(default_factory=lambda: Sessions(None, 8 * 3600))
+    # With BILLING_GATEWAY=stripe: checks each payment method set against Stripe.
+    payment_methods: StripePaymentMethods | None = None
 
     @property
     def database(self) -> AsyncEngine:

@@ -19,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from billing_core import stripe_gateway
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain import errors as domain_errors
 from billing_core.domain import scopes
@@ -87,6 +88,10 @@ COUPON_NOT_FOUND = ProblemKind(404, "coupon-not-found", "Coupon not found")
 COUPON_EXISTS = ProblemKind(409, "coupon-exists", "A coupon has this code")
 COUPON_NOT_REDEEMABLE = ProblemKind(409, "coupon-not-redeemable", "Coupon not redeemable")
 DISCOUNT_EXISTS = ProblemKind(409, "discount-exists", "The subscription has a coupon already")
+PAYMENT_METHOD_NOT_OURS = ProblemKind(
+    422, "payment-method-not-ours", "The payment method is not this customer's"
+)
+GATEWAY_UNAVAILABLE = ProblemKind(503, "gateway-unavailable", "The payment gateway did not answer")
 INTERNAL = ProblemKind(500, "internal-error", "Internal error")
 UNAVAILABLE = ProblemKind(503, "service-unavailable", "Service unavailable")
 
@@ -127,6 +132,8 @@ DOMAIN_ERRORS: tuple[tuple[type[Exception], ProblemKind], ...] = (
     (change_plan_uc.IncompatiblePlanChange, PLAN_CHANGE_NOT_ALLOWED),
     (subscribe_uc.InvalidStart, BUSINESS_RULE),
     (subscribe_uc.InvalidTrialEnd, BUSINESS_RULE),
+    (stripe_gateway.PaymentMethodNotOurs, PAYMENT_METHOD_NOT_OURS),
+    (stripe_gateway.GatewayUnavailable, GATEWAY_UNAVAILABLE),
     (domain_errors.IllegalTransition, STATE_CONFLICT),
     (domain_errors.ChangeOutsidePeriod, STATE_CONFLICT),
     (domain_errors.UnknownTimeZone, BUSINESS_RULE),

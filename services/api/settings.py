@@ -9,11 +9,11 @@ from typing import ClassVar
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
-from billing_core.settings import CoreSettings
+from billing_core.settings import GatewaySettings
 from services.api.console.probes import parse_processes
 
 
-class ApiSettings(CoreSettings):
+class ApiSettings(GatewaySettings):
     model_config = SettingsConfigDict(env_prefix="BILLING_", extra="ignore", frozen=True)
 
     process_name: str = Field(default="billing.api")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -24,6 +25,7 @@ def build_gateway(
             max_connections=settings.collector_max_in_flight,
             connect_timeout=settings.collector_connect_timeout_seconds,
             read_timeout=settings.collector_read_timeout_seconds,
+            search_lag=timedelta(seconds=settings.stripe_search_lag_seconds),
         )
         return stripe, stripe.aclose, f"stripe {settings.stripe_api_base}"
     simulator = HttpPaymentGateway(

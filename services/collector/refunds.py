@@ -124,7 +124,11 @@ class RefundSender:
                 latency: float | None = None
                 try:
                     result = await connection.refund(
-                        charge_reference, refund.amount, refund.idempotency_key, send_by=slot.latest
+                        charge_reference,
+                        refund.amount,
+                        refund.currency,
+                        refund.idempotency_key,
+                        send_by=slot.latest,
                     )
                     latency = time.monotonic() - started
                     return result

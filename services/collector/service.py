@@ -37,6 +37,7 @@ from billing_core.repo.collection import (
     LeasedInvoice,
     claim_due_invoices,
     due_backlog_at,
+    key_calls,
     release_void_requested,
     still_ours_to_charge,
 )
@@ -208,8 +209,10 @@ class Collector:
         call is made now — with the same key: should the earlier request still reach the
         gateway, the key makes it and this call one charge."""
         found = await self._send(invoice, self._lookup_call(invoice))
-        if found is None:
-            return True
+        return found is None or await self._settled_by(invoice, found)
+
+    async def _settled_by(self, invoice: LeasedInvoice, found: LookupResult) -> bool:
+        """What a look-up found, recorded; False when the gateway never saw the key."""
         if found.outcome is None:  # never seen
             metrics.LOOKUPS.labels("not_found").inc()
             log.info("lookup_never_seen", invoice_id=invoice.id, key=invoice.idempotency_key)
@@ -227,8 +230,31 @@ class Collector:
         """Canceled while a call may have been at the gateway (its answer was uncertain, or
         its lease ended without one): never charged again, only looked up. Charged: VOID and
         refunded; declined, or no charge under the key: VOID (recorded as a decline,
-        ``NOTHING_CHARGED``); the look-up uncertain too: asked again later, within the bound."""
-        if await self._settled_by_lookup(invoice):
+        ``NOTHING_CHARGED``); the look-up uncertain too: asked again later, within the bound.
+
+        A charge whose id an answer or a webhook gave is looked up by that id. "No charge
+        under the key" from an index that trails the gateway's writes (Stripe's search) counts
+        only once that lag has passed since the last call under the key; until then it is one
+        more uncertain answer, and the invoice stays OPEN with its void requested."""
+        try:
+            async with self._reads() as session:
+                calls = await key_calls(session, invoice)
+        except Exception as exc:  # the lease ends and the invoice is claimed again
+            log.warning("key_calls_read_failed", invoice_id=invoice.id, error=repr(exc))
+            return
+        if calls is None:
+            return
+        found = await self._send(invoice, self._lookup_call(invoice, calls.reference))
+        if found is None:
+            return
+        if found.never_seen and not found.never_seen_since(calls.last_call_at, self._clock.now()):
+            trusted_from = (calls.last_call_at + found.index_lag).isoformat()
+            found = LookupResult(
+                ChargeOutcome.UNKNOWN,
+                http_status=found.http_status,
+                error=f"lookup: not found, but the gateway's index may lag until {trusted_from}",
+            )
+        if await self._settled_by(invoice, found):
             return
         report = GatewayReport(
             attempt_number=invoice.attempt_count,
@@ -260,10 +286,10 @@ class Collector:
         return call
 
     def _lookup_call(
-        self, invoice: LeasedInvoice
+        self, invoice: LeasedInvoice, reference: str | None = None
     ) -> Callable[[GatewayConnection, float], Awaitable[LookupResult]]:
         def call(connection: GatewayConnection, send_by: float) -> Awaitable[LookupResult]:
-            return connection.lookup(invoice.idempotency_key, send_by=send_by)
+            return connection.lookup(invoice.idempotency_key, reference=reference, send_by=send_by)
 
         return call
 

@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import Field, model_validator
 
-from pydantic import Field, SecretStr, model_validator
-
-from billing_core.settings import CoreSettings
+from billing_core.settings import GatewaySettings
 
 
-class CollectorSettings(CoreSettings):
+class CollectorSettings(GatewaySettings):
     process_name: str = "billing.collector"
-    gateway: Literal["simulator", "stripe"] = Field(
-        default="simulator",
-        description="Which payment gateway the collector charges: the simulator at "
-        "BILLING_COLLECTOR_GATEWAY_URL, or Stripe (BILLING_STRIPE_API_KEY).",
-    )
     collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
-    stripe_api_key: SecretStr = Field(
-        default=SecretStr(""),
-        description="Stripe secret (or restricted) key; required with BILLING_GATEWAY=stripe.",
-    )
-    stripe_api_base: str = Field(
-        default="https://api.stripe.com",
-        description="Stripe's API address (stripe-mock's in tests).",
+    stripe_search_lag_seconds: int = Field(
+        default=3600,
+        ge=0,
+        description="How far Stripe's search may trail its writes: a look-up's 'no charge under "
+        "the key' voids a canceled invoice only this long after the key's last call.",
     )
     collector_rate_limit_per_second: int = Field(default=200, ge=1, le=100_000)
     collector_rate_limit_guard_ms: int = Field(
@@ -92,12 +83,6 @@ class CollectorSettings(CoreSettings):
     def collector_call_seconds(self) -> float:
         """The longest a gateway call may take: its connect and read timeouts."""
         return self.collector_connect_timeout_seconds + self.collector_read_timeout_seconds
-
-    @model_validator(mode="after")
-    def _stripe_has_a_key(self) -> CollectorSettings:
-        if self.gateway == "stripe" and not self.stripe_api_key.get_secret_value():
-            raise ValueError("BILLING_GATEWAY=stripe needs BILLING_STRIPE_API_KEY")
-        return self
 
     @model_validator(mode="after")
     def _late_within_guard(self) -> CollectorSettings:

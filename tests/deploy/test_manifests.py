@@ -69,6 +69,7 @@ PROCESSES = [
             "BILLING_DATABASE_URL",
             "BILLING_WEBHOOK_SECRETS",
             "BILLING_STRIPE_WEBHOOK_SECRETS",
+            "BILLING_STRIPE_API_KEY",
             "BILLING_CONSOLE_SECRET",
             "BILLING_REDIS_URL",
         },

@@ -248,8 +248,46 @@ def test_keys_from_before_scopes_keep_full_access(scratch_url: str) -> None:
         "subscriptions:write",
         "invoices:read",
         "admin",
+        "payment_methods:write",  # 0020: it held subscriptions:write
     ]
     assert new_key_without_scopes_refused
+    migrate.downgrade(scratch_url, "base")
+
+
+def test_keys_that_could_set_payment_methods_keep_that_right(scratch_url: str) -> None:
+    """0020: a key holding subscriptions:write (the scope the payment-method route needed
+    before) gets payment_methods:write; any other key does not; downgrade takes it away."""
+    migrate.downgrade(scratch_url, "base")
+    migrate.upgrade(scratch_url, "0019")
+
+    async def keys(sql: str = "") -> dict[str, list[str]]:
+        conn = await asyncpg.connect(_dsn(scratch_url))
+        try:
+            if sql:
+                await conn.execute(sql)
+            rows = await conn.fetch("SELECT name, scopes FROM api_client ORDER BY name")
+            return {r["name"]: list(r["scopes"]) for r in rows}
+        finally:
+            await conn.close()
+
+    asyncio.run(
+        keys(
+            "INSERT INTO api_client (name, key_prefix, key_hash, scopes) VALUES"
+            " ('reader', 'bk_r', '\\x01', ARRAY['subscriptions:read']),"
+            " ('writer', 'bk_w', '\\x02', ARRAY['subscriptions:read', 'subscriptions:write'])"
+        )
+    )
+    migrate.upgrade(scratch_url)
+    assert asyncio.run(keys()) == {
+        "reader": ["subscriptions:read"],
+        "writer": ["subscriptions:read", "subscriptions:write", "payment_methods:write"],
+    }
+    migrate.downgrade(scratch_url, "0019")
+    assert asyncio.run(keys("")) == {
+        "reader": ["subscriptions:read"],
+        "writer": ["subscriptions:read", "subscriptions:write"],
+    }
+    asyncio.run(keys("TRUNCATE api_client CASCADE"))
     migrate.downgrade(scratch_url, "base")
 
 

@@ -18,6 +18,7 @@ class Scope(StrEnum):
     PLANS_READ = "plans:read"
     SUBSCRIPTIONS_READ = "subscriptions:read"
     SUBSCRIPTIONS_WRITE = "subscriptions:write"
+    PAYMENT_METHODS_WRITE = "payment_methods:write"
     INVOICES_READ = "invoices:read"
     ADMIN = "admin"
 
@@ -27,8 +28,9 @@ ALL_SCOPES: tuple[Scope, ...] = tuple(Scope)
 DESCRIPTIONS: dict[Scope, str] = {
     Scope.PLANS_READ: "Read the plan catalogue and coupons.",
     Scope.SUBSCRIPTIONS_READ: "Read customers, their payment methods and subscriptions.",
-    Scope.SUBSCRIPTIONS_WRITE: "Create customers and set their payment methods; subscribe, "
-    "cancel, change plans, pause, resume, end trials, set tax locations, redeem coupons.",
+    Scope.SUBSCRIPTIONS_WRITE: "Create customers; subscribe, cancel, change plans, pause, "
+    "resume, end trials, set tax locations, redeem coupons.",
+    Scope.PAYMENT_METHODS_WRITE: "Set which gateway customer and payment method charge a customer.",
     Scope.INVOICES_READ: "Read invoices, their documents and the upcoming one.",
     Scope.ADMIN: "Manage API keys (with at most the key's own scopes) and coupons; the "
     "operator console and its reconciliation queue.",

@@ -99,3 +99,34 @@ def _card_error_code(error: Mapping[str, object]) -> str:
         if isinstance(value, str) and value:
             return value
     return "card_declined"
+
+
+# The Stripe customer's metadata key that names our customer id (set when the Stripe customer
+# is created, as the PaymentIntents' metadata names it).
+CUSTOMER_ID_METADATA = "customer_id"
+
+
+def payment_method_refusal(
+    method: Mapping[str, object],
+    customer: Mapping[str, object],
+    stripe_customer: str,
+    customer_id: int,
+) -> str | None:
+    """Why a PaymentMethod and a Stripe customer (as Stripe answered them) may not charge our
+    customer ``customer_id``, or None: the method must be attached to that Stripe customer, and
+    the customer, not deleted, must name ours in its metadata."""
+    attached = method.get("customer")
+    if isinstance(attached, Mapping):
+        attached = attached.get("id")
+    if attached != stripe_customer:
+        return f"payment method {method.get('id')} is not attached to {stripe_customer}"
+    if customer.get("deleted") is True:
+        return f"Stripe customer {stripe_customer} is deleted"
+    metadata = customer.get("metadata")
+    named = metadata.get(CUSTOMER_ID_METADATA) if isinstance(metadata, Mapping) else None
+    if named != str(customer_id):
+        return (
+            f"Stripe customer {stripe_customer} does not name customer {customer_id} in its "
+            f"metadata ({CUSTOMER_ID_METADATA}: {named!r})"
+        )
+    return None

@@ -8,9 +8,10 @@
 * ``charge.refunded`` and ``charge.dispute.created`` -> about the PaymentIntent they name
   (``payment_intent``); the receiver decides whether a person must look.
 
+Amounts are Stripe's, read into our minor units (:mod:`billing_core.domain.stripe_amounts`).
 A PaymentIntent this deployment did not create (no metadata of ours, or a key without this
-deployment's prefix: another system on the same Stripe account) yields no report: the event is
-acknowledged and kept, never applied.
+deployment's prefix: another system on the same Stripe account), or whose amount is no amount
+of ours in its currency, yields no report: the event is acknowledged and kept, never applied.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from billing_core.domain.charge_result import ChargeOutcome, GatewayReport, idempotency_key
+from billing_core.domain.stripe_amounts import from_stripe
 from billing_core.domain.stripe_answers import classify_payment_intent
 
 PAYMENT_SUCCEEDED = "payment_intent.succeeded"
@@ -63,8 +65,10 @@ def read_event(event: object, *, key_prefix: str = "") -> StripeEvent:
         return _payment(event_id, event_type, obj, key_prefix)
     if event_type in (CHARGE_REFUNDED, DISPUTE_CREATED):
         intent = obj.get("payment_intent")
-        amount = obj.get("amount_refunded" if event_type == CHARGE_REFUNDED else "amount")
-        currency = obj.get("currency")
+        amount, currency = _money(
+            obj.get("amount_refunded" if event_type == CHARGE_REFUNDED else "amount"),
+            obj.get("currency"),
+        )
         reason = obj.get("reason") if event_type == DISPUTE_CREATED else None
         return StripeEvent(
             event_id,
@@ -72,8 +76,8 @@ def read_event(event: object, *, key_prefix: str = "") -> StripeEvent:
             None,
             None,
             intent if isinstance(intent, str) else None,
-            amount=amount if _is_int(amount) else None,
-            currency=currency.upper() if isinstance(currency, str) else None,
+            amount=amount,
+            currency=currency,
             detail=f"{obj.get('id')} {reason}" if isinstance(reason, str) else _id(obj),
         )
     return StripeEvent(event_id, event_type, None, None, None)
@@ -96,7 +100,10 @@ def _payment(
         classified, code = classify_payment_intent(intent)
         outcome = ChargeOutcome.DECLINED
         decline_code = code if classified == ChargeOutcome.DECLINED and code else "card_declined"
-    amount, currency = intent.get("amount"), intent.get("currency")
+    amount, currency = _money(intent.get("amount"), intent.get("currency"))
+    if amount is None and _is_int(intent.get("amount")):
+        # Stripe's amount is none of ours in that currency: never applied unchecked.
+        return StripeEvent(event_id, event_type, None, None, intent_id)
     report = GatewayReport(
         attempt_number=attempt,
         outcome=outcome,
@@ -104,8 +111,8 @@ def _payment(
         idempotency_key=key,
         decline_code=decline_code,
         gateway_reference=intent_id,
-        amount=amount if _is_int(amount) else None,
-        currency=currency.upper() if isinstance(currency, str) else None,
+        amount=amount,
+        currency=currency,
         customer_id=customer_id,
     )
     return StripeEvent(event_id, event_type, invoice_id, report, intent_id)
@@ -124,6 +131,14 @@ def _our_attempt(
     if invoice_id < 1 or key != idempotency_key(invoice_id, attempt_number, key_prefix):
         return None
     return invoice_id, attempt_number, key, int(str(customer)) if _digits(customer) else None
+
+
+def _money(amount: object, currency: object) -> tuple[int | None, str | None]:
+    """Stripe's amount in our minor units (None when it is none of ours), and the currency."""
+    code = currency.upper() if isinstance(currency, str) else None
+    if not _is_int(amount) or code is None:
+        return None, code
+    return from_stripe(amount, code), code
 
 
 def _digits(value: object) -> bool:

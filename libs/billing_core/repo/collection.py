@@ -208,6 +208,42 @@ async def release_void_requested(
     )
 
 
+@dataclass(frozen=True)
+class KeyCalls:
+    """What is known of the charge calls under a void-requested invoice's key."""
+
+    # The latest a charge under the key may have reached the gateway: its void request (no
+    # charge is called after it; the one in flight was sent before its pre-call check saw it)
+    # or the latest answer to one, whichever is later.
+    last_call_at: datetime
+    # The gateway's id of a charge under the key, from an answer or a webhook, if any.
+    reference: str | None
+
+
+_KEY_CALLS = text(
+    """
+    SELECT greatest(i.void_requested_at, max(a.recorded_at) FILTER (
+               WHERE a.source = 'COLLECTOR')) AS last_call_at,
+           (array_agg(a.gateway_reference ORDER BY a.id DESC) FILTER (
+               WHERE a.gateway_reference IS NOT NULL))[1] AS reference
+    FROM invoice i
+    LEFT JOIN payment_attempt a ON a.invoice_id = i.id AND a.idempotency_key = :key
+    WHERE i.id = :id AND i.void_requested_at IS NOT NULL
+    GROUP BY i.id
+    """
+)
+
+
+async def key_calls(db: AsyncSession | AsyncConnection, invoice: LeasedInvoice) -> KeyCalls | None:
+    """The charge calls under the key of ``invoice``, whose void is requested (None: it is not)."""
+    row = (
+        (await db.execute(_KEY_CALLS, {"id": invoice.id, "key": invoice.idempotency_key}))
+        .mappings()
+        .one_or_none()
+    )
+    return None if row is None else KeyCalls(row["last_call_at"], row["reference"])
+
+
 async def due_backlog(
     db: AsyncSession | AsyncConnection,
     *,

@@ -32,17 +32,26 @@ CustomerId = Annotated[
     summary="Set the customer's gateway customer and default payment method",
     description="The Stripe customer and payment method the collector charges off-session for "
     "this customer's invoices (the next charge uses it). 201 when the customer had none, 200 "
-    "when it replaced one; 404 customer-not-found when no such customer exists. Idempotent: the "
-    "same body gives the same state.",
-    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 403, 404, 413, 422)},
+    "when it replaced one; 404 customer-not-found when no such customer exists. With the Stripe "
+    "gateway, Stripe must hold the payment method attached to that Stripe customer, whose "
+    "metadata customer_id names this customer: else 422 payment-method-not-ours (503 "
+    "gateway-unavailable when Stripe does not answer). Idempotent: the same body gives the "
+    "same state.",
+    responses={201: {"model": PaymentMethodOut}, **problems(400, 401, 403, 404, 413, 422, 503)},
 )
 async def put_payment_method(
     request: Request,
     customer_id: CustomerId,
     body: PaymentMethodRequest,
-    client: Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_WRITE)],
+    client: Annotated[ApiClient, requires(Scope.PAYMENT_METHODS_WRITE)],
 ) -> Response:
     ctx = get_context(request)
+    if ctx.payment_methods is not None:
+        async with ctx.reads() as session:
+            await customers_repo.get(session, customer_id)  # 404 before asking Stripe
+        await ctx.payment_methods.check(
+            customer_id, body.gateway_customer_id, body.payment_method_id
+        )
     now = ctx.clock.now()
     actor = actor_of(request, client.id)
     async with ctx.sessions.begin() as session:

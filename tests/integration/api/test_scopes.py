@@ -43,7 +43,7 @@ SCOPED: list[tuple[str, str, Scope, dict[str, Any]]] = [
     (
         "PUT",
         "/customers/7/payment-method",
-        Scope.SUBSCRIPTIONS_WRITE,
+        Scope.PAYMENT_METHODS_WRITE,
         {"gatewayCustomerId": "cus_A1", "paymentMethodId": "pm_A1"},
     ),
     ("GET", "/customers/7/payment-method", Scope.SUBSCRIPTIONS_READ, {}),

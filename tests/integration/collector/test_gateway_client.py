@@ -96,18 +96,18 @@ async def test_refund_answers_are_classified(simulator: Simulator) -> None:
         charged = await charge(gateway, "inv-40-try-0")
         assert charged.gateway_reference is not None
         reference = charged.gateway_reference
-        done = await gateway.refund(reference, 990, "ref-1")
-        replay = await gateway.refund(reference, 990, "ref-1")
-        reused = await gateway.refund(reference, 500, "ref-1")
-        unknown_charge = await gateway.refund("ch_nothing", 990, "ref-2")
+        done = await gateway.refund(reference, 990, "EUR", "ref-1")
+        replay = await gateway.refund(reference, 990, "EUR", "ref-1")
+        reused = await gateway.refund(reference, 500, "EUR", "ref-1")
+        unknown_charge = await gateway.refund("ch_nothing", 990, "EUR", "ref-2")
         fresh = await charge(gateway, "inv-42-try-0")
         assert fresh.gateway_reference is not None
         simulator.config(error_rate=1.0)
-        server_error = await gateway.refund(fresh.gateway_reference, 990, "ref-3")
+        server_error = await gateway.refund(fresh.gateway_reference, 990, "EUR", "ref-3")
         simulator.config(error_rate=0.0, refund_failure_rate=1.0)
         other = await charge(gateway, "inv-41-try-0")
         assert other.gateway_reference is not None
-        refused = await gateway.refund(other.gateway_reference, 990, "ref-4")
+        refused = await gateway.refund(other.gateway_reference, 990, "EUR", "ref-4")
     finally:
         await gateway.aclose()
     assert (done.outcome, done.http_status, done.error) == (RefundOutcome.SUCCEEDED, 200, None)

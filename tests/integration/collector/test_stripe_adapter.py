@@ -293,7 +293,7 @@ async def test_refund_under_its_key_and_its_answers(stub: StripeStub) -> None:
     )
     gateway = StripePaymentGateway("sk_test_x", customers=on_file, api_base=stub.url)
     try:
-        results = [await gateway.refund("pi_3MtwBw", 990, f"ref-{n}") for n in range(4)]
+        results = [await gateway.refund("pi_3MtwBw", 990, "EUR", f"ref-{n}") for n in range(4)]
     finally:
         await gateway.aclose()
     assert [r.outcome for r in results] == [
@@ -329,3 +329,21 @@ async def test_lookup_finds_the_payment_intent_by_its_key_metadata(stub: StripeS
     seen = stub.requests[0]
     assert (seen.method, seen.path) == ("GET", "/v1/payment_intents/search")
     assert seen.form["query"] == f"metadata['idempotency_key']:'{KEY}'"
+
+
+async def test_lookup_reads_stripes_amount_into_our_minor_units(stub: StripeStub) -> None:
+    def hit(amount: int) -> dict[str, object]:
+        found = intent("succeeded", amount=amount, currency="isk")
+        return {"object": "search_result", "data": [found], "has_more": False}
+
+    stub.answer(200, hit(50_000))  # 500 ISK: Stripe writes ISK with two decimals, always 00
+    stub.answer(200, hit(50_050))  # a fraction of a krona: no amount of ours
+    gateway = StripePaymentGateway("sk_test_x", customers=on_file, api_base=stub.url)
+    try:
+        found = await gateway.lookup(KEY)
+        odd = await gateway.lookup(KEY)
+    finally:
+        await gateway.aclose()
+    assert (found.outcome, found.amount, found.currency) == (ChargeOutcome.SUCCESS, 500, "ISK")
+    assert (odd.outcome, odd.amount) == (ChargeOutcome.UNKNOWN, None)
+    assert odd.error == "lookup: 50050 ISK at Stripe is no amount of ours"

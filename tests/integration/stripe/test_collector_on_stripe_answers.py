@@ -175,3 +175,45 @@ def metric(proc: Proc, name: str) -> float:
     """A counter's value on the collector's /metrics."""
     body = httpx.get(f"{proc.url}/metrics", timeout=5).text
     return next(float(line.split()[-1]) for line in body.splitlines() if line.startswith(name))
+
+
+async def test_an_amount_stripe_cannot_charge_exactly_is_held_for_a_person_unsent(
+    engine: AsyncEngine, stripe_collector: StartCollector
+) -> None:
+    invoice_id = await one_invoice(engine)
+    async with engine.begin() as conn:  # 1 500.50 MGA: Stripe charges whole ariary only
+        await conn.execute(
+            text(
+                "UPDATE invoice SET currency = 'MGA', subtotal = 150050, amount = 150050"
+                " WHERE id = :i"
+            ),
+            {"i": invoice_id},
+        )
+    async with stripe_stub() as stub:
+        stub.answer(200, {"object": "payment_intent", "status": "succeeded"})
+        collector = stripe_collector(stub.url)
+
+        async def held() -> bool:
+            sql = "SELECT count(*) FROM reconciliation_item WHERE invoice_id = :i"
+            return await scalar(engine, sql, i=invoice_id) == 1
+
+        await wait_for(held, 30, "the invoice held for a person")
+        assert collector.terminate() == 0
+
+    assert stub.requests == []  # nothing sent to Stripe
+    state = await scalar(
+        engine,
+        "SELECT status || ' ' || coalesce(next_attempt_at::text, 'none') || ' ' || attempt_count"
+        " FROM invoice WHERE id = :i",
+        i=invoice_id,
+    )
+    assert state == "OPEN none 0"
+    reason = await scalar(
+        engine,
+        "SELECT payload->>'reason' FROM outbox_event"
+        " WHERE event_type = 'PaymentReconciliationNeeded'",
+    )
+    assert reason == (
+        "gateway_rejected: not sent: Stripe cannot charge 1,500.50 MGA exactly"
+        " (its MGA amounts have 0 decimals, in steps of 1)"
+    )
