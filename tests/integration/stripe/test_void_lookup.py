@@ -5,7 +5,6 @@ answers as Stripe does, its search finding nothing for the first minutes."""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -15,13 +14,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import ManualClock
-from billing_core.domain.dunning import DunningPolicy
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo import gateway_customers
+from billing_core.settings import CoreSettings
 from billing_core.stripe_gateway import StripePaymentGateway
 from billing_core.usecases.cancel import cancel
 from services.collector.gateways import stripe_customers
 from services.collector.service import Collector
+from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
 from tests.support.factories import due_subscriptions_with_invoices
 from tests.support.stripe_stub import StripeStub, stripe_stub
@@ -66,24 +66,29 @@ async def collect(
     redis_prefix: str,
     stub: StripeStub,
     clock: ManualClock,
+    settings: CoreSettings,
 ) -> AsyncIterator[Round]:
     gateway = StripePaymentGateway(
         "sk_test_123", customers=stripe_customers(sessions), api_base=stub.url
     )
     limiter = GlobalRateLimiter(redis, key=f"{redis_prefix}permits", limit=50)
+    collector_settings = CollectorSettings(
+        database_url=settings.database_url,
+        collector_batch_size=10,
+        collector_max_in_flight=4,
+        collector_lease_seconds=60,
+        collector_rng_seed=3,
+    )
     collector = Collector(
+        collector_settings,
         sessions=sessions,
+        reads=sessions,
+        plain=None,
         gateway=gateway,
         limiter=limiter,
+        window=CallWindow(limit_per_second=50, max_window=4, expected_latency_seconds=0.05),
         redis=redis,
         clock=clock,
-        policy=DunningPolicy(),
-        rng=random.Random(3),
-        batch_size=10,
-        max_in_flight=4,
-        window=CallWindow(limit_per_second=50, max_window=4, expected_latency_seconds=0.05),
-        lease=timedelta(seconds=60),
-        call_budget=timedelta(seconds=13),
         stopping=asyncio.Event(),
     )
     yield Round(collector, engine)
