@@ -21,12 +21,12 @@ from billing_core.domain.scopes import Scope
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import subscription_story
+from billing_core.repo.reconciliation import MEANINGS
 from billing_core.usecases import reconciliation as reconciliation_uc
 from services.api.auth import actor_of
 from services.api.console import overview as overview_data
 from services.api.console.session import COOKIE, Operator
 from services.api.context import AppContext, get_context
-from services.ops.reconcile import WHAT
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -227,7 +227,7 @@ async def reconciliation(request: Request, resolved: str | None = None) -> Respo
         operator=operator,
         token=token,
         items=items,
-        what=WHAT,
+        what=MEANINGS,
         show_resolved=show_resolved,
         notice=request.query_params.get("notice"),
         page="reconciliation",
