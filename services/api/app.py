@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
@@ -27,7 +26,6 @@ from billing_core.usecases import subscribe as subscribe_uc
 from services.api import openapi, problems
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
 from services.api.console import routes as console_routes
-from services.api.console.session import Sessions
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
@@ -118,10 +116,6 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         plans=PlanCatalogue(settings.plan_cache_seconds),
         subscription_ids=IdBlocks(subscribe_uc.ID_SEQUENCES),
         policy=settings.dunning_policy(),
-        console=Sessions(
-            settings.console_secret.get_secret_value().encode() or None,
-            settings.console_session_seconds,
-        ),
     )
 
     @contextlib.asynccontextmanager
@@ -213,7 +207,6 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     ):
         app.router.routes.extend(module.router.routes)
     if settings.console_enabled:
-        app.include_router(console_routes.router)
-        app.mount("/console/static", StaticFiles(directory=console_routes.STATIC), name="console")
+        console_routes.install(app, settings)
     openapi.install(app)
     return app

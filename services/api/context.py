@@ -23,7 +23,6 @@ from billing_core.repo.subscriptions import Claimed
 from billing_core.runtime.batcher import Batcher
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
-from services.api.console.session import Sessions
 from services.api.settings import ApiSettings
 
 
@@ -136,7 +135,6 @@ class AppContext:
     webhooks_: Batcher[WebhookToRecord, str] | None = None
     creates_: Batcher[KeyedNew, Claimed] | None = None
     pg_: Pool | None = None
-    console: Sessions = field(default_factory=lambda: Sessions(None, 8 * 3600))
 
     @property
     def database(self) -> AsyncEngine:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from billing_core.domain.money import format_minor
@@ -25,8 +26,9 @@ from billing_core.repo.reconciliation import MEANINGS
 from billing_core.usecases import reconciliation as reconciliation_uc
 from services.api.auth import actor_of
 from services.api.console import overview as overview_data
-from services.api.console.session import COOKIE, Operator
+from services.api.console.session import COOKIE, Operator, Sessions
 from services.api.context import AppContext, get_context
+from services.api.settings import ApiSettings
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -39,6 +41,22 @@ _templates = Environment(
 _templates.filters["money"] = format_minor
 
 router = APIRouter(prefix="/console", include_in_schema=False)
+
+
+def install(app: FastAPI, settings: ApiSettings) -> None:
+    """Serve the console on ``app``, its sessions signed with ``console_secret``."""
+    app.state.console = Sessions(
+        settings.console_secret.get_secret_value().encode() or None,
+        settings.console_session_seconds,
+    )
+    app.include_router(router)
+    app.mount("/console/static", StaticFiles(directory=STATIC), name="console")
+
+
+def _sessions(request: Request) -> Sessions:
+    sessions = request.app.state.console
+    assert isinstance(sessions, Sessions)
+    return sessions
 
 
 class LoginRequired(Exception):
@@ -54,7 +72,7 @@ async def _operator(request: Request) -> tuple[AppContext, Operator, str]:
     holds the ``admin`` scope (checked on every page: revoking the key ends the session)."""
     ctx = get_context(request)
     cookie = request.cookies.get(COOKIE)
-    operator = ctx.console.read(cookie, time.time())
+    operator = _sessions(request).read(cookie, time.time())
     if operator is None or cookie is None:
         raise LoginRequired
     async with ctx.database.connect() as conn:
@@ -63,7 +81,7 @@ async def _operator(request: Request) -> tuple[AppContext, Operator, str]:
         )
     if not allowed:
         raise LoginRequired
-    return ctx, operator, ctx.console.form_token(cookie)
+    return ctx, operator, _sessions(request).form_token(cookie)
 
 
 def _to_login(request: Request) -> RedirectResponse:
@@ -105,7 +123,7 @@ async def login(request: Request) -> Response:
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,
-        ctx.console.issue(client.id, client.name, time.time()),
+        _sessions(request).issue(client.id, client.name, time.time()),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -241,7 +259,7 @@ async def resolve(request: Request, item_id: int) -> Response:
     except LoginRequired:
         return _to_login(request)
     form = await _form(request)
-    if not ctx.console.form_token_ok(request.cookies.get(COOKIE), form.get("token")):
+    if not _sessions(request).form_token_ok(request.cookies.get(COOKIE), form.get("token")):
         return _render("message.html", 403, title="Refused", text="The form has expired.")
     note = form.get("note", "").strip()
     if not note:
