@@ -95,6 +95,14 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in parsed.items()}
 
 
+def _id(text: str) -> int | None:
+    """A row id typed or sent by a browser: ASCII digits within PostgreSQL's ``bigint``."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    number = int(text)
+    return number if number < 2**63 else None
+
+
 def _safe_next(target: str | None) -> str:
     return target if target and target.startswith("/console") and "//" not in target else "/console"
 
@@ -183,13 +191,14 @@ async def search(request: Request, q: str = "") -> Response:
     except LoginRequired:
         return _to_login(request)
     text = q.strip().lstrip("#")
+    number = _id(text)
     matches: list[subscription_story.Match] = []
     error = None
-    if not text.isdigit():
+    if number is None:
         error = "Type a subscription id, a customer id or an invoice id (a number)."
     else:
         async with ctx.database.connect() as conn:
-            matches = await subscription_story.find(conn, int(text))
+            matches = await subscription_story.find(conn, number)
         if len(matches) == 1:
             return RedirectResponse(
                 f"/console/subscriptions/{matches[0].subscription_id}", status_code=303
@@ -214,9 +223,10 @@ async def subscription_page(request: Request, subscription_id: str) -> Response:
     except LoginRequired:
         return _to_login(request)
     found = None
-    if subscription_id.isdigit() and int(subscription_id) < 2**63:
+    number = _id(subscription_id)
+    if number is not None:
         async with ctx.database.connect() as conn:
-            found = await subscription_story.story(conn, int(subscription_id))
+            found = await subscription_story.story(conn, number)
     if found is None:
         return _render(
             "search.html",
@@ -252,8 +262,8 @@ async def reconciliation(request: Request, resolved: str | None = None) -> Respo
     )
 
 
-@router.post("/reconciliation/{item_id}/resolve")
-async def resolve(request: Request, item_id: int) -> Response:
+@router.post("/reconciliation/{item}/resolve")
+async def resolve(request: Request, item: str) -> Response:
     try:
         ctx, operator = (await _operator(request))[:2]
     except LoginRequired:
@@ -261,6 +271,11 @@ async def resolve(request: Request, item_id: int) -> Response:
     form = await _form(request)
     if not _sessions(request).form_token_ok(request.cookies.get(COOKIE), form.get("token")):
         return _render("message.html", 403, title="Refused", text="The form has expired.")
+    item_id = _id(item)
+    if item_id is None:
+        return _render(
+            "message.html", 404, title="Not found", text=f"No reconciliation item {item}."
+        )
     note = form.get("note", "").strip()
     if not note:
         return RedirectResponse(

@@ -44,7 +44,7 @@ class Sessions:
             body = base64.urlsafe_b64decode(encoded.encode())
         except (ValueError, TypeError):
             return None
-        if not hmac.compare_digest(self._sign(body), signature):
+        if not _same(self._sign(body), signature):
             return None
         try:
             data = json.loads(body)
@@ -58,6 +58,10 @@ class Sessions:
         return self._sign(b"form:" + cookie.encode())
 
     def form_token_ok(self, cookie: str | None, token: str | None) -> bool:
-        return bool(cookie and token) and hmac.compare_digest(
-            self.form_token(cookie or ""), token or ""
-        )
+        return bool(cookie and token) and _same(self.form_token(cookie or ""), token or "")
+
+
+def _same(expected: str, given: str) -> bool:
+    """``given`` is the hex digest ``expected``, compared in constant time as bytes (whatever
+    characters a browser sent)."""
+    return given.isascii() and hmac.compare_digest(expected.encode(), given.encode())
