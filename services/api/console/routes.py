@@ -24,10 +24,12 @@ from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import subscription_story
 from billing_core.repo.reconciliation import MEANINGS
 from billing_core.usecases import reconciliation as reconciliation_uc
-from services.api.auth import actor_of
+from services.api.auth import actor_of, client_of_key
+from services.api.client_limits import RATE_LIMITED
 from services.api.console import overview as overview_data
 from services.api.console.session import COOKIE, Operator, Sessions
 from services.api.context import AppContext, get_context
+from services.api.problems import ApiProblem
 from services.api.settings import ApiSettings
 
 HERE = Path(__file__).parent
@@ -41,6 +43,9 @@ _templates = Environment(
 _templates.filters["money"] = format_minor
 
 router = APIRouter(prefix="/console", include_in_schema=False)
+# One answer for an unknown key and a key without ``admin``: a stolen key is not confirmed.
+KEY_REFUSED = "That API key does not open the console (an active key with the admin scope does)."
+TOO_MANY_KEYS = "Too many invalid API keys from this address; retry later."
 
 
 def install(app: FastAPI, settings: ApiSettings) -> None:
@@ -114,20 +119,18 @@ async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    ctx = get_context(request)
     form = await _form(request)
-    key = form.get("api_key", "").strip()
     target = _safe_next(form.get("next"))
-    client = None
-    if key and len(key) <= 200:
-        async with ctx.reads() as session:
-            client = await api_clients_repo.find_active_by_key(session, key, now=ctx.clock.now())
-    if client is None:
-        return _render("login.html", 401, next=target, error="That API key is not valid.")
-    if Scope.ADMIN not in client.scopes:
-        return _render(
-            "login.html", 403, next=target, error="That API key does not hold the admin scope."
-        )
+    try:
+        client = await client_of_key(request, form.get("api_key", "").strip())
+    except ApiProblem as refused:
+        if refused.kind is RATE_LIMITED:
+            page = _render("login.html", 429, next=target, error=TOO_MANY_KEYS)
+            page.headers.update(refused.headers)
+            return page
+        client = None
+    if client is None or Scope.ADMIN not in client.scopes:
+        return _render("login.html", 401, next=target, error=KEY_REFUSED)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         COOKIE,

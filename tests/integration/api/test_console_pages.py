@@ -105,7 +105,7 @@ async def test_only_an_admin_key_opens_the_console(
             content=f"api_key={reader}",
             headers={"Content-Type": "application/x-www-form-urlencoded"},
         )
-    assert answer.status_code == 403
+    assert answer.status_code == 401
     assert "admin scope" in answer.text
     assert "set-cookie" not in answer.headers
 
