@@ -136,6 +136,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         redis = aioredis.from_url(
             settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
         )
+        context.redis_ = redis
         context.rate_limit_ = ClientRateLimit(
             redis,
             key_prefix=settings.api_rate_limit_key_prefix,
@@ -163,6 +164,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             await internal.stop()
             await redis.aclose()
             context.rate_limit_ = None
+            context.redis_ = None
             await context.engine.dispose()
             await context.pg.close()
             context.pg_ = None

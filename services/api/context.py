@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import redis.asyncio as aioredis
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -144,6 +145,7 @@ class AppContext:
         return self.engine
 
     rate_limit_: ClientRateLimit | None = None
+    redis_: aioredis.Redis | None = None
     internal_port: int | None = None
 
     @property
@@ -166,6 +168,13 @@ class AppContext:
         if self.pg_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.pg_
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The process's Redis client (the rate limit's, the console's sessions)."""
+        if self.redis_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.redis_
 
     @property
     def rate_limit(self) -> ClientRateLimit:

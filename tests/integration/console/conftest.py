@@ -19,16 +19,18 @@ from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key_async
 from tests.integration.api.conftest import (
     ApiServer,
+    anonymous,
     api_key,
     api_settings,
     app,
+    client,
     clock,
     start_api_server,
     stop_api_server,
 )
 from tests.support.processes import free_port
 
-__all__ = ["api_key", "api_settings", "app", "clock"]
+__all__ = ["anonymous", "api_key", "api_settings", "app", "client", "clock"]
 
 ROOT = Path(__file__).resolve().parents[3]
 SCREENSHOTS = ROOT / "var" / "console"
