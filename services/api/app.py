@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.staticfiles import StaticFiles
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
@@ -28,7 +27,6 @@ from billing_core.usecases import subscribe as subscribe_uc
 from services.api import openapi, problems
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
 from services.api.console import routes as console_routes
-from services.api.console.session import Sessions
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
@@ -108,6 +106,15 @@ def internal_server(app: FastAPI, context: AppContext) -> HealthServer:
     )
 
 
+def payment_method_checks(settings: ApiSettings) -> StripePaymentMethods | None:
+    """With Stripe as the gateway, what checks a payment method before it is saved."""
+    if settings.gateway != "stripe":
+        return None
+    return StripePaymentMethods(
+        settings.stripe_api_key.get_secret_value(), api_base=settings.stripe_api_base
+    )
+
+
 def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     context = AppContext(
         settings=settings,
@@ -119,10 +126,6 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         plans=PlanCatalogue(settings.plan_cache_seconds),
         subscription_ids=IdBlocks(subscribe_uc.ID_SEQUENCES),
         policy=settings.dunning_policy(),
-        console=Sessions(
-            settings.console_secret.get_secret_value().encode() or None,
-            settings.console_session_seconds,
-        ),
     )
 
     @contextlib.asynccontextmanager
@@ -143,6 +146,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         redis = aioredis.from_url(
             settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
         )
+        context.redis_ = redis
         context.rate_limit_ = ClientRateLimit(
             redis,
             key_prefix=settings.api_rate_limit_key_prefix,
@@ -150,10 +154,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
             window_seconds=settings.api_rate_limit_window_seconds,
             clock=clock,
         )
-        if settings.gateway == "stripe":
-            context.payment_methods = StripePaymentMethods(
-                settings.stripe_api_key.get_secret_value(), api_base=settings.stripe_api_base
-            )
+        context.payment_methods = payment_method_checks(settings)
         internal = internal_server(app, context)
         await internal.start()
         context.internal_port = internal.port
@@ -177,6 +178,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
                 await context.payment_methods.aclose()
                 context.payment_methods = None
             context.rate_limit_ = None
+            context.redis_ = None
             await context.engine.dispose()
             await context.pg.close()
             context.pg_ = None
@@ -221,7 +223,6 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     ):
         app.router.routes.extend(module.router.routes)
     if settings.console_enabled:
-        app.include_router(console_routes.router)
-        app.mount("/console/static", StaticFiles(directory=console_routes.STATIC), name="console")
+        console_routes.install(app, settings)
     openapi.install(app)
     return app

@@ -52,7 +52,12 @@ async def verified_client(request: Request) -> ApiClient:
     scheme, credentials = get_authorization_scheme_param(request.headers.get("Authorization"))
     if not credentials or scheme.lower() != "bearer":
         raise _unauthorized("Send 'Authorization: Bearer <api key>'.")
-    key = credentials.strip()
+    return await client_of_key(request, credentials.strip())
+
+
+async def client_of_key(request: Request, key: str) -> ApiClient:
+    """The client of ``key`` sent by the request's address, through the key cache and the
+    per-address limit on unknown keys (401 problem when unknown, 429 past the limit)."""
     if not key or len(key) > MAX_KEY_LENGTH:
         raise _unauthorized("Invalid API key.")
     ctx = get_context(request)

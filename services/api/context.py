@@ -9,6 +9,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+import redis.asyncio as aioredis
 from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -26,7 +27,6 @@ from billing_core.runtime.batcher import Batcher
 from billing_core.stripe_gateway import StripePaymentMethods
 from billing_core.usecases.webhook_results import WebhookToRecord, record_webhooks
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
-from services.api.console.session import Sessions
 from services.api.settings import ApiSettings
 
 
@@ -164,7 +164,6 @@ class AppContext:
     webhooks_: Batcher[WebhookToRecord, str] | None = None
     creates_: Batcher[KeyedNew, Claimed] | None = None
     pg_: Pool | None = None
-    console: Sessions = field(default_factory=lambda: Sessions(None, 8 * 3600))
     # With BILLING_GATEWAY=stripe: checks each payment method set against Stripe.
     payment_methods: StripePaymentMethods | None = None
 
@@ -176,6 +175,7 @@ class AppContext:
         return self.engine
 
     rate_limit_: ClientRateLimit | None = None
+    redis_: aioredis.Redis | None = None
     internal_port: int | None = None
 
     @property
@@ -198,6 +198,13 @@ class AppContext:
         if self.pg_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.pg_
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        """The process's Redis client (the rate limit's, the console's sessions)."""
+        if self.redis_ is None:
+            raise RuntimeError("the application's lifespan has not started")
+        return self.redis_
 
     @property
     def rate_limit(self) -> ClientRateLimit:

@@ -131,6 +131,11 @@ class ApiSettings(GatewaySettings):
     console_session_seconds: int = Field(
         default=8 * 3600, ge=60, description="How long a console login lasts."
     )
+    console_secure_cookies: bool = Field(
+        default=True,
+        description="Mark the console's cookies Secure (sent over HTTPS only); false only in "
+        "development, where the API serves plain HTTP on loopback.",
+    )
     console_processes: str = Field(
         default="renewer=http://127.0.0.1:9101,collector=http://127.0.0.1:9102,"
         "relay=http://127.0.0.1:9103,collector2=http://127.0.0.1:9104",

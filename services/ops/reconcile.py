@@ -12,16 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.repo import audit
 from billing_core.repo import reconciliation as reconciliation_repo
-from billing_core.repo.reconciliation import Item
+from billing_core.repo.reconciliation import MEANINGS, Item
 from billing_core.usecases import reconciliation as reconciliation_uc
-
-WHAT = {
-    "unknown_unresolved": "held: the gateway's answers stayed uncertain",
-    "gateway_rejected": "held: the gateway refused the call for good",
-    "report_mismatch": "a success that does not match its invoice (not applied)",
-    "refund_failed": "a refund the gateway refused",
-    "charged_settled_invoice": "money taken for a closed invoice (before refunds existed)",
-}
 
 
 async def gather(engine: AsyncEngine, *, include_resolved: bool = False) -> list[Item]:
@@ -88,5 +80,5 @@ def _said(item: Item) -> str:
     words = item.reason
     if item.gateway_said and item.gateway_said not in words:
         words = f"{words} ({item.gateway_said})"
-    meaning = WHAT.get(item.kind)
+    meaning = MEANINGS.get(item.kind)
     return f"{meaning}: {words}" if meaning else words

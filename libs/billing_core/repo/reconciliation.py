@@ -37,6 +37,16 @@ def kind_of(reason: str) -> str:
     return reason.split(":", 1)[0].strip()[:40]
 
 
+# What each kind of item means, as the CLI and the console say it.
+MEANINGS = {
+    "unknown_unresolved": "held: the gateway's answers stayed uncertain",
+    "gateway_rejected": "held: the gateway refused the call for good",
+    "report_mismatch": "a success that does not match its invoice (not applied)",
+    "refund_failed": "a refund the gateway refused",
+    "charged_settled_invoice": "money taken for a closed invoice (before refunds existed)",
+}
+
+
 @dataclass(frozen=True)
 class Item:
     id: int

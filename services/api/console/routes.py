@@ -8,53 +8,62 @@ an API key); actions are forms carrying the session's token.
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
 
-from billing_core.domain.money import format_minor
 from billing_core.domain.scopes import Scope
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import subscription_story
+from billing_core.repo.reconciliation import MEANINGS
 from billing_core.usecases import reconciliation as reconciliation_uc
-from services.api.auth import actor_of
+from services.api.auth import actor_of, client_of_key
+from services.api.client_limits import RATE_LIMITED
 from services.api.console import overview as overview_data
-from services.api.console.session import COOKIE, Operator
+from services.api.console.session import COOKIE, LOGIN_COOKIE, Operator, Sessions, login_nonce
+from services.api.console.web import STATIC, ConsoleRoute, delete_cookie, render, set_cookie
 from services.api.context import AppContext, get_context
-from services.ops.reconcile import WHAT
+from services.api.problems import ApiProblem
+from services.api.settings import ApiSettings
 
-HERE = Path(__file__).parent
-STATIC = HERE / "static"
-_templates = Environment(
-    loader=FileSystemLoader(HERE / "templates"),
-    autoescape=select_autoescape(["html"]),
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-_templates.filters["money"] = format_minor
+router = APIRouter(prefix="/console", include_in_schema=False, route_class=ConsoleRoute)
+# One answer for an unknown key and a key without ``admin``: a stolen key is not confirmed.
+KEY_REFUSED = "That API key does not open the console (an active key with the admin scope does)."
+TOO_MANY_KEYS = "Too many invalid API keys from this address; retry later."
+LOGIN_EXPIRED = "The login form has expired; log in again."
+MAX_NONCE_LENGTH = 64
 
-router = APIRouter(prefix="/console", include_in_schema=False)
+
+def install(app: FastAPI, settings: ApiSettings) -> None:
+    """Serve the console on ``app``, its sessions signed with ``console_secret``."""
+    app.state.console = Sessions(
+        settings.console_secret.get_secret_value().encode() or None,
+        settings.console_session_seconds,
+    )
+    app.include_router(router)
+    app.mount("/console/static", StaticFiles(directory=STATIC), name="console")
+
+
+def _sessions(request: Request) -> Sessions:
+    sessions = request.app.state.console
+    assert isinstance(sessions, Sessions)
+    return sessions
 
 
 class LoginRequired(Exception):
     """No valid console session: the page answers with a redirect to the login form."""
 
 
-def _render(name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
-    return HTMLResponse(_templates.get_template(name).render(**values), status_code=status_code)
-
-
 async def _operator(request: Request) -> tuple[AppContext, Operator, str]:
-    """The logged-in operator: a valid session cookie whose client is still active and still
-    holds the ``admin`` scope (checked on every page: revoking the key ends the session)."""
+    """The logged-in operator: a valid cookie of an open session whose client is still active
+    and still holds the ``admin`` scope (checked on every page: revoking the key or logging out
+    ends the session)."""
     ctx = get_context(request)
     cookie = request.cookies.get(COOKIE)
-    operator = ctx.console.read(cookie, time.time())
+    operator = await _sessions(request).read(ctx.redis, cookie, time.time())
     if operator is None or cookie is None:
         raise LoginRequired
     async with ctx.database.connect() as conn:
@@ -63,7 +72,7 @@ async def _operator(request: Request) -> tuple[AppContext, Operator, str]:
         )
     if not allowed:
         raise LoginRequired
-    return ctx, operator, ctx.console.form_token(cookie)
+    return ctx, operator, _sessions(request).form_token(cookie)
 
 
 def _to_login(request: Request) -> RedirectResponse:
@@ -77,47 +86,71 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in parsed.items()}
 
 
+def _id(text: str) -> int | None:
+    """A row id typed or sent by a browser: ASCII digits within PostgreSQL's ``bigint``."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    number = int(text)
+    return number if number < 2**63 else None
+
+
 def _safe_next(target: str | None) -> str:
     return target if target and target.startswith("/console") and "//" not in target else "/console"
 
 
+def _login_page(request: Request, status_code: int, target: str, error: str | None) -> Response:
+    """The login form, its token bound to the browser's login cookie (set here when missing)."""
+    nonce = request.cookies.get(LOGIN_COOKIE, "")
+    fresh = not nonce or len(nonce) > MAX_NONCE_LENGTH
+    if fresh:
+        nonce = login_nonce()
+    page = render(
+        "login.html",
+        status_code,
+        next=target,
+        error=error,
+        token=_sessions(request).form_token(nonce),
+    )
+    if fresh:
+        set_cookie(request, page, LOGIN_COOKIE, nonce, path="/console/login")
+    return page
+
+
 @router.get("/login")
-async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
-    return _render("login.html", next=_safe_next(next), error=None)
+async def login_form(request: Request, next: str | None = None) -> Response:
+    return _login_page(request, 200, _safe_next(next), None)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    ctx = get_context(request)
     form = await _form(request)
-    key = form.get("api_key", "").strip()
     target = _safe_next(form.get("next"))
-    client = None
-    if key and len(key) <= 200:
-        async with ctx.reads() as session:
-            client = await api_clients_repo.find_active_by_key(session, key, now=ctx.clock.now())
-    if client is None:
-        return _render("login.html", 401, next=target, error="That API key is not valid.")
-    if Scope.ADMIN not in client.scopes:
-        return _render(
-            "login.html", 403, next=target, error="That API key does not hold the admin scope."
-        )
+    sessions = _sessions(request)
+    if not sessions.form_token_ok(request.cookies.get(LOGIN_COOKIE), form.get("token")):
+        return _login_page(request, 403, target, LOGIN_EXPIRED)
+    try:
+        client = await client_of_key(request, form.get("api_key", "").strip())
+    except ApiProblem as refused:
+        if refused.kind is RATE_LIMITED:
+            page = _login_page(request, 429, target, TOO_MANY_KEYS)
+            page.headers.update(refused.headers)
+            return page
+        client = None
+    if client is None or Scope.ADMIN not in client.scopes:
+        return _login_page(request, 401, target, KEY_REFUSED)
+    cookie = await sessions.open(get_context(request).redis, client.id, client.name, time.time())
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(
-        COOKIE,
-        ctx.console.issue(client.id, client.name, time.time()),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-        path="/console",
-    )
+    set_cookie(request, response, COOKIE, cookie, path="/console")
+    delete_cookie(request, response, LOGIN_COOKIE, path="/console/login")
     return response
 
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    cookie = request.cookies.get(COOKIE)
+    await _sessions(request).close(get_context(request).redis, cookie, time.time())
     response = RedirectResponse("/console/login", status_code=303)
-    response.delete_cookie(COOKIE, path="/console")
+    delete_cookie(request, response, COOKIE, path="/console")
     return response
 
 
@@ -138,7 +171,7 @@ async def overview(request: Request) -> Response:
     except LoginRequired:
         return _to_login(request)
     data = await _overview(ctx)
-    return _render(
+    return render(
         "overview.html",
         operator=operator,
         token=token,
@@ -155,7 +188,7 @@ async def overview_fragment(request: Request) -> Response:
     except LoginRequired:
         return Response(status_code=401)
     data = await _overview(ctx)
-    return _render("_overview_numbers.html", o=data, chart=overview_data.chart_points(data))
+    return render("_overview_numbers.html", o=data, chart=overview_data.chart_points(data))
 
 
 @router.get("/search")
@@ -165,20 +198,21 @@ async def search(request: Request, q: str = "") -> Response:
     except LoginRequired:
         return _to_login(request)
     text = q.strip().lstrip("#")
+    number = _id(text)
     matches: list[subscription_story.Match] = []
     error = None
-    if not text.isdigit():
+    if number is None:
         error = "Type a subscription id, a customer id or an invoice id (a number)."
     else:
         async with ctx.database.connect() as conn:
-            matches = await subscription_story.find(conn, int(text))
+            matches = await subscription_story.find(conn, number)
         if len(matches) == 1:
             return RedirectResponse(
                 f"/console/subscriptions/{matches[0].subscription_id}", status_code=303
             )
         if not matches:
             error = f"No subscription, customer or invoice {text}."
-    return _render(
+    return render(
         "search.html",
         operator=operator,
         token=token,
@@ -196,11 +230,12 @@ async def subscription_page(request: Request, subscription_id: str) -> Response:
     except LoginRequired:
         return _to_login(request)
     found = None
-    if subscription_id.isdigit() and int(subscription_id) < 2**63:
+    number = _id(subscription_id)
+    if number is not None:
         async with ctx.database.connect() as conn:
-            found = await subscription_story.story(conn, int(subscription_id))
+            found = await subscription_story.story(conn, number)
     if found is None:
-        return _render(
+        return render(
             "search.html",
             404,
             operator=operator,
@@ -210,7 +245,7 @@ async def subscription_page(request: Request, subscription_id: str) -> Response:
             error=f"No subscription {subscription_id}.",
             page="search",
         )
-    return _render("subscription.html", operator=operator, token=token, s=found, page="search")
+    return render("subscription.html", operator=operator, token=token, s=found, page="search")
 
 
 @router.get("/reconciliation")
@@ -222,27 +257,32 @@ async def reconciliation(request: Request, resolved: str | None = None) -> Respo
     show_resolved = resolved == "1"
     async with ctx.database.connect() as conn:
         items = await reconciliation_repo.list_items(conn, include_resolved=show_resolved)
-    return _render(
+    return render(
         "reconciliation.html",
         operator=operator,
         token=token,
         items=items,
-        what=WHAT,
+        what=MEANINGS,
         show_resolved=show_resolved,
         notice=request.query_params.get("notice"),
         page="reconciliation",
     )
 
 
-@router.post("/reconciliation/{item_id}/resolve")
-async def resolve(request: Request, item_id: int) -> Response:
+@router.post("/reconciliation/{item}/resolve")
+async def resolve(request: Request, item: str) -> Response:
     try:
         ctx, operator = (await _operator(request))[:2]
     except LoginRequired:
         return _to_login(request)
     form = await _form(request)
-    if not ctx.console.form_token_ok(request.cookies.get(COOKIE), form.get("token")):
-        return _render("message.html", 403, title="Refused", text="The form has expired.")
+    if not _sessions(request).form_token_ok(request.cookies.get(COOKIE), form.get("token")):
+        return render("message.html", 403, title="Refused", text="The form has expired.")
+    item_id = _id(item)
+    if item_id is None:
+        return render(
+            "message.html", 404, title="Not found", text=f"No reconciliation item {item}."
+        )
     note = form.get("note", "").strip()
     if not note:
         return RedirectResponse(

@@ -1,22 +1,74 @@
-"""The console's fixtures: the API under uvicorn, an API key, and Chromium driven by Playwright."""
+"""The console's fixtures: the API over ASGI (from the API tests) and under uvicorn, an API key,
+and Chromium driven by Playwright."""
 
 from __future__ import annotations
 
+import contextlib
+import re
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from fastapi import FastAPI
 from playwright.async_api import Browser, Page, async_playwright
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key_async
-from tests.integration.api.conftest import ApiServer, start_api_server, stop_api_server
+from tests.integration.api.conftest import (
+    ApiServer,
+    anonymous,
+    api_key,
+    api_settings,
+    app,
+    client,
+    clock,
+    start_api_server,
+    stop_api_server,
+)
 from tests.support.processes import free_port
+
+__all__ = ["anonymous", "api_key", "api_settings", "app", "client", "clock"]
 
 ROOT = Path(__file__).resolve().parents[3]
 SCREENSHOTS = ROOT / "var" / "console"
+FORM = "application/x-www-form-urlencoded"
+_TOKEN = re.compile(r'name="token" value="([^"]*)"')
+
+
+def console_client(app: FastAPI, address: str = "127.0.0.1") -> httpx.AsyncClient:
+    """A browser's view of the console over HTTPS (its cookies are Secure), from ``address``."""
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app, client=(address, 40000)),
+        base_url="https://api.test",
+    )
+
+
+def form_token(page: httpx.Response) -> str | None:
+    """The token a page's forms carry."""
+    found = _TOKEN.search(page.text)
+    return found.group(1) if found else None
+
+
+async def post_login(
+    client: httpx.AsyncClient, key: str, next_page: str = "/console"
+) -> httpx.Response:
+    """Log in as a browser does: open the form, then post it with its token."""
+    token = form_token(await client.get("/console/login"))
+    fields = {"api_key": key, "next": next_page, **({"token": token} if token else {})}
+    return await client.post("/console/login", data=fields)
+
+
+@contextlib.asynccontextmanager
+async def logged_in(
+    app: FastAPI, key: str, address: str = "127.0.0.1"
+) -> AsyncIterator[httpx.AsyncClient]:
+    async with console_client(app, address) as client:
+        answer = await post_login(client, key)
+        assert answer.status_code == 303, answer.text
+        yield client
 
 
 def chromium_path() -> str:

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.repo.reconciliation import NewItem, add_items
+from services.api.console.routes import KEY_REFUSED
 from tests.integration.api.conftest import ApiServer
 from tests.integration.console.conftest import log_in, screenshot_path
 from tests.support.factories import (
@@ -82,7 +83,7 @@ async def test_login_refuses_a_bad_key_and_opens_the_overview_with_a_good_one(
     await expect(page.get_by_role("heading", name="Log in")).to_be_visible()
     await page.get_by_label("API key").fill("bk_not_a_key")
     await page.get_by_role("button", name="Log in").click()
-    await expect(page.get_by_role("alert")).to_have_text("That API key is not valid.")
+    await expect(page.get_by_role("alert")).to_have_text(KEY_REFUSED)
     await page.get_by_label("API key").fill(operator_key)
     await page.get_by_role("button", name="Log in").click()
     await expect(page.get_by_role("heading", name="The 1st of the month")).to_be_visible()
