@@ -15,7 +15,7 @@ import yaml
 from billing_core import cloudevents
 from billing_core.domain import event_payloads as p
 from billing_core.domain.events import DomainEvent, EventType
-from services.ops.contracts import artifacts, asyncapi, envelope
+from services.ops.contracts import artifacts, asyncapi, envelope, events_doc
 from services.ops.contracts.event_schemas import schema_path
 from tests.unit.test_events import ALL
 
@@ -122,3 +122,18 @@ def test_a_schema_file_nothing_generates_is_reported_and_removed(tmp_path: Path)
     assert artifacts.differences(tmp_path, files) == ["docs/schemas/events/InvoiceSent.v1.json"]
     artifacts.write(tmp_path, files)
     assert not orphan.exists()
+
+
+def test_the_events_page_has_one_row_per_payload_field_with_its_description() -> None:
+    page = events_doc.render()
+    for model in p.PAYLOAD_MODELS:
+        heading = f"### [{model.event_type} v{model.version}]"
+        section = page.split(heading, 1)[1].split("\n#", 1)[0]
+        for name, field in model.model_fields.items():
+            rows = [r for r in section.splitlines() if r.startswith(f"| `{name}` |")]
+            if name == events_doc.SHARED_FIELD:
+                assert rows == []
+                continue
+            assert len(rows) == 1, (model.event_type, name)
+            assert " ".join((field.description or "").split()) in rows[0].replace("\\|", "|")
+            assert ("*optional*" in rows[0]) == (not field.is_required())
