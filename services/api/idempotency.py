@@ -82,20 +82,11 @@ PoolWork = Callable[[Connection, datetime, Sequence[int], Record], Awaitable[Out
 Prepare = Callable[[datetime, Record], Awaitable[tuple[KeyedNew, Outcome]]]
 
 
-# The request's JSON body, as a route that parsed it already leaves it in the request's scope
-# (a 1-tuple: the body may be ``null``), so that its fingerprint does not parse it again.
-PARSED_BODY = "billing.parsed_body"
-
-
-def request_fingerprint(
-    method: str, path: str, body: bytes, parsed: tuple[object] | None = None
-) -> bytes:
-    """Hash of what makes two requests "the same": method, path and the JSON body's meaning.
-    ``parsed``: ``(json.loads(body),)`` when the caller has it."""
+def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
+    """Hash of what makes two requests "the same": method, path and the JSON body's meaning."""
     try:
-        value = json.loads(body) if parsed is None else parsed[0]
         canonical = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()
     except ValueError:
         canonical = body
@@ -131,8 +122,7 @@ class IdempotentWrite:
         return actor_of(self._request, self.client.id)
 
     async def _fingerprint(self, method: str, path: str) -> bytes:
-        body = await self._request.body()
-        return request_fingerprint(method, path, body, self._request.scope.get(PARSED_BODY))
+        return request_fingerprint(method, path, await self._request.body())
 
     def require_key(self) -> None:
         if self.key is None:
@@ -369,11 +359,6 @@ def idempotent_write(scope: Scope) -> Any:
 
 
 _WRITES: dict[Scope, Any] = {}
-
-
-def is_keyed_write(call: object) -> bool:
-    """``call`` is the dependency of an ``idempotent_write(scope)`` declaration."""
-    return any(declared.dependency is call for declared in _WRITES.values())
 
 
 # The write of most routes: subscriptions and what they bill (customers, trials, renewals).

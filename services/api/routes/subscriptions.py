@@ -32,8 +32,6 @@ from services.api.context import get_context
 from services.api.idempotency import Outcome, Record, SubscriptionsWrite, rolled_back
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
-from services.api.routes.id_reads import id_read
-from services.api.routes.keyed_writes import KeyedWrite
 from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
@@ -70,6 +68,17 @@ async def _subscription_outcome(
     return outcome(status, SubscriptionOut.of(sub), etag=etag(sub.version))
 
 
+@router.post(
+    "/subscriptions",
+    status_code=201,
+    response_model=SubscriptionOut,
+    summary="Subscribe a customer to a plan",
+    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
+    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
+    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
+    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
+    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
+)
 async def create_subscription(
     request: Request, body: CreateSubscriptionRequest, write: Writes
 ) -> Response:
@@ -135,43 +144,18 @@ async def create_subscription(
     return await write.run_in_one_statement(prepare, work, sequences=subscribe_uc.ID_SEQUENCES)
 
 
-router.add_api_route(
-    "/subscriptions",
-    create_subscription,
-    methods=["POST"],
-    status_code=201,
-    response_model=SubscriptionOut,
-    summary="Subscribe a customer to a plan",
-    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
-    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
-    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
-    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
-    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
-    route_class_override=KeyedWrite,
-)
-
-
-async def _read_subscription(request: Request, subscription_id: int) -> Response:
-    async with get_context(request).pg.acquire() as conn:
-        sub = await subscriptions_repo.fetch(conn, subscription_id)
-    return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
-
-
-async def get_subscription(
-    request: Request, subscription_id: SubscriptionId, _client: Reader
-) -> Response:
-    return await _read_subscription(request, subscription_id)
-
-
-router.add_api_route(
+@router.get(
     "/subscriptions/{id}",
-    get_subscription,
-    methods=["GET"],
     response_model=SubscriptionOut,
     summary="Read a subscription",
     responses=problems(401, 403, 404, 422, 429),
-    route_class_override=id_read(_read_subscription),
 )
+async def get_subscription(
+    request: Request, subscription_id: SubscriptionId, _client: Reader
+) -> Response:
+    async with get_context(request).pg.acquire() as conn:
+        sub = await subscriptions_repo.fetch(conn, subscription_id)
+    return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
 
 
 @router.post(
