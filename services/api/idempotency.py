@@ -1,4 +1,5 @@
-"""``Idempotency-Key`` for every POST, scoped to the calling API client.
+"""``Idempotency-Key`` for every POST, scoped to the calling API client: to the first key of its
+rotation chain, so that a retry sent with the key that replaced it finds the same record.
 
 * First request with a key: it runs, and its status, headers and body are stored in the same
   transaction as its effects (so a stored response exists exactly when the effects do).
@@ -165,7 +166,7 @@ class IdempotentWrite:
             if self.key is not None and 200 <= outcome.status < 300:
                 await idempotency_repo.save(
                     session,
-                    client_id=self.client.id,
+                    client_id=self.client.chain_id,
                     key=self.key,
                     request_method=method,
                     request_path=path,
@@ -182,11 +183,11 @@ class IdempotentWrite:
         self, session: AsyncSession, method: str, path: str, fingerprint: bytes, now: datetime
     ) -> Response | None:
         assert self.key is not None
-        if not await idempotency_repo.try_lock(session, self.client.id, self.key):
+        if not await idempotency_repo.try_lock(session, self.client.chain_id, self.key):
             raise _in_flight()
-        stored = await idempotency_repo.find(session, self.client.id, self.key)
+        stored = await idempotency_repo.find(session, self.client.chain_id, self.key)
         if stored is not None and stored.expires_at <= now:
-            await idempotency_repo.delete_key(session, self.client.id, self.key)
+            await idempotency_repo.delete_key(session, self.client.chain_id, self.key)
             stored = None
         return None if stored is None else self._replay(stored, method, path, fingerprint)
 
@@ -237,7 +238,7 @@ class IdempotentWrite:
     def _record_for(
         self, key: str, method: str, path: str, fingerprint: bytes, now: datetime
     ) -> Record:
-        client_id = self.client.id
+        client_id = self.client.chain_id
         expires_at = now + timedelta(seconds=self._ctx.settings.idempotency_retention_seconds)
 
         def record(outcome: Outcome) -> idempotency_repo.NewRecord:
@@ -271,7 +272,7 @@ class IdempotentWrite:
         method = self._request.method
         path = self._request.scope["path"]
         fingerprint = await self._fingerprint(method, path)
-        client_id = self.client.id
+        client_id = self.client.chain_id
         async with ctx.pg.acquire() as conn, conn.transaction():
             now = ctx.clock.now()
             locked, ids = await idempotency_repo.try_lock_and_draw(conn, client_id, key, sequences)
