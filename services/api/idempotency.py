@@ -14,6 +14,10 @@ rotation chain, so that a retry sent with the key that replaced it finds the sam
 * Records expire after ``idempotency_retention_seconds``. An expired record met on write is
   replaced; the API process also deletes expired records every
   ``idempotency_purge_interval_seconds`` (:func:`purge_loop`).
+
+A write on a session claims the key with its own statements (:meth:`IdempotentWrite.run`); a
+new subscription's create statement claims it for each of its rows
+(:meth:`IdempotentWrite.create`). Either way one method decides the key's answer.
 """
 
 from __future__ import annotations
