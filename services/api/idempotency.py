@@ -7,7 +7,7 @@ rotation chain, so that a retry sent with the key that replaced it finds the sam
   with ``Idempotent-Replayed: true``.
 * Same key, different request: 422.
 * Same key while the first request is still running: 409 with ``Retry-After``. The running
-  request holds a transaction-scoped advisory lock on (client, key), taken before anything else.
+  request holds a transaction-scoped advisory lock on (client, key) until it commits.
 * Only successful (2xx) responses are stored. A refused request changed nothing, so retrying it
   with the same key runs it again (e.g. after a 409 version conflict the client re-reads and
   retries).
