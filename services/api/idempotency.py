@@ -1,4 +1,5 @@
-"""``Idempotency-Key`` for every POST, scoped to the calling API client.
+"""``Idempotency-Key`` for every POST, scoped to the calling API client: to the first key of its
+rotation chain, so that a retry sent with the key that replaced it finds the same record.
 
 * First request with a key: it runs, and its status, headers and body are stored in the same
   transaction as its effects (so a stored response exists exactly when the effects do).
@@ -6,13 +7,17 @@
   with ``Idempotent-Replayed: true``.
 * Same key, different request: 422.
 * Same key while the first request is still running: 409 with ``Retry-After``. The running
-  request holds a transaction-scoped advisory lock on (client, key), taken before anything else.
+  request holds a transaction-scoped advisory lock on (client, key) until it commits.
 * Only successful (2xx) responses are stored. A refused request changed nothing, so retrying it
   with the same key runs it again (e.g. after a 409 version conflict the client re-reads and
   retries).
 * Records expire after ``idempotency_retention_seconds``. An expired record met on write is
   replaced; the API process also deletes expired records every
   ``idempotency_purge_interval_seconds`` (:func:`purge_loop`).
+
+A write on a session claims the key with its own statements (:meth:`IdempotentWrite.run`); a
+new subscription's create statement claims it for each of its rows
+(:meth:`IdempotentWrite.create`). Either way one method decides the key's answer.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any
@@ -30,7 +35,6 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
-from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.scopes import Scope
 from billing_core.logging import get_logger
@@ -39,7 +43,7 @@ from billing_core.repo import idempotency as idempotency_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.idempotency import StoredResponse
-from billing_core.repo.subscription_groups import KeyedNew
+from billing_core.repo.subscriptions import Claimed
 from services.api.auth import actor_of, requires
 from services.api.context import AppContext, get_context
 from services.api.problems import (
@@ -74,28 +78,18 @@ class Outcome:
 
 
 Work = Callable[[AsyncSession, datetime], Awaitable[Outcome]]
-# (connection, now, the ids drawn, the record to store for an outcome) -> the outcome
+# The response to store for an outcome (a 2xx).
 Record = Callable[[Outcome], idempotency_repo.NewRecord]
-PoolWork = Callable[[Connection, datetime, Sequence[int], Record], Awaitable[Outcome]]
-# (now, the record to store for an outcome) -> the whole keyed request to write in one
-# statement, and the outcome it stores
-Prepare = Callable[[datetime, Record], Awaitable[tuple[KeyedNew, Outcome]]]
+# (now, the record to store for an outcome) -> what the create statement found for the
+# request, and the outcome it stored if it wrote the request's rows
+Create = Callable[[datetime, Record], Awaitable[tuple[Claimed, Outcome]]]
 
 
-# The request's JSON body, as a route that parsed it already leaves it in the request's scope
-# (a 1-tuple: the body may be ``null``), so that its fingerprint does not parse it again.
-PARSED_BODY = "billing.parsed_body"
-
-
-def request_fingerprint(
-    method: str, path: str, body: bytes, parsed: tuple[object] | None = None
-) -> bytes:
-    """Hash of what makes two requests "the same": method, path and the JSON body's meaning.
-    ``parsed``: ``(json.loads(body),)`` when the caller has it."""
+def request_fingerprint(method: str, path: str, body: bytes) -> bytes:
+    """Hash of what makes two requests "the same": method, path and the JSON body's meaning."""
     try:
-        value = json.loads(body) if parsed is None else parsed[0]
         canonical = json.dumps(
-            value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            json.loads(body), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()
     except ValueError:
         canonical = body
@@ -130,9 +124,10 @@ class IdempotentWrite:
         """Who makes this write, for its ``audit_event`` row."""
         return actor_of(self._request, self.client.id)
 
-    async def _fingerprint(self, method: str, path: str) -> bytes:
-        body = await self._request.body()
-        return request_fingerprint(method, path, body, self._request.scope.get(PARSED_BODY))
+    async def _fingerprint(self) -> bytes:
+        return request_fingerprint(
+            self._request.method, self._request.scope["path"], await self._request.body()
+        )
 
     def require_key(self) -> None:
         if self.key is None:
@@ -161,93 +156,84 @@ class IdempotentWrite:
 
     async def _run_once(self, work: Work) -> Response:
         ctx = self._ctx
-        method = self._request.method
-        path = self._request.scope["path"]
-        fingerprint = await self._fingerprint(method, path) if self.key is not None else b""
+        fingerprint = await self._fingerprint() if self.key is not None else b""
         async with ctx.sessions.begin() as session:
             now = ctx.clock.now()
             if self.key is not None:
-                replay = await self._claim(session, method, path, fingerprint, now)
+                replay = await self._claim(session, fingerprint, now)
                 if replay is not None:
                     return replay
             outcome = await work(session, now)
-            headers = {"content-type": JSON, **outcome.headers}
             if self.key is not None and 200 <= outcome.status < 300:
-                await idempotency_repo.save(
-                    session,
-                    client_id=self.client.id,
-                    key=self.key,
-                    request_method=method,
-                    request_path=path,
-                    request_hash=fingerprint,
-                    status=outcome.status,
-                    headers=_stored_headers(headers),
-                    body=outcome.body,
-                    now=now,
-                    expires_at=now + timedelta(seconds=ctx.settings.idempotency_retention_seconds),
-                )
-        return Response(outcome.body, status_code=outcome.status, headers=headers)
+                record = self._record_for(self.key, fingerprint, now)
+                await idempotency_repo.save(session, record(outcome))
+        return _answer(outcome)
 
     async def _claim(
-        self, session: AsyncSession, method: str, path: str, fingerprint: bytes, now: datetime
+        self, session: AsyncSession, fingerprint: bytes, now: datetime
     ) -> Response | None:
+        """Take the key's lock and look it up, in ``session``'s transaction (an expired
+        response is deleted): the answer the key already has, if any."""
         assert self.key is not None
-        if not await idempotency_repo.try_lock(session, self.client.id, self.key):
-            raise _in_flight()
-        stored = await idempotency_repo.find(session, self.client.id, self.key)
+        owner = self.client.chain_id
+        locked = await idempotency_repo.try_lock(session, owner, self.key)
+        stored = await idempotency_repo.find(session, owner, self.key) if locked else None
         if stored is not None and stored.expires_at <= now:
-            await idempotency_repo.delete_key(session, self.client.id, self.key)
+            await idempotency_repo.delete_key(session, owner, self.key)
             stored = None
-        return None if stored is None else self._replay(stored, method, path, fingerprint)
+        return self._claimed(locked, stored, fingerprint)
 
-    async def run_in_one_statement(
-        self, prepare: Prepare, work: PoolWork, *, sequences: Sequence[str] = ()
-    ) -> Response:
-        """:meth:`run_on_pool` in one statement when it can be: ``prepare`` builds the request's
-        rows and the statement writes everything (the key's lock, the look-up, the rows and the
-        stored response) if the key is free and nothing is stored under it; the requests that
-        arrive while one such statement runs are written together by the next
-        (``ctx.creates``). What that statement cannot decide alone goes to :meth:`run_on_pool`
-        with ``work``: a refused request (its error must not hide a response stored under the
-        key), an expired stored response, and a first request that committed while this one
-        started."""
+    def _claimed(
+        self, locked: bool, stored: StoredResponse | None, fingerprint: bytes
+    ) -> Response | None:
+        """The answer of a key claimed: 409 while another request holds it, the stored
+        response replayed (422 for another request), None when the request is to run."""
+        if not locked:
+            raise _in_flight()
+        return None if stored is None else self._replay(stored, fingerprint)
+
+    async def create(self, write: Create) -> Response:
+        """A keyed create written by the create statement (``subscription_groups``), which
+        claims the key as :meth:`run` does — lock, look-up, an expired response replaced — and
+        writes the request's rows with its stored response only if the key is free. A first
+        request that committed while this one was written fails the statement (nothing
+        written): the request runs again and finds it. A refused request (a domain error) is
+        answered by the key first, so that a stored response is never hidden by it."""
         self.require_key()
         key = self.key
         assert key is not None
-        ctx = self._ctx
-        method = self._request.method
-        path = self._request.scope["path"]
-        fingerprint = await self._fingerprint(method, path)
-        claimed: subscriptions_repo.Claimed | None = None
-        try:
-            now = ctx.clock.now()
-            new, outcome = await prepare(now, self._record_for(key, method, path, fingerprint, now))
-            claimed = await ctx.creates.submit(new)
-        except DomainError:
-            claimed = None
-        except UniqueViolationError as exc:
-            if exc.constraint_name != STORED_KEY_CONSTRAINT:
-                raise
-            claimed = None
-        if claimed is None or (
-            not claimed.created and claimed.stored is not None and claimed.stored.expires_at <= now
-        ):
-            return await self.run_on_pool(work, sequences=sequences)
-        if not claimed.locked:
-            raise _in_flight()
-        if claimed.stored is not None:
-            return self._replay(claimed.stored, method, path, fingerprint)
-        assert claimed.created
-        return Response(
-            outcome.body,
-            status_code=outcome.status,
-            headers={"content-type": JSON, **outcome.headers},
-        )
+        fingerprint = await self._fingerprint()
+        attempt = 1
+        while True:
+            now = self._ctx.clock.now()
+            try:
+                claimed, outcome = await write(now, self._record_for(key, fingerprint, now))
+            except DomainError as refused:
+                return await self._refused(refused, fingerprint)
+            except UniqueViolationError as exc:
+                if exc.constraint_name != STORED_KEY_CONSTRAINT or attempt >= CONFLICT_ATTEMPTS:
+                    raise
+                attempt += 1
+                log.info("create_ran_again_after_a_first_request_committed", attempt=attempt)
+                continue
+            replay = self._claimed(claimed.locked, claimed.stored, fingerprint)
+            if replay is not None:
+                return replay
+            if not claimed.created:
+                raise RuntimeError("the create statement neither wrote nor found the request")
+            return _answer(outcome)
 
-    def _record_for(
-        self, key: str, method: str, path: str, fingerprint: bytes, now: datetime
-    ) -> Record:
-        client_id = self.client.id
+    async def _refused(self, refused: DomainError, fingerprint: bytes) -> Response:
+        ctx = self._ctx
+        async with ctx.sessions.begin() as session:
+            replay = await self._claim(session, fingerprint, ctx.clock.now())
+        if replay is None:
+            raise refused
+        return replay
+
+    def _record_for(self, key: str, fingerprint: bytes, now: datetime) -> Record:
+        client_id = self.client.chain_id
+        method, path = self._request.method, self._request.scope["path"]
         expires_at = now + timedelta(seconds=self._ctx.settings.idempotency_retention_seconds)
 
         def record(outcome: Outcome) -> idempotency_repo.NewRecord:
@@ -260,7 +246,7 @@ class IdempotentWrite:
                 request_path=path,
                 request_hash=fingerprint,
                 status=outcome.status,
-                headers=_stored_headers({"content-type": JSON, **outcome.headers}),
+                headers=_stored_headers(_headers(outcome)),
                 body=outcome.body,
                 now=now,
                 expires_at=expires_at,
@@ -268,44 +254,10 @@ class IdempotentWrite:
 
         return record
 
-    async def run_on_pool(self, work: PoolWork, *, sequences: Sequence[str] = ()) -> Response:
-        """:meth:`run` for a write that requires a key, on the plain asyncpg pool and in fewer
-        round trips: the key's lock is taken by the statement that draws the ids ``work`` will
-        insert (the next values of ``sequences``), and ``work`` stores the response with its
-        own statement: it is given ``record(outcome)``, the row to write for its outcome (a
-        2xx). Same rules as :meth:`run`: replay, mismatch, in flight, expiry."""
-        self.require_key()
-        key = self.key
-        assert key is not None
-        ctx = self._ctx
-        method = self._request.method
+    def _replay(self, stored: StoredResponse, fingerprint: bytes) -> Response:
         path = self._request.scope["path"]
-        fingerprint = await self._fingerprint(method, path)
-        client_id = self.client.id
-        async with ctx.pg.acquire() as conn, conn.transaction():
-            now = ctx.clock.now()
-            locked, ids = await idempotency_repo.try_lock_and_draw(conn, client_id, key, sequences)
-            if not locked:
-                raise _in_flight()
-            stored = await idempotency_repo.find_on(conn, client_id, key)
-            if stored is not None and stored.expires_at <= now:
-                await idempotency_repo.delete_key_on(conn, client_id, key)
-                stored = None
-            if stored is not None:
-                return self._replay(stored, method, path, fingerprint)
-            record = self._record_for(key, method, path, fingerprint, now)
-            outcome = await work(conn, now, ids, record)
-        return Response(
-            outcome.body,
-            status_code=outcome.status,
-            headers={"content-type": JSON, **outcome.headers},
-        )
-
-    def _replay(
-        self, stored: StoredResponse, method: str, path: str, fingerprint: bytes
-    ) -> Response:
         if (stored.request_method, stored.request_path, stored.request_hash) != (
-            method,
+            self._request.method,
             path,
             fingerprint,
         ):
@@ -320,6 +272,14 @@ class IdempotentWrite:
             status_code=stored.status,
             headers={**stored.headers, REPLAYED_HEADER: "true"},
         )
+
+
+def _headers(outcome: Outcome) -> dict[str, str]:
+    return {"content-type": JSON, **outcome.headers}
+
+
+def _answer(outcome: Outcome) -> Response:
+    return Response(outcome.body, status_code=outcome.status, headers=_headers(outcome))
 
 
 def _in_flight() -> ApiProblem:
@@ -369,11 +329,6 @@ def idempotent_write(scope: Scope) -> Any:
 
 
 _WRITES: dict[Scope, Any] = {}
-
-
-def is_keyed_write(call: object) -> bool:
-    """``call`` is the dependency of an ``idempotent_write(scope)`` declaration."""
-    return any(declared.dependency is call for declared in _WRITES.values())
 
 
 # The write of most routes: subscriptions and what they bill (customers, trials, renewals).

@@ -2,7 +2,8 @@
 
 A key is valid while it is neither revoked nor past its ``expires_at``. Rotation creates a new
 key (a new client row with the same name, scopes and limit, ``rotated_from_id`` pointing at the
-old one) and shortens the old key's life to a grace period.
+old one) and shortens the old key's life to a grace period. The keys of one rotation chain share
+their idempotency records (:attr:`ApiClient.chain_id`).
 """
 
 from __future__ import annotations
@@ -56,9 +57,17 @@ class ApiClient:
     scopes: frozenset[Scope] = frozenset(Scope)
     expires_at: datetime | None = None
     rate_limit_per_minute: int | None = None
+    # The first key of this key's rotation chain (None: this key is the first).
+    first_key_id: int | None = None
 
     def active_at(self, now: datetime) -> bool:
         return self.expires_at is None or now < self.expires_at
+
+    @property
+    def chain_id(self) -> int:
+        """What the client's idempotency records belong to: the first key of its rotation
+        chain, so that a retry sent with a rotated key is the request its old key sent."""
+        return self.id if self.first_key_id is None else self.first_key_id
 
 
 @dataclass(frozen=True)
@@ -160,19 +169,26 @@ async def create(
     return _info(row), key
 
 
-# The verification of a key, and its last use noted (at most once per LAST_USED_RESOLUTION),
-# in one statement.
+# The verification of a key, the first key of its rotation chain, and its last use noted (at
+# most once per LAST_USED_RESOLUTION), in one statement.
 _FIND_ACTIVE = text(
     """
-WITH k AS (
-    SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute, last_used_at
+WITH RECURSIVE k AS (
+    SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute, last_used_at,
+        rotated_from_id
     FROM api_client
     WHERE key_hash = :hash AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+), chain AS (
+    SELECT id, rotated_from_id FROM k
+    UNION ALL
+    SELECT a.id, a.rotated_from_id FROM api_client a JOIN chain ON a.id = chain.rotated_from_id
 ), used AS (
     UPDATE api_client SET last_used_at = :now
     FROM k WHERE api_client.id = k.id AND (k.last_used_at IS NULL OR k.last_used_at < :stale)
 )
-SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute FROM k
+SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute,
+    (SELECT chain.id FROM chain WHERE chain.rotated_from_id IS NULL) AS first_key_id
+FROM k
 """
 )
 
@@ -197,6 +213,7 @@ async def find_active_by_key(session: AsyncSession, key: str, *, now: datetime) 
         scopes=frozenset(_scopes(row["scopes"])),
         expires_at=row["expires_at"],
         rate_limit_per_minute=row["rate_limit_per_minute"],
+        first_key_id=row["first_key_id"] if row["first_key_id"] != row["id"] else None,
     )
 
 

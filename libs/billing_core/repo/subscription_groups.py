@@ -1,49 +1,50 @@
-"""New keyed subscriptions written by one statement for a whole group of requests.
+"""New keyed subscriptions: the one statement that writes them, for a group of requests (a
+group of one is the same statement).
 
-:func:`subscriptions.insert_new_unless_claimed` for several requests at once: each row of the
-group is decided exactly as that statement decides its one row — the key's advisory lock taken
-without waiting, the key looked up, and the subscription, its first invoice and lines, its
-events, its audit row and the stored response inserted only if the lock was free and nothing
-is stored — and the answer is one :class:`Claimed` per request, in order. PostgreSQL pays most
-of a create per statement (executor start-up, CHECK constraints compiled again, the commit), so
-a group of N costs it far less than N statements. The requests' values go as one typed array
-per column (``unnest``), and each key is looked up by its own index probe: the plan a
-connection caches is made once, often while the table is empty, and a join planned then (a
-scan of the whole table) would slow every group as the table grows.
+Each row of the group is decided on its own: the key's advisory lock taken without waiting,
+the key looked up (a response stored and expired is deleted), and the subscription, its first
+invoice and lines, its events, its audit row and the stored response inserted only if the lock
+was free and no live response is stored — and the answer is one :class:`Claimed` per request,
+in order. PostgreSQL pays most of a create per statement (executor start-up, CHECK constraints
+compiled again, the commit), so a group of N costs it far less than N statements. The requests'
+values go as one typed array per column (``unnest``), each built from its row by column name,
+and each key is looked up by its own index probe: the plan a connection caches is made once,
+often while the table is empty, and a join planned then (a scan of the whole table) would slow
+every group as the table grows.
 
 The statement is all or nothing: when it fails (an unknown customer, a key that a first request
-committed meanwhile, anything else) nothing is written and the error is raised; each request
-then runs alone, on the path it takes without a group. Two requests of one group must not share
-a key (the advisory lock is re-entrant within the statement): the caller keeps them apart.
+committed meanwhile, anything else) nothing is written and the error is raised. Its look-up's
+snapshot predates the lock: a first request that committed in between is not seen, and its
+stored response makes the record's insert fail (``asyncpg.UniqueViolationError``): the caller
+runs the request again, and the statement then finds it. Two requests of one group must not
+share a key (the advisory lock is re-entrant within the statement): the caller keeps them apart.
+The statement is its own transaction on a connection outside one, or part of the caller's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.db.pg import Connection
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.repo import audit, idempotency
 from billing_core.repo.invoices import Invoice
-from billing_core.repo.subscriptions import (
-    Claimed,
-    Subscription,
-    claimed_from,
-    insert_new_unless_claimed,
-    new_values,
-)
+from billing_core.repo.subscriptions import Claimed, Subscription, unknown_customer
 
 
 @dataclass(frozen=True)
 class KeyedNew:
-    """One request's new subscription, as :func:`insert_new_unless_claimed` takes it."""
+    """One request's new subscription: its rows, its audit entry and the response to store."""
 
     sub: Subscription
-    invoice: Invoice | None
+    invoice: Invoice | None  # None in a trial
     lines: Sequence[InvoiceLine]
     events: Sequence[DomainEvent]
     now: datetime
@@ -51,7 +52,52 @@ class KeyedNew:
     record: idempotency.NewRecord
 
 
-# One row per request: the values the one-request statement takes as $1..$32, $43..$61.
+_SUBSCRIPTION_FIELDS = (
+    "id",
+    "customer_id",
+    "plan_id",
+    "status",
+    "time_zone",
+    "billing_anchor",
+    "period_index",
+    "current_period_start",
+    "current_period_end",
+    "cancel_at_period_end",
+    "canceled_at",
+    "credit_balance",
+    "version",
+    "created_at",
+    "updated_at",
+)
+_INVOICE_FIELDS = (
+    "id",
+    "customer_id",
+    "kind",
+    "period_index",
+    "period_start",
+    "period_end",
+    "subtotal",
+    "credit_applied",
+    "amount",
+    "currency",
+    "status",
+    "attempt_count",
+    "next_attempt_at",
+    "paid_at",
+    "closed_at",
+    "created_at",
+)
+# audit.parameters(), by name.
+_AUDIT_FIELDS = (
+    "aud_at",
+    "aud_source",
+    "aud_client_id",
+    "aud_action",
+    "aud_subject_type",
+    "aud_request_id",
+    "aud_detail",
+)
+# One row per request.
 _REQUEST_COLUMNS = (
     ("n", "int"),
     ("id", "bigint"),
@@ -102,7 +148,7 @@ _REQUEST_COLUMNS = (
     ("response_status", "int"),
     ("response_headers", "text"),
     ("response_body", "bytea"),
-    ("rec_at", "timestamptz"),
+    ("completed_at", "timestamptz"),
     ("expires_at", "timestamptz"),
     ("lock_id", "bigint"),
 )
@@ -133,6 +179,7 @@ def _unnest(first: int, columns: tuple[tuple[str, str], ...], alias: str) -> str
 
 _FIRST_LINE = 1 + len(_REQUEST_COLUMNS)
 _FIRST_EVENT = _FIRST_LINE + len(_LINE_COLUMNS)
+_STORED = [c.strip() for c in idempotency.STORED_COLUMNS.split(",")]
 
 
 INSERT_GROUP = f"""
@@ -140,16 +187,28 @@ WITH req AS MATERIALIZED (
     SELECT r.*, pg_try_advisory_xact_lock(r.lock_id) AS ok
     FROM {_unnest(1, _REQUEST_COLUMNS, "r")}
 ),
-stored AS MATERIALIZED (
+found AS MATERIALIZED (
     SELECT req.n, k.*
     FROM req CROSS JOIN LATERAL (
         SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key
         WHERE client_id = req.client_id AND key = req.key
         LIMIT 1
     ) k
+    WHERE req.ok
+),
+expired AS MATERIALIZED (
+    DELETE FROM idempotency_key k USING req JOIN found ON found.n = req.n
+    WHERE found.expires_at <= req.completed_at AND k.client_id = req.client_id
+        AND k.key = req.key
+    RETURNING k.key
 ),
 go AS MATERIALIZED (
-    SELECT req.* FROM req WHERE req.ok AND NOT EXISTS (SELECT 1 FROM stored WHERE stored.n = req.n)
+    SELECT req.* FROM req
+    WHERE req.ok
+        AND NOT EXISTS (
+            SELECT 1 FROM found WHERE found.n = req.n AND found.expires_at > req.completed_at
+        )
+        AND (SELECT count(*) FROM expired) >= 0
 ),
 sub AS (
     INSERT INTO subscription (id, customer_id, plan_id, status, time_zone, billing_anchor,
@@ -196,98 +255,140 @@ sub AS (
     INSERT INTO idempotency_key (client_id, key, request_method, request_path, request_hash,
         response_status, response_headers, response_body, created_at, completed_at, expires_at)
     SELECT client_id, key, request_method, request_path, request_hash,
-        response_status, response_headers::jsonb, response_body, rec_at, rec_at,
+        response_status, response_headers::jsonb, response_body, completed_at, completed_at,
         expires_at
     FROM go
     RETURNING client_id, key
 )
-SELECT req.n, req.ok,
-    (SELECT count(*) FROM sub WHERE sub.id = req.id),
-    (SELECT count(*) FROM inv WHERE inv.subscription_id = req.id),
-    (SELECT count(*) FROM ev WHERE ev.aggregate_id = req.id),
-    (SELECT count(*) FROM aud WHERE aud.subject_id = req.id),
-    (SELECT coalesce(sum(lines.amount), 0) FROM lines WHERE lines.invoice_id = req.inv_id),
-    (SELECT count(*) FROM rec WHERE rec.client_id = req.client_id AND rec.key = req.key),
-    {", ".join(f"stored.{c.strip()}" for c in idempotency.STORED_COLUMNS.split(","))}
-FROM req LEFT JOIN stored ON stored.n = req.n
+SELECT req.n, req.ok AS locked,
+    (SELECT count(*) FROM sub WHERE sub.id = req.id) AS subscriptions,
+    (SELECT count(*) FROM inv WHERE inv.subscription_id = req.id) AS invoices,
+    (SELECT count(*) FROM ev WHERE ev.aggregate_id = req.id) AS events,
+    (SELECT count(*) FROM aud WHERE aud.subject_id = req.id) AS audits,
+    (SELECT coalesce(sum(lines.amount), 0) FROM lines WHERE lines.invoice_id = req.inv_id)
+        AS line_total,
+    (SELECT count(*) FROM rec WHERE rec.client_id = req.client_id AND rec.key = req.key)
+        AS records,
+    {", ".join(f"found.{c}" for c in _STORED)}
+FROM req LEFT JOIN found ON found.n = req.n AND found.expires_at > req.completed_at
 ORDER BY req.n
 """
 
 
-def _columns(items: Sequence[KeyedNew]) -> list[list[Any]]:
-    """The statement's arrays: one per column of requests, of lines, of events."""
-    requests: list[tuple[Any, ...]] = []
-    lines: list[tuple[Any, ...]] = []
-    events: list[tuple[Any, ...]] = []
-    for n, item in enumerate(items):
-        values = new_values(item.sub, item.invoice, item.lines, item.events, item.now)
-        requests.append(
-            (
-                n,
-                *values.row,
-                values.now,
-                *audit.parameters(item.audit_entry, item.now),
-                *idempotency.record_parameters(item.record),
-                idempotency.lock_id(item.record.client_id, item.record.key),
-            )
-        )
-        lines.extend(
-            (n, line_no, *line)
-            for line_no, line in enumerate(zip(*values.lines, strict=True), start=1)
-        )
-        events.extend(
-            (n, ord_, *event)
-            for ord_, event in enumerate(zip(*values.events, strict=True), start=1)
-        )
+def _request(n: int, item: KeyedNew) -> dict[str, object]:
+    sub, invoice = item.sub, item.invoice
+    if item.now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    if any(e.subscription_id != sub.id for e in item.events):
+        raise ValueError("every event must be the new subscription's")
+    if any(e.version != 1 for e in item.events):  # schema_version is left at its default
+        raise ValueError("a new subscription's events are written at schema version 1")
+    return {
+        "n": n,
+        **{name: getattr(sub, name) for name in _SUBSCRIPTION_FIELDS},
+        "event_seq": len(item.events),  # events are numbered from 1
+        **{
+            f"inv_{name}": None if invoice is None else getattr(invoice, name)
+            for name in _INVOICE_FIELDS
+        },
+        "occurred_at": item.now,
+        **dict(zip(_AUDIT_FIELDS, audit.parameters(item.audit_entry, item.now), strict=True)),
+        **idempotency.record_values(item.record),
+        "lock_id": idempotency.lock_id(item.record.client_id, item.record.key),
+    }
+
+
+def _lines(n: int, lines: Sequence[InvoiceLine]) -> list[dict[str, object]]:
     return [
-        *_transposed(requests, len(_REQUEST_COLUMNS)),
-        *_transposed(lines, len(_LINE_COLUMNS)),
-        *_transposed(events, len(_EVENT_COLUMNS)),
+        {
+            "n": n,
+            "line_no": line_no,
+            "kind": str(line.kind),
+            "description": line.description,
+            "quantity": line.quantity,
+            "unit_amount": line.unit_amount,
+            "amount": line.amount,
+            "period_start": line.period_start,
+            "period_end": line.period_end,
+        }
+        for line_no, line in enumerate(lines, start=1)
     ]
 
 
-def _transposed(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    if any(len(row) != width for row in rows):
+def _events(n: int, events: Sequence[DomainEvent]) -> list[dict[str, object]]:
+    return [
+        {
+            "n": n,
+            "ord": ord_,
+            "event_id": uuid.uuid4(),
+            "event_type": str(event.type),
+            "payload": event.payload_json(),
+        }
+        for ord_, event in enumerate(events, start=1)
+    ]
+
+
+def _arrays(rows: list[dict[str, object]], columns: tuple[tuple[str, str], ...]) -> list[list[Any]]:
+    names = [name for name, _ in columns]
+    if any(row.keys() != set(names) for row in rows):
         raise ValueError("a row does not match its columns")
-    if not rows:
-        return [[] for _ in range(width)]
-    return [list(column) for column in zip(*rows, strict=True)]
+    return [[row[name] for row in rows] for name in names]
 
 
-async def insert_many_unless_claimed(conn: Connection, items: Sequence[KeyedNew]) -> list[Claimed]:
-    """One :class:`Claimed` per item, in order, from one autocommit statement (see the module).
-    Raises what the statement raised (nothing written) — ``asyncpg.ForeignKeyViolationError``
-    for an unknown customer, ``asyncpg.UniqueViolationError`` for a key committed meanwhile."""
-    if not items:
-        return []
-    if conn.is_in_transaction():
-        raise RuntimeError("insert_many_unless_claimed is a whole transaction by itself")
-    keys = {(item.record.client_id, item.record.key) for item in items}
-    if len(keys) != len(items):
-        raise ValueError("two requests of one group share a key")
-    rows = await conn.fetch(INSERT_GROUP, *_columns(items))
-    if [row[0] for row in rows] != list(range(len(items))):
-        raise RuntimeError("insert_many_unless_claimed answered for other requests")
+def parameters(items: Sequence[KeyedNew]) -> list[list[Any]]:
+    """The statement's arrays: one per column of requests, of lines, of events."""
+    requests, lines, events = [], [], []
+    for n, item in enumerate(items):
+        requests.append(_request(n, item))
+        lines.extend(_lines(n, item.lines))
+        events.extend(_events(n, item.events))
     return [
-        claimed_from(row[1:], item.invoice, item.events, statement="insert_many_unless_claimed")
-        for item, row in zip(items, rows, strict=True)
+        *_arrays(requests, _REQUEST_COLUMNS),
+        *_arrays(lines, _LINE_COLUMNS),
+        *_arrays(events, _EVENT_COLUMNS),
     ]
+
+
+def _claimed(row: Mapping[str, Any], item: KeyedNew) -> Claimed:
+    """What the statement answered for one request — whether it took the key's lock, the rows
+    it wrote (all the request's, or none), the live response stored under the key — checked
+    against what it had to write."""
+    written = (
+        row["subscriptions"],
+        row["invoices"],
+        row["events"],
+        row["audits"],
+        row["line_total"],
+        row["records"],
+    )
+    created = row["subscriptions"] == 1
+    invoice = item.invoice
+    expected = (0, 0, 0, 0, 0, 0)
+    if created:
+        total = 0 if invoice is None else invoice.amount  # the first invoice's, as its lines say
+        expected = (1, int(invoice is not None), len(item.events), 1, total, 1)
+    if written != expected:
+        raise RuntimeError(f"the create statement wrote {written} for {expected}")
+    stored = None if row["request_method"] is None else idempotency.stored_response(row)
+    return Claimed(bool(row["locked"]), created, stored)
 
 
 async def insert_unless_claimed(conn: Connection, items: Sequence[KeyedNew]) -> list[Claimed]:
-    """:func:`insert_many_unless_claimed`, or for one request its own statement
-    (``subscriptions.insert_new_unless_claimed``, which also names an unknown customer)."""
-    if len(items) != 1:
-        return await insert_many_unless_claimed(conn, items)
-    (item,) = items
-    claimed = await insert_new_unless_claimed(
-        conn,
-        item.sub,
-        item.invoice,
-        item.lines,
-        item.events,
-        now=item.now,
-        audit_entry=item.audit_entry,
-        record=item.record,
-    )
-    return [claimed]
+    """One :class:`Claimed` per item, in order, from one statement (see the module). Raises what
+    the statement raised (nothing written) — :class:`subscriptions.UnknownCustomer` for the
+    unknown customer of a group of one, ``asyncpg.ForeignKeyViolationError`` in a larger group,
+    ``asyncpg.UniqueViolationError`` for a key committed meanwhile."""
+    if not items:
+        return []
+    keys = {(item.record.client_id, item.record.key) for item in items}
+    if len(keys) != len(items):
+        raise ValueError("two requests of one group share a key")
+    try:
+        rows = await conn.fetch(INSERT_GROUP, *parameters(items))
+    except asyncpg.ForeignKeyViolationError as exc:
+        if len(items) == 1:
+            raise unknown_customer(exc, items[0].sub) from exc
+        raise
+    if [row["n"] for row in rows] != list(range(len(items))):
+        raise RuntimeError("the create statement answered for other requests")
+    return [_claimed(row, item) for item, row in zip(items, rows, strict=True)]

@@ -8,21 +8,17 @@ the caller the current version instead of overwriting that work.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
 from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
-from billing_core.domain.events import DomainEvent
-from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.domain.subscription import (
     Pause,
     PauseBehavior,
@@ -30,8 +26,7 @@ from billing_core.domain.subscription import (
     SubscriptionStatus,
     change_instant,
 )
-from billing_core.repo import audit, idempotency
-from billing_core.repo.invoices import Invoice
+from billing_core.repo import idempotency
 
 
 class SubscriptionNotFound(DomainError):
@@ -208,278 +203,20 @@ async def fetch(conn: Connection, subscription_id: int) -> Subscription:
     return Subscription(*row)
 
 
-# A new subscription, its first invoice (none in a trial) with its lines, its events (numbered
-# from 1: event_seq starts at their count), its audit row and, optionally, the stored API
-# response, in one statement; the ids were drawn before.
-_SUB_COLUMNS = (
-    "id, customer_id, plan_id, status, time_zone, billing_anchor, period_index, "
-    "current_period_start, current_period_end, cancel_at_period_end, canceled_at, "
-    "credit_balance, event_seq, version, created_at, updated_at, trial_end"
-)
-# A TRIALING subscription's trial ends at its billing anchor ($6).
-_SUB_VALUES = (
-    "$1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-    "CASE WHEN $4::varchar = 'TRIALING' THEN $6::timestamptz END"
-)
-_REST = (
-    """inv AS (
-    INSERT INTO invoice (id, subscription_id, customer_id, kind, period_index, period_start,
-        period_end, subtotal, credit_applied, amount, currency, status, attempt_count,
-        next_attempt_at, paid_at, closed_at, created_at, updated_at)
-    SELECT $17, sub.id, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31,
-        $32, $32
-    FROM sub
-    WHERE $17::bigint IS NOT NULL
-    RETURNING id
-), lines AS (
-    INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
-        amount, period_start, period_end)
-    SELECT inv.id, l.line_no, l.kind, l.description, l.quantity, l.unit_amount, l.amount,
-        l.period_start, l.period_end
-    FROM inv, unnest($33::text[], $34::text[], $35::int[], $36::bigint[], $37::bigint[],
-        $38::timestamptz[], $39::timestamptz[])
-        WITH ORDINALITY AS l(kind, description, quantity, unit_amount, amount, period_start,
-                             period_end, line_no)
-    RETURNING amount
-), ev AS (
-    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
-    SELECT e.event_id, sub.id, e.ord, e.event_type, e.payload, $43
-    FROM sub, unnest($40::uuid[], $41::text[], $42::jsonb[])
-        WITH ORDINALITY AS e(event_id, event_type, payload, ord)
-    RETURNING id
-), aud AS (
-    """
-    + audit.insert_sql(44, subject="sub", version_after="$14")
-    + """
-    RETURNING id
-)"""
-)
-_COUNTS = (
-    "(SELECT count(*) FROM inv), (SELECT count(*) FROM ev), (SELECT count(*) FROM aud), "
-    "(SELECT coalesce(sum(amount), 0) FROM lines)"
-)
-_INSERT_NEW = (
-    f"WITH sub AS (INSERT INTO subscription ({_SUB_COLUMNS}) VALUES ({_SUB_VALUES}) "
-    f"RETURNING id), {_REST}"
-)
-_INSERT_NEW_PLAIN = f"{_INSERT_NEW} SELECT {_COUNTS}"
-_INSERT_NEW_WITH_RECORD = (
-    f"{_INSERT_NEW}, rec AS ({idempotency.insert_record_sql(51)} RETURNING key) SELECT {_COUNTS}"
-)
-# The same, as the whole of a keyed request (autocommit): take the key's lock ($61) and look
-# the key up; insert only if the lock was free and no response is stored. The look-up's
-# snapshot predates the lock: a first request that committed in between is not seen, and its
-# stored response makes this statement's record insert fail (unique violation, nothing
-# written): the caller then takes the general path, which finds and replays it.
-_INSERT_NEW_UNLESS_CLAIMED = f"""
-WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock($61) AS ok),
-stored AS MATERIALIZED (
-    SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key WHERE client_id = $51 AND key = $52
-),
-go AS MATERIALIZED (SELECT 1 FROM lock WHERE lock.ok AND NOT EXISTS (SELECT 1 FROM stored)),
-sub AS (
-    INSERT INTO subscription ({_SUB_COLUMNS}) SELECT {_SUB_VALUES} FROM go RETURNING id
-), {_REST}, rec AS ({idempotency.insert_record_sql(51, source="sub")} RETURNING key)
-SELECT lock.ok, (SELECT count(*) FROM sub), {_COUNTS}, (SELECT count(*) FROM rec), stored.*
-FROM lock LEFT JOIN stored ON true
-"""
-
-
 @dataclass(frozen=True)
 class Claimed:
-    """What :func:`insert_new_unless_claimed` found: the key's lock was free (``locked``), the
-    rows were written (``created``), or the response already stored under the key."""
+    """What the keyed create statement (``subscription_groups``) found for one request: the
+    key's lock was free (``locked``), the rows were written (``created``), or the live response
+    already stored under the key."""
 
     locked: bool
     created: bool
     stored: idempotency.StoredResponse | None
 
 
-_NO_INVOICE = (None,) * 16
-
-
-def _invoice_parameters(invoice: Invoice | None) -> tuple[object, ...]:
-    if invoice is None:  # a trial: the statement inserts no invoice
-        return _NO_INVOICE
-    return (
-        invoice.id,
-        invoice.customer_id,
-        invoice.kind,
-        invoice.period_index,
-        invoice.period_start,
-        invoice.period_end,
-        invoice.subtotal,
-        invoice.credit_applied,
-        invoice.amount,
-        invoice.currency,
-        invoice.status,
-        invoice.attempt_count,
-        invoice.next_attempt_at,
-        invoice.paid_at,
-        invoice.closed_at,
-        invoice.created_at,
-    )
-
-
-def _written(invoice: Invoice | None, events: Sequence[DomainEvent]) -> tuple[int, ...]:
-    """What the statement must have written: invoices, events, audit rows, the lines' total
-    (the first invoice's amount, as its lines say)."""
-    if invoice is None:
-        return (0, len(events), 1, 0)
-    return (1, len(events), 1, invoice.amount)
-
-
-@dataclass(frozen=True, slots=True)
-class NewValues:
-    """What a new subscription's statement writes, by part: the subscription's and its first
-    invoice's columns, the lines' and the events' columns (one list each), and ``now``. The
-    one-request statement takes them flat, in this order (:meth:`flat`); the group statement
-    takes each part into its own arrays."""
-
-    row: tuple[object, ...]
-    lines: tuple[list[object], ...]
-    events: tuple[list[object], ...]
-    now: datetime
-
-    def flat(self) -> tuple[object, ...]:
-        return (*self.row, *self.lines, *self.events, self.now)
-
-
-def new_values(
-    sub: Subscription,
-    invoice: Invoice | None,
-    lines: Sequence[InvoiceLine],
-    events: Sequence[DomainEvent],
-    now: datetime,
-) -> NewValues:
-    if now.tzinfo is None:
-        raise ValueError("now must be timezone-aware")
-    if any(e.subscription_id != sub.id for e in events):
-        raise ValueError("every event must be the new subscription's")
-    if any(e.version != 1 for e in events):  # the statement leaves schema_version at its default
-        raise ValueError("a new subscription's events are written at schema version 1")
-    row = (
-        sub.id,
-        sub.customer_id,
-        sub.plan_id,
-        sub.status,
-        sub.time_zone,
-        sub.billing_anchor,
-        sub.period_index,
-        sub.current_period_start,
-        sub.current_period_end,
-        sub.cancel_at_period_end,
-        sub.canceled_at,
-        sub.credit_balance,
-        len(events),
-        sub.version,
-        sub.created_at,
-        sub.updated_at,
-        *_invoice_parameters(invoice),
-    )
-    line_columns: tuple[list[object], ...] = (
-        [str(line.kind) for line in lines],
-        [line.description for line in lines],
-        [line.quantity for line in lines],
-        [line.unit_amount for line in lines],
-        [line.amount for line in lines],
-        [line.period_start for line in lines],
-        [line.period_end for line in lines],
-    )
-    event_columns: tuple[list[object], ...] = (
-        [uuid.uuid4() for _ in events],
-        [str(e.type) for e in events],
-        [e.payload_json() for e in events],
-    )
-    return NewValues(row, line_columns, event_columns, now)
-
-
-async def insert_new(
-    conn: Connection,
-    sub: Subscription,
-    invoice: Invoice | None,
-    lines: Sequence[InvoiceLine],
-    events: Sequence[DomainEvent],
-    *,
-    now: datetime,
-    audit_entry: audit.AuditEntry,
-    record: idempotency.NewRecord | None = None,
-) -> None:
-    """Insert ``sub`` (ids already drawn) with its first ``invoice`` (none for a trial), that
-    invoice's ``lines``, ``events`` and ``audit_entry`` in one round trip on a driver
-    connection, and ``record`` (the API's stored response) with them. :class:`UnknownCustomer`
-    when ``sub``'s customer does not exist (the statement wrote nothing)."""
-    params = (
-        *new_values(sub, invoice, lines, events, now).flat(),
-        *audit.parameters(audit_entry, now),
-    )
-    try:
-        if record is None:
-            row = await conn.fetchrow(_INSERT_NEW_PLAIN, *params)
-        else:
-            row = await conn.fetchrow(
-                _INSERT_NEW_WITH_RECORD, *params, *idempotency.record_parameters(record)
-            )
-    except asyncpg.ForeignKeyViolationError as exc:
-        raise _unknown_customer(exc, sub) from exc
-    if tuple(row) != _written(invoice, events):
-        raise RuntimeError(f"insert_new wrote {tuple(row)} invoices/events/audit rows/line total")
-
-
-async def insert_new_unless_claimed(
-    conn: Connection,
-    sub: Subscription,
-    invoice: Invoice | None,
-    lines: Sequence[InvoiceLine],
-    events: Sequence[DomainEvent],
-    *,
-    now: datetime,
-    audit_entry: audit.AuditEntry,
-    record: idempotency.NewRecord,
-) -> Claimed:
-    """:func:`insert_new` with ``record`` as one whole keyed request, on a connection outside
-    any transaction (the statement is its own): only if the key's lock is free and nothing is
-    stored under the key. Raises ``asyncpg.UniqueViolationError`` when a first request with
-    the key committed while this one started (see ``_INSERT_NEW_UNLESS_CLAIMED``), and
-    :class:`UnknownCustomer` as :func:`insert_new` does."""
-    if conn.is_in_transaction():
-        raise RuntimeError("insert_new_unless_claimed is a whole transaction by itself")
-    try:
-        row = await conn.fetchrow(
-            _INSERT_NEW_UNLESS_CLAIMED,
-            *new_values(sub, invoice, lines, events, now).flat(),
-            *audit.parameters(audit_entry, now),
-            *idempotency.record_parameters(record),
-            idempotency.lock_id(record.client_id, record.key),
-        )
-    except asyncpg.ForeignKeyViolationError as exc:
-        raise _unknown_customer(exc, sub) from exc
-    return claimed_from(row, invoice, events, statement="insert_new_unless_claimed")
-
-
-def claimed_from(
-    row: Sequence[Any],
-    invoice: Invoice | None,
-    events: Sequence[DomainEvent],
-    *,
-    statement: str,
-) -> Claimed:
-    """What a keyed create statement answered for one request — whether it took the key's lock,
-    the rows it wrote (all the request's, or none), the response stored under the key —
-    checked against what it had to write."""
-    locked, subs, invoices, written_events, audits, line_total, records = row[:7]
-    created = subs == 1
-    if (subs, invoices, written_events, audits, line_total, records) != (
-        (1, *_written(invoice, events), 1) if created else (0, 0, 0, 0, 0, 0)
-    ):
-        raise RuntimeError(f"{statement} wrote {tuple(row[:7])}")
-    stored = None if row[7] is None else idempotency.stored_response(row[7:])
-    return Claimed(bool(locked), created, stored)
-
-
-def _unknown_customer(exc: Exception, sub: Subscription) -> Exception:
-    """:class:`UnknownCustomer` when ``exc`` (a foreign key violation) is the customer's (the
-    statement wrote nothing), else ``exc`` itself."""
+def unknown_customer(exc: Exception, sub: Subscription) -> Exception:
+    """:class:`UnknownCustomer` when ``exc`` (a foreign key violation of a statement inserting
+    ``sub``) is the customer's, else ``exc`` itself."""
     if getattr(exc, "constraint_name", None) in _CUSTOMER_FOREIGN_KEYS:
         return UnknownCustomer(sub.customer_id)
     return exc

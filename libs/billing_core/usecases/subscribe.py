@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain import invoice_lines as line_rules
@@ -39,8 +38,7 @@ PLAN_TRIAL: Final = "plan"
 MAX_TRIAL = timedelta(days=730)
 
 
-# The sequences whose next values subscribe() takes as the new rows' ids (drawn beforehand, in
-# the statement that takes the request's lock: one round trip fewer).
+# The sequences whose next values a new subscription takes as its rows' ids (drawn beforehand).
 ID_SEQUENCES = ("subscription_id_seq", "invoice_id_seq")
 
 
@@ -227,29 +225,6 @@ def _trialing_subscription(
     return NewSubscription(sub, None, [], events)
 
 
-async def subscribe(
-    conn: Connection,
-    new: NewSubscription,
-    *,
-    now: datetime,
-    actor: audit_repo.Actor,
-    record: idempotency_repo.NewRecord | None = None,
-) -> None:
-    """Insert ``new`` (from :func:`new_subscription`, its ids drawn from ``ID_SEQUENCES``) and
-    its audit row in one statement on a driver connection, in the caller's transaction, with
-    ``record`` (the API's stored response) if given."""
-    await subscriptions_repo.insert_new(
-        conn,
-        new.subscription,
-        new.invoice,
-        new.lines,
-        new.events,
-        now=now,
-        audit_entry=audit_entry(new, actor),
-        record=record,
-    )
-
-
 def keyed(
     new: NewSubscription,
     *,
@@ -257,9 +232,9 @@ def keyed(
     actor: audit_repo.Actor,
     record: idempotency_repo.NewRecord,
 ) -> subscription_groups.KeyedNew:
-    """``new`` as a whole keyed request, to be written in one statement outside any
-    transaction, alone or with others' (``subscription_groups.insert_unless_claimed``): only
-    if the request's key is free."""
+    """``new`` as a whole keyed request, to be written by the create statement, alone or with
+    others' (``subscription_groups.insert_unless_claimed``): only if the request's key is
+    free."""
     return subscription_groups.KeyedNew(
         new.subscription,
         new.invoice,

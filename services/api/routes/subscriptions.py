@@ -12,7 +12,6 @@ from fastapi import APIRouter, Header, Path, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
-from billing_core.db.pg import Connection
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
@@ -24,6 +23,7 @@ from billing_core.repo import subscription_groups
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
 from billing_core.repo.plans import Plan
+from billing_core.repo.subscriptions import Claimed
 from billing_core.usecases import cancel as cancel_uc
 from billing_core.usecases import change_plan as change_plan_uc
 from billing_core.usecases import subscribe as subscribe_uc
@@ -32,8 +32,6 @@ from services.api.context import get_context
 from services.api.idempotency import Outcome, Record, SubscriptionsWrite, rolled_back
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
-from services.api.routes.id_reads import id_read
-from services.api.routes.keyed_writes import KeyedWrite
 from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
@@ -70,6 +68,17 @@ async def _subscription_outcome(
     return outcome(status, SubscriptionOut.of(sub), etag=etag(sub.version))
 
 
+@router.post(
+    "/subscriptions",
+    status_code=201,
+    response_model=SubscriptionOut,
+    summary="Subscribe a customer to a plan",
+    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
+    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
+    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
+    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
+    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
+)
 async def create_subscription(
     request: Request, body: CreateSubscriptionRequest, write: Writes
 ) -> Response:
@@ -101,77 +110,54 @@ async def create_subscription(
         )
         return new, created
 
-    async def prepare(
-        now: datetime, record: Record
-    ) -> tuple[subscription_groups.KeyedNew, Outcome]:
+    async def write_new(now: datetime, record: Record) -> tuple[Claimed, Outcome]:
         # Plans and ids are cached: a connection is taken only to refresh them.
         plan = await ctx.plans.get_pooled(ctx.pg, body.plan_code)
         new, created = build(plan, now, await ctx.subscription_ids.take_pooled(ctx.pg))
-        return subscribe_uc.keyed(new, now=now, actor=write.actor, record=record(created)), created
+        keyed = subscribe_uc.keyed(new, now=now, actor=write.actor, record=record(created))
+        return await ctx.creates.submit(keyed), created
 
-    async def work(conn: Connection, now: datetime, ids: Sequence[int], record: Record) -> Outcome:
-        new, created = build(await ctx.plans.get(conn, body.plan_code), now, ids)
-        await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
-        return created
-
-    async def work_with_coupon(
-        conn: Connection, now: datetime, ids: Sequence[int], record: Record
-    ) -> Outcome:
-        # The redemption is counted, and the discount written, in the subscription's
-        # transaction: a refused subscribe counts no redemption.
+    async def write_with_coupon(now: datetime, record: Record) -> tuple[Claimed, Outcome]:
+        # The redemption is counted, and the discount written, in the create statement's
+        # transaction: a refused or replayed request counts no redemption.
         assert body.coupon_code is not None
-        plan = await ctx.plans.get(conn, body.plan_code)
-        coupon = await coupons_repo.redeem_on(
-            conn, body.coupon_code, currency=plan.currency, now=now
-        )
-        discount = coupon_rules.redeem(coupon, starting_period=0)
-        new, created = build(plan, now, ids, discount)
-        await subscribe_uc.subscribe(conn, new, now=now, actor=write.actor, record=record(created))
-        await coupons_repo.insert_discount_on(conn, new.subscription.id, discount, now=now)
-        return created
+        async with ctx.pg.acquire() as conn:
+            transaction = conn.transaction()
+            await transaction.start()
+            try:
+                plan = await ctx.plans.get(conn, body.plan_code)
+                coupon = await coupons_repo.redeem_on(
+                    conn, body.coupon_code, currency=plan.currency, now=now
+                )
+                discount = coupon_rules.redeem(coupon, starting_period=0)
+                new, created = build(plan, now, await ctx.subscription_ids.take(conn), discount)
+                keyed = subscribe_uc.keyed(new, now=now, actor=write.actor, record=record(created))
+                (claimed,) = await subscription_groups.insert_unless_claimed(conn, [keyed])
+                if claimed.created:
+                    await coupons_repo.insert_discount_on(
+                        conn, new.subscription.id, discount, now=now
+                    )
+            except BaseException:
+                await transaction.rollback()
+                raise
+            await (transaction.commit() if claimed.created else transaction.rollback())
+        return claimed, created
 
-    if body.coupon_code is not None:
-        return await write.run_on_pool(work_with_coupon, sequences=subscribe_uc.ID_SEQUENCES)
-    return await write.run_in_one_statement(prepare, work, sequences=subscribe_uc.ID_SEQUENCES)
-
-
-router.add_api_route(
-    "/subscriptions",
-    create_subscription,
-    methods=["POST"],
-    status_code=201,
-    response_model=SubscriptionOut,
-    summary="Subscribe a customer to a plan",
-    description="Creates an ACTIVE subscription whose first period starts now (or at startAt) "
-    "and its first invoice, due at once; or, with a trial (trialEnd, or the plan's trialDays), "
-    "a TRIALING one and no invoice. The customer must exist (POST /customers): an unknown "
-    "customerId is 422 unknown-customer. Requires an Idempotency-Key header.",
-    responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
-    route_class_override=KeyedWrite,
-)
+    return await write.create(write_with_coupon if body.coupon_code is not None else write_new)
 
 
-async def _read_subscription(request: Request, subscription_id: int) -> Response:
-    async with get_context(request).pg.acquire() as conn:
-        sub = await subscriptions_repo.fetch(conn, subscription_id)
-    return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
-
-
-async def get_subscription(
-    request: Request, subscription_id: SubscriptionId, _client: Reader
-) -> Response:
-    return await _read_subscription(request, subscription_id)
-
-
-router.add_api_route(
+@router.get(
     "/subscriptions/{id}",
-    get_subscription,
-    methods=["GET"],
     response_model=SubscriptionOut,
     summary="Read a subscription",
     responses=problems(401, 403, 404, 422, 429),
-    route_class_override=id_read(_read_subscription),
 )
+async def get_subscription(
+    request: Request, subscription_id: SubscriptionId, _client: Reader
+) -> Response:
+    async with get_context(request).pg.acquire() as conn:
+        sub = await subscriptions_repo.fetch(conn, subscription_id)
+    return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
 
 
 @router.post(

@@ -1,4 +1,4 @@
-"""Keyed creates written as a group: each row decided as its own statement decides it."""
+"""Keyed creates written as a group: each row decided as a group of one decides it."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ async def test_a_group_answers_each_request_as_its_own_statement_would(
 ) -> None:
     """One group mixing new subscriptions, a trial (no invoice), a key whose response is
     stored and a key locked by a request in flight: per-row answers, and the rows written are
-    those the one-request statement writes for the same request."""
+    those a group of one writes for the same request."""
     await known_customers(engine, 11, 12, 13, 14, 15)
     client_id = await _client_id(engine, api_key)
     fresh, trial, stored, busy, other = (
@@ -138,7 +138,7 @@ async def test_a_group_answers_each_request_as_its_own_statement_would(
         await holder.execute(
             "SELECT pg_advisory_lock($1)", idempotency.lock_id(client_id, "g-busy")
         )
-        claims = await subscription_groups.insert_many_unless_claimed(
+        claims = await subscription_groups.insert_unless_claimed(
             conn, [fresh, trial, stored, busy, other]
         )
     finally:
@@ -164,7 +164,7 @@ async def test_a_group_answers_each_request_as_its_own_statement_would(
         == 0
     )
 
-    # The same requests again under new keys, each by the one-request statement.
+    # The same requests again under new keys, each in a group of its own.
     for grouped, customer, is_trial in ((fresh, 11, False), (trial, 12, True), (other, 15, False)):
         alone = await _item(
             conn, client_id, customer, f"{grouped.record.key}-alone", trial=is_trial
@@ -173,6 +173,32 @@ async def test_a_group_answers_each_request_as_its_own_statement_would(
         assert claim.created
         assert await _written(engine, grouped) == await _written(engine, alone)
         assert (await _written(engine, grouped))["subscription"]
+
+
+async def test_an_expired_response_is_replaced_by_the_group_that_meets_its_key(
+    conn: Connection, engine: AsyncEngine, api_key: str
+) -> None:
+    """A key whose stored response expired is free: in a group, its request is written and its
+    new response replaces the old one, in the same statement as the others'."""
+    await known_customers(engine, 16, 17)
+    client_id = await _client_id(engine, api_key)
+    (old,) = await subscription_groups.insert_unless_claimed(
+        conn, [await _item(conn, client_id, 16, "e-expired")]
+    )
+    assert old.created
+    await conn.execute(
+        "UPDATE idempotency_key SET expires_at = $1 WHERE key = 'e-expired'",
+        NOW - timedelta(seconds=1),
+    )
+    again, beside = await subscription_groups.insert_unless_claimed(
+        conn,
+        [await _item(conn, client_id, 17, "e-expired"), await _item(conn, client_id, 17, "e-new")],
+    )
+    assert (again.locked, again.created, again.stored) == (True, True, None)
+    assert beside.created
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 3
+    stored = await rows(engine, "SELECT expires_at FROM idempotency_key WHERE key = 'e-expired'")
+    assert [r["expires_at"] > NOW for r in stored] == [True]
 
 
 async def test_a_failing_group_writes_nothing_and_raises(
@@ -185,12 +211,12 @@ async def test_a_failing_group_writes_nothing_and_raises(
     good = await _item(conn, client_id, 21, "f-good")
     unknown = await _item(conn, client_id, 999_999, "f-unknown")
     with pytest.raises(asyncpg.ForeignKeyViolationError):
-        await subscription_groups.insert_many_unless_claimed(conn, [good, unknown])
+        await subscription_groups.insert_unless_claimed(conn, [good, unknown])
     assert await scalar(engine, "SELECT count(*) FROM subscription") == 0
     assert await scalar(engine, "SELECT count(*) FROM idempotency_key") == 0
     twin = await _item(conn, client_id, 21, "f-good")
     with pytest.raises(ValueError, match="share a key"):
-        await subscription_groups.insert_many_unless_claimed(conn, [good, twin])
+        await subscription_groups.insert_unless_claimed(conn, [good, twin])
 
 
 async def test_concurrent_creates_are_written_in_groups(

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from billing_core.clock import ManualClock
 from billing_core.repo import idempotency as idempotency_repo
 from billing_core.settings import CoreSettings
-from services.api.admin import create_api_key_async
+from services.api.admin import create_api_key_async, rotate_key
 from services.api.idempotency import request_fingerprint
 from services.api.settings import ApiSettings
 from tests.integration.api.conftest import asgi_client
@@ -140,6 +140,40 @@ async def test_keys_are_scoped_per_client(
         b = await other.post("/subscriptions", json=BODY, headers=headers)
     assert (a.status_code, b.status_code) == (201, 201)
     assert a.json()["id"] != b.json()["id"]
+
+
+async def test_a_retry_with_a_rotated_key_replays_what_the_first_key_stored(
+    app: FastAPI, settings: CoreSettings, engine: AsyncEngine
+) -> None:
+    """Records belong to the first key of a rotation chain: a retry sent with the key that
+    replaced it (twice over) is the same request, replayed, not run again."""
+    first_key = await create_api_key_async(settings, "rotating")
+    keys = [first_key]
+    for _ in range(2):
+        _, new = await asyncio.to_thread(
+            rotate_key, settings, keys[-1][:11], grace=timedelta(hours=1), expires_in=None
+        )
+        keys.append(new.key)
+    create = {"Idempotency-Key": "rotated-create"}
+    cancel = {"Idempotency-Key": "rotated-cancel"}
+    async with asgi_client(app, first_key) as before:
+        created = await before.post("/subscriptions", json=BODY, headers=create)
+        assert created.status_code == 201, created.text
+        path = f"/subscriptions/{created.json()['id']}/cancel"
+        canceled = await before.post(path, json={"atPeriodEnd": True}, headers=cancel)
+        assert canceled.status_code == 200, canceled.text
+    async with asgi_client(app, keys[-1]) as after:
+        again = await after.post("/subscriptions", json=BODY, headers=create)
+        canceled_again = await after.post(path, json={"atPeriodEnd": True}, headers=cancel)
+        other = await after.post("/subscriptions", json={**BODY, "customerId": 6}, headers=create)
+    assert again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == created.content
+    assert canceled_again.headers["idempotent-replayed"] == "true"
+    assert canceled_again.content == canceled.content
+    assert_problem(other, 422, "idempotency-key-reused")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
+    assert await scalar(engine, "SELECT version FROM subscription") == 1
 
 
 async def test_cancel_and_change_plan_replay(

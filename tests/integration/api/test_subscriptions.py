@@ -499,13 +499,13 @@ async def test_cancel_returns_credit_of_voided_invoices_and_canceled_keeps_its_p
 async def test_a_read_by_id_answers_as_declared_whatever_the_spelling_of_the_id(
     client: httpx.AsyncClient, anonymous: httpx.AsyncClient
 ) -> None:
-    """GET /subscriptions/{id} takes a short path for a plain id (guard, then read) and FastAPI's
-    declared one for any other spelling: both answer as the declaration says."""
+    """GET /subscriptions/{id} answers as its declaration says for every spelling of the id: a
+    read, a validation problem out of range or not a number, 401 without a key."""
     sub = await subscribe(client)
     plain = await client.get(f"/subscriptions/{sub['id']}")
     assert plain.status_code == 200
     assert plain.json()["id"] == sub["id"]
-    padded = await client.get(f"/subscriptions/00{sub['id']}")  # FastAPI's parsing
+    padded = await client.get(f"/subscriptions/00{sub['id']}")
     assert padded.status_code == 200
     assert padded.content == plain.content
     for bad in ("0", "-1", "abc", "1.5", "9223372036854775808"):
@@ -519,8 +519,7 @@ async def test_a_read_by_id_answers_as_declared_whatever_the_spelling_of_the_id(
 async def test_a_create_answers_as_declared_whatever_the_request(
     client: httpx.AsyncClient, anonymous: httpx.AsyncClient, engine: AsyncEngine
 ) -> None:
-    """POST /subscriptions takes a short path for a JSON body its model accepts (guard, key,
-    endpoint) and FastAPI's declared one for anything else: both answer as declared, in the
+    """POST /subscriptions answers every request as declared, problems included, in the
     declared order (an unreadable body before the key, the key before the Idempotency-Key)."""
     customer = (await new_customer(client))["id"]
     valid = json.dumps({"customerId": customer, "planCode": "BASIC_MONTHLY"}).encode()

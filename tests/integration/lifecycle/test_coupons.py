@@ -150,6 +150,35 @@ async def test_refused_redemptions_write_nothing(
     ]
 
 
+async def test_a_retried_create_with_a_coupon_replays_and_counts_one_redemption(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The same keyed create with the coupon's last redemption, sent again: replayed, one
+    subscription, one discount, one redemption counted; the same key for another customer is
+    422, a new key for another customer 409 (no redemption left)."""
+    await coupon(client, code="ONLY", percentOff=10, duration="ONCE", maxRedemptions=1)
+    customer = (await new_customer(client))["id"]
+    other = (await new_customer(client))["id"]
+    body = {"customerId": customer, "planCode": "BASIC_MONTHLY", "couponCode": "ONLY"}
+    headers = key()
+    first = await client.post("/subscriptions", json=body, headers=headers)
+    assert first.status_code == 201, first.text
+    clock.advance(timedelta(minutes=1))
+    again = await client.post("/subscriptions", json=body, headers=headers)
+    assert again.status_code == 201
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.content == first.content
+    reused = await client.post(
+        "/subscriptions", json={**body, "customerId": other}, headers=headers
+    )
+    assert_problem(reused, 422, "idempotency-key-reused")
+    fresh = await client.post("/subscriptions", json={**body, "customerId": other}, headers=key())
+    assert_problem(fresh, 409, "coupon-not-redeemable")
+    assert await scalar(engine, "SELECT count(*) FROM subscription") == 1
+    assert await scalar(engine, "SELECT count(*) FROM subscription_discount") == 1
+    assert await scalar(engine, "SELECT times_redeemed FROM coupon WHERE code = 'ONLY'") == 1
+
+
 async def test_a_coupon_redeemed_later_starts_with_the_next_invoice(
     client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
