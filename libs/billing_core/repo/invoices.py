@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -9,6 +10,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.db.pg import Connection, Statement, execute
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice import InvoiceStatus
@@ -208,6 +210,53 @@ async def request_voids(session: Db, ids: list[int], *, now: datetime) -> None:
     the end of its lease) is known."""
     if ids:
         await session.execute(_REQUEST_VOID, {"ids": ids, "now": now})
+
+
+@dataclass(frozen=True)
+class CreditReturn:
+    """Credit a voided invoice consumed, going back to its subscription's balance."""
+
+    subscription_id: int
+    invoice_id: int
+    amount: int
+
+
+_RETURN_CREDITS = Statement(
+    """
+    WITH r AS (
+        SELECT * FROM unnest(
+            CAST(:subscription_ids AS bigint[]), CAST(:invoice_ids AS bigint[]),
+            CAST(:amounts AS bigint[])
+        ) AS r(subscription_id, invoice_id, amount)
+    ),
+    balances AS (
+        UPDATE subscription s SET credit_balance = s.credit_balance + r.amount, updated_at = :now
+        FROM (SELECT subscription_id, sum(amount) AS amount FROM r GROUP BY subscription_id) r
+        WHERE s.id = r.subscription_id
+    )
+    INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)
+    SELECT subscription_id, amount, 'VOID_REFUND', invoice_id, :now FROM r
+    """
+)
+
+
+async def return_credits(
+    db: Db | Connection, returns: Sequence[CreditReturn], *, now: datetime
+) -> None:
+    """Give back credit voided invoices consumed (balance + a VOID_REFUND ledger line each), in
+    a transaction that has already made its version-checked write to each subscription (it
+    holds the row locks and bumped each version once for the whole change)."""
+    if returns:
+        await execute(
+            db,
+            _RETURN_CREDITS,
+            {
+                "subscription_ids": [r.subscription_id for r in returns],
+                "invoice_ids": [r.invoice_id for r in returns],
+                "amounts": [r.amount for r in returns],
+                "now": now,
+            },
+        )
 
 
 async def list_for_subscription(

@@ -23,7 +23,6 @@ from typing import Literal
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db.pg import Connection
-from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
@@ -38,10 +37,9 @@ from billing_core.domain.subscription import SubscriptionState
 from billing_core.repo import payment_results as results_repo
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import refunds as refunds_repo
-from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.outbox import append_events
 from billing_core.repo.payment_results import AttemptToRecord, LockedInvoice
-from billing_core.usecases.voiding import void_open_invoices
+from billing_core.usecases.voiding import give_back_credit, void_open_invoices
 
 __all__ = [
     "AttemptToRecord",
@@ -276,16 +274,11 @@ async def _write_the_rest(
     given back by a requested void, the other OPEN invoices voided (their events returned)."""
     await refunds_repo.request_refunds(session, refunds, now=now)
     await reconciliation_repo.add_items(session, items, now=now)
-    for subscription_id, voided in credit_back:
-        credit = invoice_rules.credit_returned_by_void(voided.credit_applied)
-        if credit:
-            await subscriptions_repo.return_credit(
-                session,
-                subscription_id=subscription_id,
-                amount=credit,
-                invoice_id=voided.state.id,
-                now=now,
-            )
+    await give_back_credit(
+        session,
+        [(s, voided.state.id, voided.credit_applied) for s, voided in credit_back],
+        now=now,
+    )
     events: list[DomainEvent] = []
     for subscription_id, kept in voids:
         events += await void_open_invoices(session, subscription_id, now=now, keep_invoice_id=kept)
