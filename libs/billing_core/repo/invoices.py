@@ -10,7 +10,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
-from billing_core.db.pg import Connection, Statement, execute
+from billing_core.db.pg import Connection, Statement, execute, fetch
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice import InvoiceStatus
@@ -134,7 +134,7 @@ class CancelableInvoice:
     call_in_flight: bool
 
 
-_OPEN_FOR_CANCEL = text(
+_OPEN_FOR_CANCEL = Statement(
     """
     SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at, paid_at,
            closed_at, credit_applied, void_requested_at,
@@ -154,10 +154,11 @@ _OPEN_FOR_CANCEL = text(
 
 
 async def lock_open_invoices(
-    session: Db, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
+    db: Db | Connection, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
 ) -> list[CancelableInvoice]:
     """Row-lock the subscription's OPEN invoices (but ``keep_invoice_id``), in id order."""
-    rows = await session.execute(
+    rows = await fetch(
+        db,
         _OPEN_FOR_CANCEL,
         {"subscription_id": subscription_id, "now": now, "keep": keep_invoice_id},
     )
@@ -178,11 +179,11 @@ async def lock_open_invoices(
             int(r["credit_applied"]),
             bool(r["call_in_flight"]),
         )
-        for r in rows.mappings()
+        for r in rows
     ]
 
 
-_VOID = text(
+_VOID = Statement(
     """
     UPDATE invoice
     SET status = 'VOID', next_attempt_at = NULL, leased_at = NULL, closed_at = :now,
@@ -191,7 +192,7 @@ _VOID = text(
     """
 )
 
-_REQUEST_VOID = text(
+_REQUEST_VOID = Statement(
     """
     UPDATE invoice SET void_requested_at = :now, updated_at = :now
     WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'OPEN' AND void_requested_at IS NULL
@@ -199,17 +200,17 @@ _REQUEST_VOID = text(
 )
 
 
-async def void_invoices(session: Db, ids: list[int], *, now: datetime) -> None:
+async def void_invoices(db: Db | Connection, ids: list[int], *, now: datetime) -> None:
     """VOID the (locked, OPEN) invoices: the state ``domain.invoice.void`` gives, no lease."""
     if ids:
-        await session.execute(_VOID, {"ids": ids, "now": now})
+        await execute(db, _VOID, {"ids": ids, "now": now})
 
 
-async def request_voids(session: Db, ids: list[int], *, now: datetime) -> None:
+async def request_voids(db: Db | Connection, ids: list[int], *, now: datetime) -> None:
     """Record that the (locked, OPEN) invoices are to be voided once their call's result (or
     the end of its lease) is known."""
     if ids:
-        await session.execute(_REQUEST_VOID, {"ids": ids, "now": now})
+        await execute(db, _REQUEST_VOID, {"ids": ids, "now": now})
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db.arrays import int_array, json_array, json_elements_sql, text_array
+from billing_core.db.pg import Connection, Statement, execute
 from billing_core.domain.events import DomainEvent
 
 
@@ -93,7 +93,7 @@ def event_counts(events: Sequence[DomainEvent]) -> Counter[int]:
     return Counter(e.subscription_id for e in events)
 
 
-_APPEND = text(
+_APPEND = Statement(
     f"""
     WITH c AS (
         SELECT * FROM unnest(CAST(:count_ids AS text)::bigint[], CAST(:counts AS text)::int[])
@@ -108,7 +108,7 @@ _APPEND = text(
     """
 )
 
-_INSERT_NUMBERED = text(
+_INSERT_NUMBERED = Statement(
     f"""
     WITH reserved AS (
         SELECT * FROM unnest(CAST(:base_ids AS text)::bigint[], CAST(:bases AS text)::bigint[])
@@ -125,7 +125,9 @@ def _check_aware(occurred_at: datetime) -> None:
 
 
 async def append_events(
-    db: AsyncSession | AsyncConnection, events: Sequence[DomainEvent], occurred_at: datetime
+    db: AsyncSession | AsyncConnection | Connection,
+    events: Sequence[DomainEvent],
+    occurred_at: datetime,
 ) -> None:
     """Insert ``events`` (any number of subscriptions) in one statement, numbered after each
     subscription's ``event_seq``, which it moves forward (taking the row locks)."""
@@ -133,7 +135,8 @@ async def append_events(
         return
     _check_aware(occurred_at)
     counts = event_counts(events)
-    await db.execute(
+    await execute(
+        db,
         _APPEND,
         {
             "count_ids": int_array(counts.keys()),
@@ -145,7 +148,7 @@ async def append_events(
 
 
 async def insert_numbered_events(
-    db: AsyncSession | AsyncConnection,
+    db: AsyncSession | AsyncConnection | Connection,
     events: Sequence[DomainEvent],
     reserved_after: Mapping[int, int],
     occurred_at: datetime,
@@ -159,7 +162,8 @@ async def insert_numbered_events(
     missing = event_counts(events).keys() - reserved_after.keys()
     if missing:
         raise KeyError(f"no numbers reserved for subscriptions {sorted(missing)[:10]}")
-    await db.execute(
+    await execute(
+        db,
         _INSERT_NUMBERED,
         {
             "base_ids": int_array(reserved_after.keys()),

@@ -15,7 +15,7 @@ from billing_core.repo import invoices as invoices_repo
 
 
 async def void_open_invoices(
-    db: invoices_repo.Db,
+    db: invoices_repo.Db | Connection,
     subscription_id: int,
     *,
     now: datetime,
