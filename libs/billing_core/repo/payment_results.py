@@ -22,7 +22,7 @@ from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState
-from billing_core.repo.outbox import event_columns, event_counts
+from billing_core.repo import outbox
 from billing_core.repo.subscriptions import subscription_state
 
 Db = AsyncSession | AsyncConnection
@@ -218,20 +218,9 @@ _WRITE_DECISIONS = Statement(
             event_seq = s.event_seq + sw.n
         FROM sw WHERE s.id = sw.id
         RETURNING s.id, s.event_seq - sw.n AS base
-    ),
-    ev AS (
-        SELECT * FROM unnest(
-            CAST(:aggregate_ids AS bigint[]), CAST(:types AS text[]),
-            CAST(:payloads AS jsonb[]), CAST(:event_ids AS uuid[]), CAST(:schema_versions AS int[])
-        ) WITH ORDINALITY AS e(aggregate_id, event_type, payload, event_id, schema_version, ord)
     )
-    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
-                              payload, occurred_at)
-    SELECT ev.event_id, ev.aggregate_id,
-           b.base + row_number() OVER (PARTITION BY ev.aggregate_id ORDER BY ev.ord),
-           ev.event_type, ev.schema_version, ev.payload, :now
-    FROM ev JOIN subs b ON b.id = ev.aggregate_id
     """
+    + outbox.insert_sql(bases="subs", occurred_at=":now")
 )
 
 
@@ -251,7 +240,7 @@ async def write_decisions(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     states = {s.id: s for s in subscriptions}
-    counts = event_counts(events)
+    counts = outbox.event_counts(events)
     subscription_ids = sorted(states.keys() | counts.keys())
     changed = [states.get(i) for i in subscription_ids]
     await execute(
@@ -271,7 +260,7 @@ async def write_decisions(
             "cancel_at_period_ends": [s.cancel_at_period_end if s else None for s in changed],
             "versions": [s.version if s else None for s in changed],
             "event_counts": [counts.get(i, 0) for i in subscription_ids],
-            **event_columns(events),
+            **outbox.event_parameters(events),
             "now": now,
         },
     )
