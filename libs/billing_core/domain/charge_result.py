@@ -166,14 +166,42 @@ class KeyHistory:
     # A success of this key, for this invoice's amount and currency, was recorded before: a
     # success reported again for a PAID invoice is then the same charge, not a second one.
     succeeded_before: bool = False
+    # The key was sent: the answer of our own call (or look-up) under it is recorded, or the
+    # invoice is leased at its attempt (the call may be at the gateway). A webhook's word for
+    # it is not that: a webhook about a key never sent is never applied.
+    sent: bool = False
+    # Our own call (or look-up) under this key was declined: a success reported for it
+    # contradicts the gateway's answer, and a person must look.
+    declined_before: bool = False
 
 
-def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
+def report_mismatch(
+    invoice: InvoiceState, report: GatewayReport, history: KeyHistory
+) -> str | None:
     """Why a report cannot be about this invoice, or None. A signature proves who sent it,
-    not that it describes this invoice: an attempt never made, or another amount, currency or
-    customer, is never applied."""
-    if report.attempt_number > invoice.attempt_count:
-        return f"attempt {report.attempt_number} was never made (at {invoice.attempt_count})"
+    not that it describes this invoice: a webhook about an attempt never sent, a success that
+    would pay under a key our own call saw declined (a closed or PAID invoice refunds it
+    instead), a webhook's success that does not say what it charged, or another amount,
+    currency or customer, is never applied."""
+    attempt = report.attempt_number
+    if attempt > invoice.attempt_count or (report.from_webhook and not history.sent):
+        return f"attempt {attempt} was never sent (at {invoice.attempt_count})"
+    success = report.outcome == ChargeOutcome.SUCCESS
+    would_pay = invoice.status == InvoiceStatus.OPEN and not invoice.void_requested
+    if success and history.declined_before and would_pay:
+        return f"attempt {attempt} was declined, and a success is reported for it"
+    if success and report.from_webhook:
+        unsaid = [
+            name
+            for name, value in (
+                ("amount", report.amount),
+                ("currency", report.currency),
+                ("customer", report.customer_id),
+            )
+            if value is None
+        ]
+        if unsaid:
+            return f"a success that names no {', '.join(unsaid)}"
     if report.amount is not None and report.amount != invoice.amount:
         return f"amount {report.amount} is not the invoice's {invoice.amount}"
     if report.currency is not None and report.currency != invoice.currency:
@@ -282,7 +310,7 @@ def _not_applicable(
     history: KeyHistory,
 ) -> ResultEffect | None:
     """The cases where the report changes no state (at most asks for a refund or a person)."""
-    mismatch = report_mismatch(invoice, report)
+    mismatch = report_mismatch(invoice, report, history)
     success = report.outcome == ChargeOutcome.SUCCESS
     if mismatch is not None:
         if not success:
