@@ -424,3 +424,21 @@ async def test_a_signed_success_for_an_attempt_never_sent_or_declined_never_pays
     sent = await deliver(anonymous, clock, event(invoice_id, attempt=2))
     assert sent.json()["result"] == "APPLIED"
     assert await invoice_state(engine, invoice_id) == ("PAID", 2)
+
+
+async def test_a_signed_success_that_names_no_amount_currency_or_customer_is_refused(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)  # its call is at the gateway: a full success would pay it
+    unsaid = event(invoice_id)
+    for name in ("amount", "currency", "customerId"):
+        del unsaid["data"][name]
+    refused = await deliver(anonymous, clock, unsaid)
+    problem = assert_problem(refused, 422, "validation-error")
+    assert "data.amount, data.currency, data.customerId" in json.dumps(problem["errors"])
+    decline = event(invoice_id, kind="charge.declined")
+    del decline["data"]["amount"]  # a decline need not say what it did not charge
+    assert (await deliver(anonymous, clock, decline)).json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 1)
+    assert await attempts(engine, invoice_id) == [("WEBHOOK", "DECLINED", 0)]
