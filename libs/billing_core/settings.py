@@ -11,7 +11,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 from pydantic.fields import FieldInfo
@@ -133,6 +133,17 @@ class CoreSettings(BaseSettings):
     dunning_jitter_seconds: int = Field(default=7_200, ge=0, description="Random extra delay.")
     unknown_retry_seconds: int = Field(
         default=900, ge=1, description="Retry delay after an uncertain gateway result."
+    )
+    profile: Literal["development", "production"] = Field(
+        default="production",
+        description="development: the local profile (deploy/dev.env), whose dev-… webhook "
+        "secrets the API accepts; anywhere else the API refuses to start with one.",
+    )
+    gateway: Literal["simulator", "stripe"] = Field(
+        default="simulator",
+        description="The payment gateway: the simulator (the collector charges "
+        "BILLING_COLLECTOR_GATEWAY_URL; only then does the API serve POST /webhooks/payments) "
+        "or Stripe (the collector charges with BILLING_STRIPE_API_KEY).",
     )
     gateway_key_prefix: str = Field(
         default="",

@@ -77,6 +77,11 @@ PG_POOL_SIZE = 16
 CREATE_GROUP_SIZE = 32
 
 
+class UnsafeSettings(RuntimeError):
+    """The API refuses to start: a webhook secret is missing, a placeholder, or a development
+    one outside the development profile."""
+
+
 def api_engine(settings: ApiSettings) -> AsyncEngine:
     """Without the pre-ping: it costs a transaction (three round trips) on every checkout,
     which doubles the work of a read. A connection that died is caught by its first statement
@@ -126,6 +131,10 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        unsafe = settings.unsafe_webhook_secrets()
+        if unsafe:
+            log.error("api_refused_to_start", reasons=unsafe)
+            raise UnsafeSettings("; ".join(unsafe))
         context.engine = api_engine(settings)
         context.sessions_ = session_factory(context.engine)
         context.reads_ = session_factory(
@@ -192,6 +201,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     # The routes join the application's own router, in this order: a request is matched
     # against one list, where each included router would be one more level walked per request.
+    # The simulator's results are taken only where it is the gateway.
+    simulator = (webhooks,) if settings.gateway == "simulator" else ()
     for module in (
         subscriptions,
         subscription_search,
@@ -207,7 +218,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         invoices,
         plans,
         api_keys,
-        webhooks,
+        *simulator,
         stripe_webhooks,
         health,
     ):

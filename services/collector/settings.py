@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field, SecretStr, model_validator
 
 from billing_core.settings import CoreSettings
@@ -11,11 +9,6 @@ from billing_core.settings import CoreSettings
 
 class CollectorSettings(CoreSettings):
     process_name: str = "billing.collector"
-    gateway: Literal["simulator", "stripe"] = Field(
-        default="simulator",
-        description="Which payment gateway the collector charges: the simulator at "
-        "BILLING_COLLECTOR_GATEWAY_URL, or Stripe (BILLING_STRIPE_API_KEY).",
-    )
     collector_gateway_url: str = Field(default="http://127.0.0.1:8100")
     stripe_api_key: SecretStr = Field(
         default=SecretStr(""),
