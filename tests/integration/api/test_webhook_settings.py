@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from pydantic import SecretStr
@@ -12,8 +15,9 @@ from billing_core.clock import ManualClock
 from services.api.app import UnsafeSettings, create_app
 from services.api.settings import ApiSettings
 from services.api.signatures import sign_header
-from tests.integration.api.conftest import SECRETS, asgi_client, start_api_server
+from tests.integration.api.conftest import ROOT, SECRETS, asgi_client
 from tests.integration.api.helpers import assert_problem
+from tests.support.processes import free_port
 
 
 def changed(settings: ApiSettings, changes: dict[str, str]) -> ApiSettings:
@@ -90,6 +94,21 @@ async def test_the_development_profile_keeps_its_development_secret(
 
 
 def test_the_api_process_exits_rather_than_serve_a_placeholder_secret(database_url: str) -> None:
-    with pytest.raises(RuntimeError, match="exited") as refused:
-        start_api_server({"BILLING_WEBHOOK_SECRETS": "CHANGE-ME", "BILLING_LOG_LEVEL": "INFO"})
-    assert "BILLING_WEBHOOK_SECRETS holds a placeholder" in str(refused.value)
+    env = {
+        **os.environ,
+        "BILLING_WEBHOOK_SECRETS": "CHANGE-ME",
+        "BILLING_API_PORT": str(free_port()),
+        "BILLING_API_INTERNAL_PORT": "0",
+    }
+    exited = subprocess.run(
+        [sys.executable, "-m", "services.api"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert exited.returncode != 0
+    assert "api_refused_to_start" in exited.stdout + exited.stderr
+    assert "BILLING_WEBHOOK_SECRETS holds a placeholder" in exited.stdout + exited.stderr
