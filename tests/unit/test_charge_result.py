@@ -542,12 +542,6 @@ def test_a_report_that_matches_in_every_field_is_applied() -> None:
     [
         (1, KeyHistory(), {}, "attempt 1 was never sent (at 1)"),
         (0, KeyHistory(), {}, "attempt 0 was never sent (at 1)"),
-        (
-            0,
-            KeyHistory(sent=True, declined_before=True),
-            {},
-            "attempt 0 was declined, and a success is reported for it",
-        ),
         (1, SENT, {"amount": None}, "a success that names no amount"),
         (
             1,
@@ -577,6 +571,24 @@ def test_a_webhooks_success_pays_only_an_attempt_sent_not_declined_and_fully_sta
     assert (e.outcome, e.invoice) == (RecordOutcome.MISMATCH, invoice)
     assert e.reconciliation == f"report_mismatch: {why}"
     assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
+
+
+@pytest.mark.parametrize("webhook", [True, False])
+def test_a_success_under_a_declined_key_holds_the_open_invoice_for_a_person(webhook: bool) -> None:
+    """In dunning at attempt 1, attempt 0 declined to our own call: a success reported for
+    attempt 0 pays nothing, and no next attempt is made by itself (it could charge twice)."""
+    declined = KeyHistory(sent=True, declined_before=True)
+    e = apply(S, 1, attempt=0, webhook=webhook, history=declined)
+    reason = "report_mismatch: attempt 0 was declined, and a success is reported for it"
+    assert (e.outcome, e.reconciliation) == (RecordOutcome.MISMATCH, reason)
+    assert e.invoice == replace(open_invoice(1), next_attempt_at=None)
+    assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
+
+
+def test_a_success_under_a_declined_key_for_a_settled_invoice_is_refunded() -> None:
+    declined = KeyHistory(sent=True, declined_before=True)
+    e = apply(S, 1, attempt=0, webhook=True, invoice_status=InvoiceStatus.PAID, history=declined)
+    assert (e.outcome, e.refund) == (RecordOutcome.REFUND, RefundReason.DUPLICATE_CHARGE)
 
 
 def test_a_webhooks_decline_of_an_attempt_never_sent_is_never_applied() -> None:

@@ -186,10 +186,9 @@ def report_mismatch(
     attempt = report.attempt_number
     if attempt > invoice.attempt_count or (report.from_webhook and not history.sent):
         return f"attempt {attempt} was never sent (at {invoice.attempt_count})"
-    success = report.outcome == ChargeOutcome.SUCCESS
-    would_pay = invoice.status == InvoiceStatus.OPEN and not invoice.void_requested
-    if success and history.declined_before and would_pay:
+    if _contradicts_a_decline(invoice, report, history):
         return f"attempt {attempt} was declined, and a success is reported for it"
+    success = report.outcome == ChargeOutcome.SUCCESS
     if success and report.from_webhook:
         unsaid = [
             name
@@ -213,6 +212,18 @@ def report_mismatch(
     ):
         return f"customer {report.customer_id} is not the invoice's {invoice.customer_id}"
     return None
+
+
+def _contradicts_a_decline(
+    invoice: InvoiceState, report: GatewayReport, history: KeyHistory
+) -> bool:
+    """A success that would pay the invoice under a key our own call saw declined."""
+    return (
+        report.outcome == ChargeOutcome.SUCCESS
+        and history.declined_before
+        and invoice.status == InvoiceStatus.OPEN
+        and not invoice.void_requested
+    )
 
 
 @dataclass(frozen=True)
@@ -246,7 +257,8 @@ def apply_result(
 
     * A report that does not match the invoice (``report_mismatch``): never applied; a SUCCESS
       of it needs reconciliation. A look-up's (our own key, charged on other terms) holds the
-      OPEN invoice for reconciliation too: no retry under that key can settle it.
+      OPEN invoice for reconciliation too: no retry under that key can settle it; so does a
+      success under a key our own call saw declined (the next attempt could charge twice).
     * PAID: stays PAID; a SUCCESS under a key that had not succeeded before is a second charge:
       refunded (``RefundReason.DUPLICATE_CHARGE``).
     * FAILED/VOID: a SUCCESS is refunded (money was taken for a closed invoice).
@@ -316,9 +328,11 @@ def _not_applicable(
         if not success:
             return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription)
         reason = f"report_mismatch: {mismatch}"
-        if report.from_lookup and invoice.status == InvoiceStatus.OPEN:
+        contradiction = _contradicts_a_decline(invoice, report, history)
+        if contradiction or (report.from_lookup and invoice.status == InvoiceStatus.OPEN):
             # Our own key holds a charge on other terms: every retry under it would be refused
-            # (or replay that charge), so a person must look.
+            # (or replay that charge). Or money may have been taken under a key dunning has
+            # moved past: the next attempt could charge twice. A person must look first.
             held = invoice_rules.hold_for_reconciliation(invoice)
             needed = _reconciliation(held, subscription, report, reason)
             return ResultEffect(

@@ -385,7 +385,8 @@ async def test_a_signed_success_for_an_attempt_never_sent_or_declined_never_pays
 ) -> None:
     """In dunning after two declines of the collector's calls, the next attempt not yet made:
     a signed success for that attempt (never sent) or for the last declined one pays nothing;
-    each is an item for a person."""
+    each is an item for a person, and the one under a declined key holds the invoice (were it
+    true, the next attempt would charge twice)."""
     sub_id, invoice_id = await open_invoice(client, engine)
     for attempt in (0, 1):
         await collector_answered(sessions, clock, invoice_id, attempt)
@@ -397,6 +398,8 @@ async def test_a_signed_success_for_an_attempt_never_sent_or_declined_never_pays
     assert (never_sent.status_code, never_sent.json()["result"]) == (200, "MISMATCH")
     assert (declined.status_code, declined.json()["result"]) == (200, "MISMATCH")
     assert await invoice_state(engine, invoice_id) == ("OPEN", 2)
+    held = "SELECT next_attempt_at FROM invoice WHERE id = :i"
+    assert await scalar(engine, held, i=invoice_id) is None
     items = await rows(
         engine,
         "SELECT kind, idempotency_key, reason FROM reconciliation_item WHERE invoice_id = :i"
