@@ -76,6 +76,8 @@ async def lock_subscriptions_of_invoices(
 # Locks the invoices and writes their attempt rows in one round trip; returns each invoice as it
 # was. The key history and the dunning count read the rows as they were before this statement
 # (the attempt rows it inserts are not visible to it), after the subscription locks were held.
+# A key was sent when an answer of our own call or look-up under it is recorded, or when the
+# invoice is leased at that attempt (the collector's claim, cleared by the decision that ends it).
 _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     """
     WITH r AS (
@@ -89,7 +91,8 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     ),
     inv AS (
         SELECT id, subscription_id, customer_id, status, attempt_count, amount, currency,
-               next_attempt_at, paid_at, closed_at, credit_applied, void_requested_at
+               next_attempt_at, paid_at, closed_at, credit_applied, void_requested_at,
+               leased_at
         FROM invoice WHERE id IN (SELECT invoice_id FROM r)
         ORDER BY id
         FOR UPDATE
@@ -105,6 +108,13 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
         RETURNING id AS attempt_id, invoice_id
     )
     SELECT inv.*, attempt.attempt_id,
+           (inv.leased_at IS NOT NULL AND r.attempt_number = inv.attempt_count)
+           OR EXISTS (SELECT 1 FROM payment_attempt a
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
+              AND a.source <> 'WEBHOOK') AS key_sent,
+           EXISTS (SELECT 1 FROM payment_attempt a
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
+              AND a.source <> 'WEBHOOK' AND a.outcome = 'DECLINED') AS key_declined_before,
            (SELECT count(*) FROM payment_attempt a
             WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
               AND a.outcome = 'UNKNOWN') AS uncertain_answers,
@@ -166,6 +176,8 @@ def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
         int(row["uncertain_answers"]),
         row["key_first_used_at"],
         bool(row["key_succeeded_before"]),
+        sent=bool(row["key_sent"]),
+        declined_before=bool(row["key_declined_before"]),
     )
     return LockedInvoice(
         state,

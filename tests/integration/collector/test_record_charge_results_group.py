@@ -50,6 +50,7 @@ MISSING = 0  # the position of an invoice id that does not exist
 class World:
     subscriptions: list[int]
     invoices: list[int]  # by position; position 0 is an id that does not exist
+    customers: list[int]  # each invoice's, by the same position
 
 
 async def build_world(engine: AsyncEngine) -> World:
@@ -57,6 +58,7 @@ async def build_world(engine: AsyncEngine) -> World:
     s4: PAST_DUE, one on its last try and one more OPEN; s5: ACTIVE, one."""
     subs: list[int] = []
     invoices = [-1]
+    customers = [0]
     layout = [
         ("ACTIVE", [0]),
         ("ACTIVE", [0]),
@@ -82,7 +84,8 @@ async def build_world(engine: AsyncEngine) -> World:
                         attempt_count=attempts,
                     )
                 )
-    return World(subs, invoices)
+                customers.append(100 + n)
+    return World(subs, invoices, customers)
 
 
 # (invoice position, attempt number, outcome, from a webhook): interleaved, so one group holds
@@ -133,6 +136,10 @@ def attempts(
             from_webhook=from_webhook,
             idempotency_key=idempotency_key(invoice_id, attempt),
             decline_code="card_declined" if outcome == ChargeOutcome.DECLINED else None,
+            # a webhook says what was charged, to whom
+            amount=990 if from_webhook else None,
+            currency="EUR" if from_webhook else None,
+            customer_id=world.customers[position] if from_webhook else None,
         )
         out.append(AttemptToRecord(invoice_id, report, "timeout" if outcome == "UNKNOWN" else None))
     return out
@@ -215,6 +222,9 @@ async def record_one_by_one(
                     source="WEBHOOK" if attempt.report.from_webhook else "COLLECTOR",
                     idempotency_key=attempt.report.idempotency_key,
                     decline_code=attempt.report.decline_code,
+                    amount=attempt.report.amount,
+                    currency=attempt.report.currency,
+                    customer_id=attempt.report.customer_id,
                     error=attempt.error,
                     now=NOW,
                     rng=rng,
