@@ -326,6 +326,7 @@ def api_server(database_url: str, **settings: str) -> Iterator[ApiServer]:
         "BILLING_API_PORT": str(port),
         "BILLING_API_INTERNAL_PORT": "0",
         "BILLING_LOG_LEVEL": "WARNING",
+        "BILLING_WEBHOOK_SECRETS": "bench-webhook-secret",  # the API starts with one only
         **settings,
     }
     log = tempfile.TemporaryFile()

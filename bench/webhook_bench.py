@@ -1,7 +1,8 @@
 """The webhook receiver (``POST /webhooks/payments``) next to the same server's /healthz floor.
 
 Starts the API (``python -m services.api``, one worker) on a fresh, migrated database holding N
-OPEN invoices, then drives it from a separate load-generator process (the keep-alive client of
+OPEN invoices (each with the collector's uncertain answer for its attempt 0: the attempt was
+sent), then drives it from a separate load-generator process (the keep-alive client of
 ``bench.api_bench``) with correctly signed ``charge.succeeded`` events, one per invoice and a new
 event id each: the first pass pays the invoices (the APPLIED path), later passes find them PAID
 (the ALREADY_PAID path: what most webhooks meet in production, the collector having recorded the
@@ -24,6 +25,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.api_bench import (
@@ -98,11 +100,27 @@ def run_load(**kwargs: Any) -> Result:
     return in_load_process(_load_main, kwargs)
 
 
+# The collector's call of each invoice's attempt 0 timed out (an uncertain answer recorded
+# under its key): the attempt was sent, and the webhook brings its result.
+_SENT = text(
+    """
+    INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, outcome,
+                                 amount, currency, error, recorded_at)
+    SELECT id, 0, 'inv-' || id || '-try-0', 'COLLECTOR', 'UNKNOWN', amount, currency,
+           'timeout', :now
+    FROM invoice WHERE id = ANY(:ids)
+    """
+)
+
+
 async def seed_invoices(url: str, n: int) -> list[int]:
     engine = create_async_engine(url)
+    now = datetime.now(UTC)
     try:
         async with engine.begin() as conn:
-            return await due_subscriptions_with_invoices(conn, n, now=datetime.now(UTC))
+            ids = await due_subscriptions_with_invoices(conn, n, now=now)
+            await conn.execute(_SENT, {"ids": ids, "now": now})
+            return ids
     finally:
         await engine.dispose()
 

@@ -134,6 +134,11 @@ class CoreSettings(BaseSettings):
     unknown_retry_seconds: int = Field(
         default=900, ge=1, description="Retry delay after an uncertain gateway result."
     )
+    profile: Literal["development", "production"] = Field(
+        default="production",
+        description="development: the local profile (deploy/dev.env), whose dev-… webhook "
+        "secrets the API accepts; anywhere else the API refuses to start with one.",
+    )
     gateway_key_prefix: str = Field(
         default="",
         pattern=r"^[a-z0-9][a-z0-9-]{0,19}-$|^$",
@@ -182,8 +187,9 @@ class GatewaySettings(CoreSettings):
     gateway: Literal["simulator", "stripe"] = Field(
         default="simulator",
         description="Which payment gateway the collector charges: the simulator at "
-        "BILLING_COLLECTOR_GATEWAY_URL, or Stripe (BILLING_STRIPE_API_KEY); with Stripe the API "
-        "checks each payment method set against the Stripe customer.",
+        "BILLING_COLLECTOR_GATEWAY_URL (only then does the API serve POST /webhooks/payments), "
+        "or Stripe (BILLING_STRIPE_API_KEY); with Stripe the API checks each payment method "
+        "set against the Stripe customer.",
     )
     stripe_api_key: SecretStr = Field(
         default=SecretStr(""),

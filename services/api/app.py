@@ -76,6 +76,11 @@ PG_POOL_SIZE = 16
 CREATE_GROUP_SIZE = 32
 
 
+class UnsafeSettings(RuntimeError):
+    """The API refuses to start: a webhook secret is missing, a placeholder, or a development
+    one outside the development profile."""
+
+
 def api_engine(settings: ApiSettings) -> AsyncEngine:
     """Without the pre-ping: it costs a transaction (three round trips) on every checkout,
     which doubles the work of a read. A connection that died is caught by its first statement
@@ -115,7 +120,62 @@ def payment_method_checks(settings: ApiSettings) -> StripePaymentMethods | None:
     )
 
 
+def refuse_unsafe(settings: ApiSettings) -> None:
+    """Raises :class:`UnsafeSettings` (logged, naming settings, never secrets) when a webhook
+    secret is missing, a placeholder, or a development one outside the development profile."""
+    unsafe = settings.unsafe_webhook_secrets()
+    if unsafe:
+        log.error("api_refused_to_start", reasons=unsafe)
+        raise UnsafeSettings("; ".join(unsafe))
+
+
+async def open_context(context: AppContext, settings: ApiSettings, clock: Clock) -> None:
+    """The process's connections and batchers, on ``context``."""
+    context.engine = api_engine(settings)
+    context.sessions_ = session_factory(context.engine)
+    context.reads_ = session_factory(context.engine.execution_options(isolation_level="AUTOCOMMIT"))
+    context.pg_ = await pg.create_pool(settings, max_size=PG_POOL_SIZE)
+    context.creates_ = Batcher(context.write_creates, max_size=CREATE_GROUP_SIZE, max_wait=0)
+    context.webhooks_ = Batcher(
+        context.record_webhooks,
+        max_size=50,
+        max_wait=settings.webhook_group_wait_ms / 1000,
+        max_gap=settings.webhook_group_gap_ms / 1000,
+    )
+    redis = aioredis.from_url(settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    context.redis_ = redis
+    context.rate_limit_ = ClientRateLimit(
+        redis,
+        key_prefix=settings.api_rate_limit_key_prefix,
+        per_minute=settings.api_rate_limit_per_minute,
+        window_seconds=settings.api_rate_limit_window_seconds,
+        clock=clock,
+    )
+    context.payment_methods = payment_method_checks(settings)
+
+
+async def close_context(context: AppContext) -> None:
+    """Closes what :func:`open_context` opened."""
+    if context.redis_ is not None:
+        await context.redis_.aclose()
+    if context.payment_methods is not None:
+        await context.payment_methods.aclose()
+        context.payment_methods = None
+    context.rate_limit_ = None
+    context.redis_ = None
+    if context.engine is not None:
+        await context.engine.dispose()
+    await context.pg.close()
+    context.pg_ = None
+    context.sessions_ = None
+    context.reads_ = None
+    context.webhooks_ = None
+    context.creates_ = None
+
+
 def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
+    """The API application; it refuses to start (:func:`refuse_unsafe`) with unsafe webhook
+    secrets."""
     context = AppContext(
         settings=settings,
         clock=clock,
@@ -130,31 +190,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        context.engine = api_engine(settings)
-        context.sessions_ = session_factory(context.engine)
-        context.reads_ = session_factory(
-            context.engine.execution_options(isolation_level="AUTOCOMMIT")
-        )
-        context.pg_ = await pg.create_pool(settings, max_size=PG_POOL_SIZE)
-        context.creates_ = Batcher(context.write_creates, max_size=CREATE_GROUP_SIZE, max_wait=0)
-        context.webhooks_ = Batcher(
-            context.record_webhooks,
-            max_size=50,
-            max_wait=settings.webhook_group_wait_ms / 1000,
-            max_gap=settings.webhook_group_gap_ms / 1000,
-        )
-        redis = aioredis.from_url(
-            settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
-        )
-        context.redis_ = redis
-        context.rate_limit_ = ClientRateLimit(
-            redis,
-            key_prefix=settings.api_rate_limit_key_prefix,
-            per_minute=settings.api_rate_limit_per_minute,
-            window_seconds=settings.api_rate_limit_window_seconds,
-            clock=clock,
-        )
-        context.payment_methods = payment_method_checks(settings)
+        refuse_unsafe(settings)
+        await open_context(context, settings, clock)
         internal = internal_server(app, context)
         await internal.start()
         context.internal_port = internal.port
@@ -173,19 +210,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await purge
             await internal.stop()
-            await redis.aclose()
-            if context.payment_methods is not None:
-                await context.payment_methods.aclose()
-                context.payment_methods = None
-            context.rate_limit_ = None
-            context.redis_ = None
-            await context.engine.dispose()
-            await context.pg.close()
-            context.pg_ = None
-            context.sessions_ = None
-            context.reads_ = None
-            context.webhooks_ = None
-            context.creates_ = None
+            await close_context(context)
             log.info("api_stopped")
 
     app = FastAPI(
@@ -202,6 +227,8 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     # The routes join the application's own router, in this order: a request is matched
     # against one list, where each included router would be one more level walked per request.
+    # The simulator's results are taken only where it is the gateway.
+    simulator = (webhooks,) if settings.gateway == "simulator" else ()
     for module in (
         subscriptions,
         subscription_search,
@@ -217,7 +244,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         invoices,
         plans,
         api_keys,
-        webhooks,
+        *simulator,
         stripe_webhooks,
         health,
     ):

@@ -456,10 +456,19 @@ class WebhookData(_Camel):
     idempotency_key: str = Field(min_length=1, max_length=100)
     invoice_id: Id
     attempt: Annotated[StrictInt, Field(ge=0, le=1_000_000)]
-    customer_id: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)] | None = None
-    amount: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)] | None = None
-    currency: str | None = Field(default=None, max_length=3)
+    customer_id: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)] | None = Field(
+        default=None, description="Required on charge.succeeded."
+    )
+    amount: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)] | None = Field(
+        default=None, description="Minor units; required on charge.succeeded."
+    )
+    currency: str | None = Field(
+        default=None, max_length=3, description="Required on charge.succeeded."
+    )
     decline_code: str | None = Field(default=None, max_length=100)
+
+
+SUCCEEDED = "charge.succeeded"
 
 
 class WebhookEvent(_Camel):
@@ -492,13 +501,31 @@ class WebhookEvent(_Camel):
     created: Annotated[StrictInt, Field(ge=0, le=BIGINT_MAX)]
     data: WebhookData
 
+    @model_validator(mode="after")
+    def _success_says_what_it_charged(self) -> WebhookEvent:
+        data = self.data
+        if self.type == SUCCEEDED:
+            unsaid = [
+                name
+                for name, value in (
+                    ("data.amount", data.amount),
+                    ("data.currency", data.currency),
+                    ("data.customerId", data.customer_id),
+                )
+                if value is None
+            ]
+            if unsaid:
+                raise ValueError(f"{SUCCEEDED} requires {', '.join(unsaid)}")
+        return self
+
 
 class WebhookAck(_Camel):
     event_id: str
     result: str = Field(
         description="APPLIED, ALREADY_SETTLED, STALE_ATTEMPT, RECONCILIATION, MISMATCH (the "
-        "event's attempt, amount, currency or customer is not the invoice's: recorded, never "
-        "applied), REFUND (money the invoice cannot keep — it is VOID or FAILED, or already PAID "
+        "event's amount, currency or customer is not the invoice's, its attempt was never sent, "
+        "or a success is reported for an attempt that was declined: recorded, never applied), "
+        "REFUND (money the invoice cannot keep — it is VOID or FAILED, or already PAID "
         "under another key: a refund is requested), NOT_FOUND, DUPLICATE (event seen before) or "
         "IGNORED (type not handled)."
     )

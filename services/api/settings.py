@@ -177,6 +177,34 @@ class ApiSettings(GatewaySettings):
     def stripe_webhook_secret_list(self) -> list[bytes]:
         return _secrets(self.stripe_webhook_secrets)
 
+    def unsafe_webhook_secrets(self) -> list[str]:
+        """Why the API must not start with these webhook secrets (never the secrets): the
+        configured gateway's needs one, and none may be a placeholder, nor a development one
+        outside the development profile."""
+        found = []
+        for name, secrets, needed in (
+            ("BILLING_WEBHOOK_SECRETS", self.webhook_secret_list(), self.gateway == "simulator"),
+            (
+                "BILLING_STRIPE_WEBHOOK_SECRETS",
+                self.stripe_webhook_secret_list(),
+                self.gateway == "stripe",
+            ),
+        ):
+            if needed and not secrets:
+                found.append(f"{name} is empty")
+            if any(PLACEHOLDER in s.lower() for s in secrets):
+                found.append(f"{name} holds a placeholder (CHANGE-ME)")
+            if self.profile != "development" and any(s.lower().startswith(DEV) for s in secrets):
+                found.append(
+                    f"{name} holds a development secret (dev-...) outside the development "
+                    "profile (BILLING_PROFILE=development)"
+                )
+        return found
+
+
+PLACEHOLDER = b"change-me"
+DEV = b"dev-"
+
 
 def _secrets(value: SecretStr) -> list[bytes]:
     return [s.strip().encode() for s in value.get_secret_value().split(",") if s.strip()]

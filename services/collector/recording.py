@@ -1,11 +1,9 @@
 """Recording the collector's result groups: one transaction per group, on a plain asyncpg
-connection (no SQLAlchemy statement overhead: BEGIN, three prepared statements, COMMIT for a
-group of any size) or, when the group calls for more than states and events (a refund, a
-reconciliation item, credit given back, other invoices voided), on a SQLAlchemy session.
+connection (no SQLAlchemy statement overhead: BEGIN, a few prepared statements, COMMIT for a
+group of any size), or on a SQLAlchemy session when the collector runs without the plain pool.
 
-Both run ``record_charge_results``: the same rules, the same statements and lock order. A group
-that needs the session is rolled back on the plain connection before anything of it is
-committed, then recorded again on a session, deciding again from the current state.
+Either way it is one ``record_charge_results``: the same rules, statements and lock order,
+whatever the group decided (refunds, reconciliation items, credit given back, voids included).
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from billing_core.domain.dunning import DunningPolicy
 from billing_core.usecases.payment_result import (
     AttemptToRecord,
     RecordOutcome,
-    SessionRequired,
     record_charge_results,
 )
 
@@ -43,21 +40,13 @@ class GroupRecorder:
         self._policy = policy
         self._rng = rng
         self._key_prefix = key_prefix
-        self.on_sessions = 0  # groups recorded on a session after the plain connection
 
     async def record(self, attempts: Sequence[AttemptToRecord]) -> list[RecordOutcome]:
         """What each result did, in order (``record_charge_results``), in one transaction."""
         if self._pool is not None:
             pool = await self._pool()
-            drawn_from = self._rng.getstate()
-            try:
-                async with pool.acquire() as conn, conn.transaction():
-                    return await self._record(conn, attempts)
-            except SessionRequired:
-                self.on_sessions += 1
-                # What was rolled back drew no retry times: the session's recording decides
-                # exactly what recording the group on a session alone would.
-                self._rng.setstate(drawn_from)
+            async with pool.acquire() as conn, conn.transaction():
+                return await self._record(conn, attempts)
         async with self._sessions.begin() as session:
             return await self._record(session, attempts)
 

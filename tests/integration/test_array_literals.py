@@ -56,7 +56,7 @@ async def test_json_documents_come_back_in_order(engine: AsyncEngine) -> None:
     async with engine.connect() as conn:
         got = (
             await conn.execute(
-                text(f"SELECT {json_elements_sql('docs')}"), {"docs": json_array(docs)}
+                text(f"SELECT {json_elements_sql(':docs')}"), {"docs": json_array(docs)}
             )
         ).scalar_one()
     assert got == [json.loads(d) for d in docs]

@@ -96,6 +96,7 @@ def open_invoice(
 
 
 def report(outcome: ChargeOutcome, attempt: int = 0, *, webhook: bool = False) -> GatewayReport:
+    """A webhook says what it charged (the invoice's amount and currency, its customer 7)."""
     return GatewayReport(
         attempt_number=attempt,
         outcome=outcome,
@@ -103,7 +104,13 @@ def report(outcome: ChargeOutcome, attempt: int = 0, *, webhook: bool = False) -
         idempotency_key=idempotency_key(9, attempt),
         decline_code="card_declined" if outcome == D else None,
         gateway_reference="ch_1" if outcome == S else None,
+        amount=990 if webhook else None,
+        currency="EUR" if webhook else None,
+        customer_id=7 if webhook else None,
     )
+
+
+SENT = KeyHistory(sent=True)  # the attempt's call was made (its answer recorded, or leased)
 
 
 def apply(
@@ -118,7 +125,7 @@ def apply(
     now: datetime = NOW,
     rng: random.Random | None = None,
     policy: DunningPolicy = DunningPolicy(),  # noqa: B008
-    history: KeyHistory = KeyHistory(),  # noqa: B008
+    history: KeyHistory = SENT,
     void_requested: bool = False,
 ) -> ResultEffect:
     return apply_result(
@@ -486,7 +493,6 @@ def test_apply_refuses_naive_now() -> None:
 @pytest.mark.parametrize(
     ("changes", "why"),
     [
-        ({"attempt_number": 99}, "attempt 99 was never made"),
         ({"amount": 1}, "amount 1 is not the invoice's 990"),
         ({"currency": "USD"}, "currency USD is not the invoice's EUR"),
         ({"customer_id": 8}, "customer 8 is not the invoice's 7"),
@@ -500,7 +506,13 @@ def test_a_report_that_does_not_match_the_invoice_is_never_applied(
     invoice = replace(open_invoice(), customer_id=7)
     sent = replace(report(outcome, 0, webhook=True), **changes)  # type: ignore[arg-type]
     e = apply_result(
-        invoice, sub_state(), sent, other_invoices_in_dunning=0, now=NOW, rng=random.Random(1)
+        invoice,
+        sub_state(),
+        sent,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+        key_history=SENT,
     )
     assert (e.outcome, e.invoice, e.subscription) == (RecordOutcome.MISMATCH, invoice, sub_state())
     if outcome == S:  # money may have been taken: a person must look
@@ -511,13 +523,81 @@ def test_a_report_that_does_not_match_the_invoice_is_never_applied(
         assert e.events == []
 
 
-def test_a_report_that_matches_in_every_stated_field_is_applied() -> None:
+def test_a_report_that_matches_in_every_field_is_applied() -> None:
     invoice = replace(open_invoice(), customer_id=7)
-    sent = replace(report(S, 0, webhook=True), amount=990, currency="EUR", customer_id=7)
     e = apply_result(
-        invoice, sub_state(), sent, other_invoices_in_dunning=0, now=NOW, rng=random.Random(1)
+        invoice,
+        sub_state(),
+        report(S, 0, webhook=True),
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+        key_history=SENT,
     )
     assert (e.outcome, e.invoice.status) == (RecordOutcome.APPLIED, InvoiceStatus.PAID)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "history", "changes", "why"),
+    [
+        (1, KeyHistory(), {}, "attempt 1 was never sent (at 1)"),
+        (0, KeyHistory(), {}, "attempt 0 was never sent (at 1)"),
+        (1, SENT, {"amount": None}, "a success that names no amount"),
+        (
+            1,
+            SENT,
+            {"currency": None, "customer_id": None},
+            "a success that names no currency, customer",
+        ),
+    ],
+)
+def test_a_webhooks_success_pays_only_an_attempt_sent_not_declined_and_fully_stated(
+    attempt: int, history: KeyHistory, changes: dict[str, object], why: str
+) -> None:
+    """In dunning at attempt 1: a success for it before its call was made, for the declined
+    attempt 0, or one that does not say what it charged, is an item for a person, not a
+    payment."""
+    invoice = open_invoice(1)
+    said = replace(report(S, attempt, webhook=True), **changes)  # type: ignore[arg-type]
+    e = apply_result(
+        invoice,
+        sub_state(SubscriptionStatus.PAST_DUE),
+        said,
+        other_invoices_in_dunning=0,
+        now=NOW,
+        rng=random.Random(1),
+        key_history=history,
+    )
+    assert (e.outcome, e.invoice) == (RecordOutcome.MISMATCH, invoice)
+    assert e.reconciliation == f"report_mismatch: {why}"
+    assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
+
+
+@pytest.mark.parametrize("webhook", [True, False])
+def test_a_success_under_a_declined_key_holds_the_open_invoice_for_a_person(webhook: bool) -> None:
+    """In dunning at attempt 1, attempt 0 declined to our own call: a success reported for
+    attempt 0 pays nothing, and no next attempt is made by itself (it could charge twice)."""
+    declined = KeyHistory(sent=True, declined_before=True)
+    e = apply(S, 1, attempt=0, webhook=webhook, history=declined)
+    reason = "report_mismatch: attempt 0 was declined, and a success is reported for it"
+    assert (e.outcome, e.reconciliation) == (RecordOutcome.MISMATCH, reason)
+    assert e.invoice == replace(open_invoice(1), next_attempt_at=None)
+    assert types(e) == [EventType.PAYMENT_RECONCILIATION_NEEDED]
+
+
+def test_a_success_under_a_declined_key_for_a_settled_invoice_is_refunded() -> None:
+    declined = KeyHistory(sent=True, declined_before=True)
+    e = apply(S, 1, attempt=0, webhook=True, invoice_status=InvoiceStatus.PAID, history=declined)
+    assert (e.outcome, e.refund) == (RecordOutcome.REFUND, RefundReason.DUPLICATE_CHARGE)
+
+
+def test_a_webhooks_decline_of_an_attempt_never_sent_is_never_applied() -> None:
+    e = apply(D, 1, webhook=True, history=KeyHistory())
+    assert (e.outcome, e.invoice, e.events) == (RecordOutcome.MISMATCH, open_invoice(1), [])
+
+
+def test_our_own_calls_answer_needs_no_other_evidence_of_being_sent() -> None:
+    assert apply(S, 1, history=KeyHistory()).outcome == RecordOutcome.APPLIED
 
 
 BOUNDED = DunningPolicy(unknown_max_retries=3, unknown_max_age=timedelta(hours=20))

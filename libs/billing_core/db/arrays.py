@@ -75,9 +75,10 @@ def json_array(documents: Iterable[str]) -> str:
     return "[" + ",".join(documents) + "]"
 
 
-def json_elements_sql(param: str) -> str:
-    """The SQL expression of the ``jsonb[]`` of a :func:`json_array` parameter, in order."""
+def json_elements_sql(placeholder: str) -> str:
+    """The SQL expression of the ``jsonb[]`` of a :func:`json_array` parameter (its placeholder,
+    ``:name`` or ``$n``), in order."""
     return (
-        f"ARRAY(SELECT d FROM jsonb_array_elements(CAST(:{param} AS jsonb)) "
+        f"ARRAY(SELECT d FROM jsonb_array_elements(CAST({placeholder} AS jsonb)) "
         "WITH ORDINALITY AS j(d, n) ORDER BY n)"
     )

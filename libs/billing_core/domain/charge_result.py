@@ -166,14 +166,41 @@ class KeyHistory:
     # A success of this key, for this invoice's amount and currency, was recorded before: a
     # success reported again for a PAID invoice is then the same charge, not a second one.
     succeeded_before: bool = False
+    # The key was sent: the answer of our own call (or look-up) under it is recorded, or the
+    # invoice is leased at its attempt (the call may be at the gateway). A webhook's word for
+    # it is not that: a webhook about a key never sent is never applied.
+    sent: bool = False
+    # Our own call (or look-up) under this key was declined: a success reported for it
+    # contradicts the gateway's answer, and a person must look.
+    declined_before: bool = False
 
 
-def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
+def report_mismatch(
+    invoice: InvoiceState, report: GatewayReport, history: KeyHistory
+) -> str | None:
     """Why a report cannot be about this invoice, or None. A signature proves who sent it,
-    not that it describes this invoice: an attempt never made, or another amount, currency or
-    customer, is never applied."""
-    if report.attempt_number > invoice.attempt_count:
-        return f"attempt {report.attempt_number} was never made (at {invoice.attempt_count})"
+    not that it describes this invoice: a webhook about an attempt never sent, a success that
+    would pay under a key our own call saw declined (a closed or PAID invoice refunds it
+    instead), a webhook's success that does not say what it charged, or another amount,
+    currency or customer, is never applied."""
+    attempt = report.attempt_number
+    if attempt > invoice.attempt_count or (report.from_webhook and not history.sent):
+        return f"attempt {attempt} was never sent (at {invoice.attempt_count})"
+    if _contradicts_a_decline(invoice, report, history):
+        return f"attempt {attempt} was declined, and a success is reported for it"
+    success = report.outcome == ChargeOutcome.SUCCESS
+    if success and report.from_webhook:
+        unsaid = [
+            name
+            for name, value in (
+                ("amount", report.amount),
+                ("currency", report.currency),
+                ("customer", report.customer_id),
+            )
+            if value is None
+        ]
+        if unsaid:
+            return f"a success that names no {', '.join(unsaid)}"
     if report.amount is not None and report.amount != invoice.amount:
         return f"amount {report.amount} is not the invoice's {invoice.amount}"
     if report.currency is not None and report.currency != invoice.currency:
@@ -185,6 +212,18 @@ def report_mismatch(invoice: InvoiceState, report: GatewayReport) -> str | None:
     ):
         return f"customer {report.customer_id} is not the invoice's {invoice.customer_id}"
     return None
+
+
+def _contradicts_a_decline(
+    invoice: InvoiceState, report: GatewayReport, history: KeyHistory
+) -> bool:
+    """A success that would pay the invoice under a key our own call saw declined."""
+    return (
+        report.outcome == ChargeOutcome.SUCCESS
+        and history.declined_before
+        and invoice.status == InvoiceStatus.OPEN
+        and not invoice.void_requested
+    )
 
 
 @dataclass(frozen=True)
@@ -218,7 +257,8 @@ def apply_result(
 
     * A report that does not match the invoice (``report_mismatch``): never applied; a SUCCESS
       of it needs reconciliation. A look-up's (our own key, charged on other terms) holds the
-      OPEN invoice for reconciliation too: no retry under that key can settle it.
+      OPEN invoice for reconciliation too: no retry under that key can settle it; so does a
+      success under a key our own call saw declined (the next attempt could charge twice).
     * PAID: stays PAID; a SUCCESS under a key that had not succeeded before is a second charge:
       refunded (``RefundReason.DUPLICATE_CHARGE``).
     * FAILED/VOID: a SUCCESS is refunded (money was taken for a closed invoice).
@@ -282,15 +322,17 @@ def _not_applicable(
     history: KeyHistory,
 ) -> ResultEffect | None:
     """The cases where the report changes no state (at most asks for a refund or a person)."""
-    mismatch = report_mismatch(invoice, report)
+    mismatch = report_mismatch(invoice, report, history)
     success = report.outcome == ChargeOutcome.SUCCESS
     if mismatch is not None:
         if not success:
             return ResultEffect(RecordOutcome.MISMATCH, invoice, subscription)
         reason = f"report_mismatch: {mismatch}"
-        if report.from_lookup and invoice.status == InvoiceStatus.OPEN:
+        contradiction = _contradicts_a_decline(invoice, report, history)
+        if contradiction or (report.from_lookup and invoice.status == InvoiceStatus.OPEN):
             # Our own key holds a charge on other terms: every retry under it would be refused
-            # (or replay that charge), so a person must look.
+            # (or replay that charge). Or money may have been taken under a key dunning has
+            # moved past: the next attempt could charge twice. A person must look first.
             held = invoice_rules.hold_for_reconciliation(invoice)
             needed = _reconciliation(held, subscription, report, reason)
             return ResultEffect(

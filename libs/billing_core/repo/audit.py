@@ -7,15 +7,13 @@ the action, the subject, its version before and after, and the request id of the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db import tables as t
 
 # Actions (audit_event.action).
 SUBSCRIPTION_CREATE = "subscription.create"
@@ -41,6 +39,28 @@ API_CLIENT = "api_client"
 RECONCILIATION_ITEM = "reconciliation_item"
 CUSTOMER = "customer"
 COUPON = "coupon"
+
+_COLUMNS = (
+    "occurred_at",
+    "source",
+    "client_id",
+    "action",
+    "subject_type",
+    "subject_id",
+    "version_before",
+    "version_after",
+    "request_id",
+    "detail",
+)
+_NAMED_ENTRY = (
+    "occurred_at",
+    "source",
+    "client_id",
+    "action",
+    "subject_type",
+    "request_id",
+    "detail",
+)
 
 
 @dataclass(frozen=True)
@@ -74,19 +94,15 @@ class AuditEntry:
 async def record(
     session: AsyncSession | AsyncConnection, entry: AuditEntry, *, now: datetime
 ) -> None:
+    values = dict(zip(_NAMED_ENTRY, parameters(entry, now), strict=True))
     await session.execute(
-        insert(t.audit_event).values(
-            occurred_at=now,
-            source=entry.actor.source,
-            client_id=entry.actor.client_id,
-            action=entry.action,
-            subject_type=entry.subject_type,
-            subject_id=entry.subject_id,
-            version_before=entry.version_before,
-            version_after=entry.version_after,
-            request_id=entry.actor.request_id,
-            detail=dict(entry.detail),
-        )
+        _RECORD,
+        {
+            **values,
+            "subject_id": entry.subject_id,
+            "version_before": entry.version_before,
+            "version_after": entry.version_after,
+        },
     )
 
 
@@ -116,20 +132,44 @@ async def record_subscription_change(
     await record(session, entry, now=now)
 
 
+def insert_select_sql(values: Sequence[str], rows: str = "") -> str:
+    """The one ``INSERT`` of audit rows: ``values`` are the SQL expressions of the columns, in
+    order (occurred_at, source, client_id, action, subject_type, subject_id, version_before,
+    version_after, request_id, detail as JSON text), read from ``rows`` (a relation of the
+    caller's statement, one row each; none: one row)."""
+    if len(values) != len(_COLUMNS):
+        raise ValueError(f"{len(_COLUMNS)} audit values expected, got {len(values)}")
+    *plain, detail = values
+    source = f" FROM {rows}" if rows else ""
+    return (
+        f"INSERT INTO audit_event ({', '.join(_COLUMNS)}) "
+        f"SELECT {', '.join(plain)}, CAST({detail} AS jsonb){source}"
+    )
+
+
+_RECORD = text(
+    insert_select_sql(
+        (
+            *(f":{c}" for c in _NAMED_ENTRY[:5]),
+            ":subject_id",
+            ":version_before",
+            ":version_after",
+            *(f":{c}" for c in _NAMED_ENTRY[5:]),
+        )
+    )
+)
+
+
 def insert_sql(first: int, *, subject: str, version_after: str) -> str:
     """``INSERT`` of an :class:`AuditEntry` as one part of a caller's statement: one row per row
     of the CTE ``subject`` (its ``id`` is the subject id), ``version_after`` an expression of
     it; the other values are parameters from ``$first`` (:func:`parameters`)."""
     p = [f"${first + i}" for i in range(7)]
-    return (
-        "INSERT INTO audit_event (occurred_at, source, client_id, action, subject_type, "
-        "subject_id, version_before, version_after, request_id, detail) "
-        f"SELECT {p[0]}, {p[1]}, {p[2]}, {p[3]}, {p[4]}, {subject}.id, NULL, {version_after}, "
-        f"{p[5]}, {p[6]}::jsonb FROM {subject}"
-    )
+    return insert_select_sql((*p[:5], f"{subject}.id", "NULL", version_after, *p[5:]), rows=subject)
 
 
 def parameters(entry: AuditEntry, now: datetime) -> tuple[object, ...]:
+    """The entry's values but the subject id and versions, in :data:`_NAMED_ENTRY` order."""
     return (
         now,
         entry.actor.source,

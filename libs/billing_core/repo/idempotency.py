@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, text, tuple_
+from sqlalchemy import delete, select, text, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.db import tables as t
@@ -96,22 +96,44 @@ class NewRecord:
     expires_at: datetime
 
 
-async def save(session: AsyncSession, record: NewRecord) -> None:
-    await session.execute(
-        insert(_k).values(
-            client_id=record.client_id,
-            key=record.key,
-            request_method=record.request_method,
-            request_path=record.request_path,
-            request_hash=record.request_hash,
-            response_status=record.status,
-            response_headers=dict(record.headers),
-            response_body=record.body,
-            created_at=record.now,
-            completed_at=record.now,
-            expires_at=record.expires_at,
-        )
+_RECORD_COLUMNS = (
+    "client_id",
+    "key",
+    "request_method",
+    "request_path",
+    "request_hash",
+    "response_status",
+    "response_headers",
+    "response_body",
+    "completed_at",
+    "expires_at",
+)
+
+
+def insert_select_sql(rows: str = "", prefix: str = "") -> str:
+    """The one ``INSERT`` of stored responses: the :func:`record_values` of each row of
+    ``rows`` (a relation of the caller's statement whose columns carry those names; none: one
+    row of ``:name`` parameters). A record is created and completed at once (``completed_at``)."""
+    if rows:
+        value = {c: f"{rows}.{c}" for c in _RECORD_COLUMNS}
+    else:
+        value = {c: f":{prefix}{c}" for c in _RECORD_COLUMNS}
+    value["response_headers"] = f"CAST({value['response_headers']} AS jsonb)"
+    source = f" FROM {rows}" if rows else ""
+    return (
+        "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
+        "request_hash, response_status, response_headers, response_body, created_at, "
+        "completed_at, expires_at) "
+        f"SELECT {', '.join(value[c] for c in _RECORD_COLUMNS[:8])}, {value['completed_at']}, "
+        f"{value['completed_at']}, {value['expires_at']}{source}"
     )
+
+
+_SAVE = text(insert_select_sql())
+
+
+async def save(session: AsyncSession, record: NewRecord) -> None:
+    await session.execute(_SAVE, record_values(record))
 
 
 STORED_COLUMNS = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -9,6 +10,7 @@ from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db import tables as t
+from billing_core.db.pg import Connection, Statement, execute, fetch
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice import InvoiceStatus
@@ -132,7 +134,7 @@ class CancelableInvoice:
     call_in_flight: bool
 
 
-_OPEN_FOR_CANCEL = text(
+_OPEN_FOR_CANCEL = Statement(
     """
     SELECT id, customer_id, status, attempt_count, amount, currency, next_attempt_at, paid_at,
            closed_at, credit_applied, void_requested_at,
@@ -152,10 +154,11 @@ _OPEN_FOR_CANCEL = text(
 
 
 async def lock_open_invoices(
-    session: Db, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
+    db: Db | Connection, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
 ) -> list[CancelableInvoice]:
     """Row-lock the subscription's OPEN invoices (but ``keep_invoice_id``), in id order."""
-    rows = await session.execute(
+    rows = await fetch(
+        db,
         _OPEN_FOR_CANCEL,
         {"subscription_id": subscription_id, "now": now, "keep": keep_invoice_id},
     )
@@ -176,11 +179,11 @@ async def lock_open_invoices(
             int(r["credit_applied"]),
             bool(r["call_in_flight"]),
         )
-        for r in rows.mappings()
+        for r in rows
     ]
 
 
-_VOID = text(
+_VOID = Statement(
     """
     UPDATE invoice
     SET status = 'VOID', next_attempt_at = NULL, leased_at = NULL, closed_at = :now,
@@ -189,7 +192,7 @@ _VOID = text(
     """
 )
 
-_REQUEST_VOID = text(
+_REQUEST_VOID = Statement(
     """
     UPDATE invoice SET void_requested_at = :now, updated_at = :now
     WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'OPEN' AND void_requested_at IS NULL
@@ -197,17 +200,64 @@ _REQUEST_VOID = text(
 )
 
 
-async def void_invoices(session: Db, ids: list[int], *, now: datetime) -> None:
+async def void_invoices(db: Db | Connection, ids: list[int], *, now: datetime) -> None:
     """VOID the (locked, OPEN) invoices: the state ``domain.invoice.void`` gives, no lease."""
     if ids:
-        await session.execute(_VOID, {"ids": ids, "now": now})
+        await execute(db, _VOID, {"ids": ids, "now": now})
 
 
-async def request_voids(session: Db, ids: list[int], *, now: datetime) -> None:
+async def request_voids(db: Db | Connection, ids: list[int], *, now: datetime) -> None:
     """Record that the (locked, OPEN) invoices are to be voided once their call's result (or
     the end of its lease) is known."""
     if ids:
-        await session.execute(_REQUEST_VOID, {"ids": ids, "now": now})
+        await execute(db, _REQUEST_VOID, {"ids": ids, "now": now})
+
+
+@dataclass(frozen=True)
+class CreditReturn:
+    """Credit a voided invoice consumed, going back to its subscription's balance."""
+
+    subscription_id: int
+    invoice_id: int
+    amount: int
+
+
+_RETURN_CREDITS = Statement(
+    """
+    WITH r AS (
+        SELECT * FROM unnest(
+            CAST(:subscription_ids AS bigint[]), CAST(:invoice_ids AS bigint[]),
+            CAST(:amounts AS bigint[])
+        ) AS r(subscription_id, invoice_id, amount)
+    ),
+    balances AS (
+        UPDATE subscription s SET credit_balance = s.credit_balance + r.amount, updated_at = :now
+        FROM (SELECT subscription_id, sum(amount) AS amount FROM r GROUP BY subscription_id) r
+        WHERE s.id = r.subscription_id
+    )
+    INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)
+    SELECT subscription_id, amount, 'VOID_REFUND', invoice_id, :now FROM r
+    """
+)
+
+
+async def return_credits(
+    db: Db | Connection, returns: Sequence[CreditReturn], *, now: datetime
+) -> None:
+    """Give back credit voided invoices consumed (balance + a VOID_REFUND ledger line each), in
+    a transaction that has already made its version-checked write to each subscription (it
+    holds the row locks and bumped each version once for the whole change)."""
+    if returns:
+        await execute(
+            db,
+            _RETURN_CREDITS,
+            {
+                "subscription_ids": [r.subscription_id for r in returns],
+                "invoice_ids": [r.invoice_id for r in returns],
+                "amounts": [r.amount for r in returns],
+                "now": now,
+            },
+        )
 
 
 async def list_for_subscription(

@@ -22,7 +22,7 @@ from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState
-from billing_core.repo.outbox import event_columns, event_counts
+from billing_core.repo import outbox
 from billing_core.repo.subscriptions import subscription_state
 
 Db = AsyncSession | AsyncConnection
@@ -76,6 +76,8 @@ async def lock_subscriptions_of_invoices(
 # Locks the invoices and writes their attempt rows in one round trip; returns each invoice as it
 # was. The key history and the dunning count read the rows as they were before this statement
 # (the attempt rows it inserts are not visible to it), after the subscription locks were held.
+# A key was sent when an answer of our own call or look-up under it is recorded, or when the
+# invoice is leased at that attempt (the collector's claim, cleared by the decision that ends it).
 _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     """
     WITH r AS (
@@ -89,7 +91,8 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     ),
     inv AS (
         SELECT id, subscription_id, customer_id, status, attempt_count, amount, currency,
-               next_attempt_at, paid_at, closed_at, credit_applied, void_requested_at
+               next_attempt_at, paid_at, closed_at, credit_applied, void_requested_at,
+               leased_at
         FROM invoice WHERE id IN (SELECT invoice_id FROM r)
         ORDER BY id
         FOR UPDATE
@@ -105,6 +108,13 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
         RETURNING id AS attempt_id, invoice_id
     )
     SELECT inv.*, attempt.attempt_id,
+           (inv.leased_at IS NOT NULL AND r.attempt_number = inv.attempt_count)
+           OR EXISTS (SELECT 1 FROM payment_attempt a
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
+              AND a.source <> 'WEBHOOK') AS key_sent,
+           EXISTS (SELECT 1 FROM payment_attempt a
+            WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
+              AND a.source <> 'WEBHOOK' AND a.outcome = 'DECLINED') AS key_declined_before,
            (SELECT count(*) FROM payment_attempt a
             WHERE a.invoice_id = inv.id AND a.idempotency_key = r.key
               AND a.outcome = 'UNKNOWN') AS uncertain_answers,
@@ -166,6 +176,8 @@ def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
         int(row["uncertain_answers"]),
         row["key_first_used_at"],
         bool(row["key_succeeded_before"]),
+        sent=bool(row["key_sent"]),
+        declined_before=bool(row["key_declined_before"]),
     )
     return LockedInvoice(
         state,
@@ -218,20 +230,9 @@ _WRITE_DECISIONS = Statement(
             event_seq = s.event_seq + sw.n
         FROM sw WHERE s.id = sw.id
         RETURNING s.id, s.event_seq - sw.n AS base
-    ),
-    ev AS (
-        SELECT * FROM unnest(
-            CAST(:aggregate_ids AS bigint[]), CAST(:types AS text[]),
-            CAST(:payloads AS jsonb[]), CAST(:event_ids AS uuid[]), CAST(:schema_versions AS int[])
-        ) WITH ORDINALITY AS e(aggregate_id, event_type, payload, event_id, schema_version, ord)
     )
-    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, schema_version,
-                              payload, occurred_at)
-    SELECT ev.event_id, ev.aggregate_id,
-           b.base + row_number() OVER (PARTITION BY ev.aggregate_id ORDER BY ev.ord),
-           ev.event_type, ev.schema_version, ev.payload, :now
-    FROM ev JOIN subs b ON b.id = ev.aggregate_id
     """
+    + outbox.insert_sql(bases="subs", occurred_at=":now")
 )
 
 
@@ -251,7 +252,7 @@ async def write_decisions(
     if now.tzinfo is None:
         raise ValueError("now must be timezone-aware")
     states = {s.id: s for s in subscriptions}
-    counts = event_counts(events)
+    counts = outbox.event_counts(events)
     subscription_ids = sorted(states.keys() | counts.keys())
     changed = [states.get(i) for i in subscription_ids]
     await execute(
@@ -271,7 +272,7 @@ async def write_decisions(
             "cancel_at_period_ends": [s.cancel_at_period_end if s else None for s in changed],
             "versions": [s.version if s else None for s in changed],
             "event_counts": [counts.get(i, 0) for i in subscription_ids],
-            **event_columns(events),
+            **outbox.event_parameters(events),
             "now": now,
         },
     )

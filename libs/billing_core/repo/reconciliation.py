@@ -14,6 +14,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.pg import Connection, Statement, execute
+
 Db = AsyncSession | AsyncConnection
 
 
@@ -68,7 +70,7 @@ class Item:
     resolution: str | None
 
 
-_ADD = text(
+_ADD = Statement(
     """
     INSERT INTO reconciliation_item (invoice_id, subscription_id, kind, reason, idempotency_key,
                                      gateway_reference, payment_attempt_id, refund_id, created_at)
@@ -81,10 +83,11 @@ _ADD = text(
 )
 
 
-async def add_items(db: Db, items: Sequence[NewItem], *, now: datetime) -> None:
+async def add_items(db: Db | Connection, items: Sequence[NewItem], *, now: datetime) -> None:
     if not items:
         return
-    await db.execute(
+    await execute(
+        db,
         _ADD,
         {
             "invoice_ids": [i.invoice_id for i in items],

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db.pg import Connection, Statement, fetch
 from billing_core.domain.refund import RefundState, RefundStatus
 from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
@@ -35,7 +36,7 @@ class RefundToRequest:
     reason: str
 
 
-_REQUEST = text(
+_REQUEST = Statement(
     """
     INSERT INTO refund (invoice_id, subscription_id, payment_attempt_id, charge_key,
                         charge_reference, idempotency_key, amount, currency, reason, status,
@@ -55,12 +56,15 @@ _REQUEST = text(
 )
 
 
-async def request_refunds(db: Db, refunds: Sequence[RefundToRequest], *, now: datetime) -> int:
+async def request_refunds(
+    db: Db | Connection, refunds: Sequence[RefundToRequest], *, now: datetime
+) -> int:
     """Write REQUESTED refunds, due now; a charge already being refunded is skipped. Returns
     how many were new."""
     if not refunds:
         return 0
-    rows = await db.execute(
+    rows = await fetch(
+        db,
         _REQUEST,
         {
             "invoice_ids": [r.invoice_id for r in refunds],
@@ -75,7 +79,7 @@ async def request_refunds(db: Db, refunds: Sequence[RefundToRequest], *, now: da
             "now": now,
         },
     )
-    return len(rows.all())
+    return len(rows)
 
 
 _COLUMNS = """

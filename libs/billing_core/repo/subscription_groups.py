@@ -23,7 +23,6 @@ The statement is its own transaction on a connection outside one, or part of the
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,7 +33,7 @@ import asyncpg  # type: ignore[import-untyped]
 from billing_core.db.pg import Connection
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice_lines import InvoiceLine
-from billing_core.repo import audit, idempotency
+from billing_core.repo import audit, idempotency, outbox
 from billing_core.repo.invoices import Invoice
 from billing_core.repo.subscriptions import Claimed, Subscription, unknown_customer
 
@@ -163,13 +162,6 @@ _LINE_COLUMNS = (
     ("period_start", "timestamptz"),
     ("period_end", "timestamptz"),
 )
-_EVENT_COLUMNS = (
-    ("n", "int"),
-    ("ord", "bigint"),
-    ("event_id", "uuid"),
-    ("event_type", "varchar"),
-    ("payload", "text"),
-)
 
 
 def _unnest(first: int, columns: tuple[tuple[str, str], ...], alias: str) -> str:
@@ -179,6 +171,19 @@ def _unnest(first: int, columns: tuple[tuple[str, str], ...], alias: str) -> str
 
 _FIRST_LINE = 1 + len(_REQUEST_COLUMNS)
 _FIRST_EVENT = _FIRST_LINE + len(_LINE_COLUMNS)
+# The audit row of each new subscription, from its request's columns (audit.insert_select_sql).
+_AUDIT_VALUES = (
+    "aud_at",
+    "aud_source",
+    "aud_client_id",
+    "aud_action",
+    "aud_subject_type",
+    "id",
+    "NULL",
+    "version",
+    "aud_request_id",
+    "aud_detail",
+)
 _STORED = [c.strip() for c in idempotency.STORED_COLUMNS.split(",")]
 
 
@@ -240,24 +245,19 @@ sub AS (
     WHERE go.inv_id IS NOT NULL
     RETURNING invoice_id, amount
 ), ev AS (
-    INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
-    SELECT e.event_id, go.id, e.ord, e.event_type, e.payload::jsonb, go.occurred_at
-    FROM {_unnest(_FIRST_EVENT, _EVENT_COLUMNS, "e")} JOIN go ON go.n = e.n
+    {
+    outbox.insert_sql(
+        bases="(SELECT id, 0::bigint AS base, occurred_at FROM go)",
+        occurred_at="b.occurred_at",
+        params=outbox.EventParams.positional(_FIRST_EVENT),
+    )
+}
     RETURNING aggregate_id
 ), aud AS (
-    INSERT INTO audit_event (occurred_at, source, client_id, action, subject_type, subject_id,
-        version_before, version_after, request_id, detail)
-    SELECT aud_at, aud_source, aud_client_id, aud_action, aud_subject_type, id, NULL, version,
-        aud_request_id, aud_detail::jsonb
-    FROM go
+    {audit.insert_select_sql(_AUDIT_VALUES, rows="go")}
     RETURNING subject_id
 ), rec AS (
-    INSERT INTO idempotency_key (client_id, key, request_method, request_path, request_hash,
-        response_status, response_headers, response_body, created_at, completed_at, expires_at)
-    SELECT client_id, key, request_method, request_path, request_hash,
-        response_status, response_headers::jsonb, response_body, completed_at, completed_at,
-        expires_at
-    FROM go
+    {idempotency.insert_select_sql(rows="go")}
     RETURNING client_id, key
 )
 SELECT req.n, req.ok AS locked,
@@ -281,8 +281,6 @@ def _request(n: int, item: KeyedNew) -> dict[str, object]:
         raise ValueError("now must be timezone-aware")
     if any(e.subscription_id != sub.id for e in item.events):
         raise ValueError("every event must be the new subscription's")
-    if any(e.version != 1 for e in item.events):  # schema_version is left at its default
-        raise ValueError("a new subscription's events are written at schema version 1")
     return {
         "n": n,
         **{name: getattr(sub, name) for name in _SUBSCRIPTION_FIELDS},
@@ -315,19 +313,6 @@ def _lines(n: int, lines: Sequence[InvoiceLine]) -> list[dict[str, object]]:
     ]
 
 
-def _events(n: int, events: Sequence[DomainEvent]) -> list[dict[str, object]]:
-    return [
-        {
-            "n": n,
-            "ord": ord_,
-            "event_id": uuid.uuid4(),
-            "event_type": str(event.type),
-            "payload": event.payload_json(),
-        }
-        for ord_, event in enumerate(events, start=1)
-    ]
-
-
 def _arrays(rows: list[dict[str, object]], columns: tuple[tuple[str, str], ...]) -> list[list[Any]]:
     names = [name for name, _ in columns]
     if any(row.keys() != set(names) for row in rows):
@@ -335,17 +320,17 @@ def _arrays(rows: list[dict[str, object]], columns: tuple[tuple[str, str], ...])
     return [[row[name] for row in rows] for name in names]
 
 
-def parameters(items: Sequence[KeyedNew]) -> list[list[Any]]:
-    """The statement's arrays: one per column of requests, of lines, of events."""
-    requests, lines, events = [], [], []
+def parameters(items: Sequence[KeyedNew]) -> list[object]:
+    """The statement's arrays: one per column of requests and of lines, then the events'
+    (``outbox.event_values``)."""
+    requests, lines = [], []
     for n, item in enumerate(items):
         requests.append(_request(n, item))
         lines.extend(_lines(n, item.lines))
-        events.extend(_events(n, item.events))
     return [
         *_arrays(requests, _REQUEST_COLUMNS),
         *_arrays(lines, _LINE_COLUMNS),
-        *_arrays(events, _EVENT_COLUMNS),
+        *outbox.event_values([event for item in items for event in item.events]),
     ]
 
 

@@ -317,34 +317,6 @@ async def consume_credit(
     )
 
 
-async def return_credit(
-    session: AsyncSession | AsyncConnection,
-    *,
-    subscription_id: int,
-    amount: int,
-    invoice_id: int,
-    now: datetime,
-) -> None:
-    """Give back credit a voided invoice had consumed (ledger line + balance).
-
-    Only for a transaction that has already made its version-checked write to this
-    subscription (it holds the row lock and bumped the version once for the whole change).
-    """
-    await session.execute(
-        update(_s)
-        .where(_s.c.id == subscription_id)
-        .values(credit_balance=_s.c.credit_balance + amount, updated_at=now)
-    )
-    await add_credit_entry(
-        session,
-        subscription_id=subscription_id,
-        amount=amount,
-        reason="VOID_REFUND",
-        invoice_id=invoice_id,
-        now=now,
-    )
-
-
 async def lock_subscriptions(session: AsyncSession | AsyncConnection, ids: list[int]) -> None:
     """Row-lock the subscriptions, in id order (the lock order of every writer)."""
     if ids:

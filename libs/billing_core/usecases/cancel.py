@@ -7,8 +7,9 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from billing_core.domain import subscription as sub_domain
-from billing_core.repo import audit, outbox
+from billing_core.repo import audit
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases.lifecycle import Decision, Outcome, change_subscription
 from billing_core.usecases.voiding import void_open_invoices
 
 
@@ -29,54 +30,41 @@ async def cancel(
     and the renewer cancels instead of renewing. Raises ``VersionConflict`` when the
     subscription is not at ``expected_version`` or changes before the write.
     """
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
-    state = subscriptions_repo.domain_state(sub)
-    if at_period_end:
-        new_state, events = sub_domain.schedule_cancel_at_period_end(state, now)
-    else:
-        new_state, events = sub_domain.cancel_now(state, now)
-    if new_state == state:
-        await audit.record_subscription_change(
-            session,
-            actor,
-            audit.SUBSCRIPTION_CANCEL,
-            subscription_id,
-            before=sub.version,
-            after=sub.version,
-            detail={"atPeriodEnd": at_period_end, "changed": False},
-            now=now,
-        )
-        return False
 
-    # The subscription row first (version check and row lock), then its invoices: the same
-    # lock order as recording a payment result, so the two never deadlock.
-    version = await subscriptions_repo.update_versioned(
-        session,
-        subscription_id,
-        expected_version=sub.version,
-        now=now,
-        values={
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[bool]:
+        state = subscriptions_repo.domain_state(sub)
+        if at_period_end:
+            new_state, events = sub_domain.schedule_cancel_at_period_end(state, now)
+        else:
+            new_state, events = sub_domain.cancel_now(state, now)
+        changed = new_state != state
+        outcome = Outcome(changed, events, {"atPeriodEnd": at_period_end, "changed": changed})
+        if not changed:
+            return Decision(outcome)
+
+        async def void(_version: int, decided: Outcome[bool]) -> Outcome[bool]:
+            # After the subscription row (its lock): the lock order of recording a payment
+            # result, so the two never deadlock.
+            voided = await void_open_invoices(session, subscription_id, now=now)
+            return Outcome(decided.result, [*voided, *decided.events], decided.detail)
+
+        values = {
             "status": str(new_state.status),
             "canceled_at": new_state.canceled_at,
             "cancel_at_period_end": new_state.cancel_at_period_end,
             **subscriptions_repo.pause_values(new_state.pause),
-        },
-    )
-    voided = [] if at_period_end else await void_open_invoices(session, subscription_id, now=now)
-    await outbox.append_events(session, voided + events, now)
-    await audit.record_subscription_change(
+        }
+        return Decision(outcome, values, None if at_period_end else void)
+
+    return await change_subscription(
         session,
-        actor,
-        audit.SUBSCRIPTION_CANCEL,
-        subscription_id,
-        before=sub.version,
-        after=version,
-        detail={"atPeriodEnd": at_period_end, "changed": True},
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_CANCEL,
         now=now,
+        expected_version=expected_version,
+        actor=actor,
     )
-    return True
 
 
 async def resume_renewal(
@@ -90,39 +78,22 @@ async def resume_renewal(
     """Undo a cancel scheduled for the period end; return False when none was scheduled.
     A canceled subscription refuses (``SubscriptionCanceledError``). With ``actor``, the request
     is recorded in ``audit_event`` (changed or not)."""
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
-    state = subscriptions_repo.domain_state(sub)
-    new_state, events = sub_domain.resume_renewal(state, now)
-    if new_state == state:
-        await audit.record_subscription_change(
-            session,
-            actor,
-            audit.SUBSCRIPTION_RESUME_RENEWAL,
-            subscription_id,
-            before=sub.version,
-            after=sub.version,
-            detail={"changed": False},
-            now=now,
-        )
-        return False
-    version = await subscriptions_repo.update_versioned(
+
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[bool]:
+        state = subscriptions_repo.domain_state(sub)
+        new_state, events = sub_domain.resume_renewal(state, now)
+        changed = new_state != state
+        outcome = Outcome(changed, events, {"changed": changed})
+        if not changed:
+            return Decision(outcome)
+        return Decision(outcome, {"cancel_at_period_end": new_state.cancel_at_period_end})
+
+    return await change_subscription(
         session,
-        subscription_id,
-        expected_version=sub.version,
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_RESUME_RENEWAL,
         now=now,
-        values={"cancel_at_period_end": new_state.cancel_at_period_end},
+        expected_version=expected_version,
+        actor=actor,
     )
-    await outbox.append_events(session, events, now)
-    await audit.record_subscription_change(
-        session,
-        actor,
-        audit.SUBSCRIPTION_RESUME_RENEWAL,
-        subscription_id,
-        before=sub.version,
-        after=version,
-        detail={"changed": True},
-        now=now,
-    )
-    return True

@@ -20,13 +20,14 @@ from billing_core.domain.period import Interval, Period
 from billing_core.domain.proration import Proration
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.domain.tax import TaxedLines, taxed_at
-from billing_core.repo import audit, outbox
+from billing_core.repo import audit
 from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import invoice_lines as invoice_lines_repo
 from billing_core.repo import invoices as invoices_repo
 from billing_core.repo import plans as plans_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo import tax as tax_repo
+from billing_core.usecases.lifecycle import Decision, Outcome, change_subscription
 from billing_core.usecases.period_invoice import insert_period_invoice
 from billing_core.usecases.renew import renew_due_batch
 from billing_core.usecases.subscribe import opened_invoice_events
@@ -132,39 +133,64 @@ async def change_plan(
     another billing interval starts a new period now instead (:func:`_change_interval`).
     With ``actor``, the request is recorded in ``audit_event`` (changed or not).
     """
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
+
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[PlanChange]:
+        new_plan = await plans_repo.get_by_code(session, plan_code)
+        if effective == EFFECTIVE_PERIOD_END:
+            return _schedule(sub, new_plan, now)
+        state = subscriptions_repo.domain_state(sub)
+        if new_plan.code == sub.plan_code:
+            sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
+            unchanged = PlanChange(changed=False)
+            return Decision(Outcome(unchanged, (), _detail(sub, new_plan.code, unchanged)))
+        if sub.status == SubscriptionStatus.CANCELED:
+            sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
+        _require_same_currency(sub, new_plan)
+        discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+        in_trial = sub.status == SubscriptionStatus.TRIALING
+        if new_plan.billing_interval != sub.plan_interval and not in_trial:
+            # In a trial nothing was charged and the trial ends at the anchor: the new plan's
+            # interval simply counts from there. Otherwise a new period starts now.
+            return await _change_interval(session, sub, new_plan, now, proration_behavior, discount)
+        return await _prorate(session, sub, new_plan, now, proration_behavior, discount)
+
+    async def renewed_if_due(
+        sub: subscriptions_repo.Subscription, now: datetime
+    ) -> subscriptions_repo.Subscription:
+        return await _renewed_if_due(session, sub, now)
+
+    return await change_subscription(
+        session,
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE
+        if effective == EFFECTIVE_PERIOD_END
+        else audit.SUBSCRIPTION_CHANGE_PLAN,
+        now=now,
+        expected_version=expected_version,
+        actor=actor,
+        refresh=renewed_if_due,
     )
-    new_plan = await plans_repo.get_by_code(session, plan_code)
-    sub = await _renewed_if_due(session, sub, now)
-    if effective == EFFECTIVE_PERIOD_END:
-        return await _schedule(session, sub, new_plan, now, actor)
-    state = subscriptions_repo.domain_state(sub)
-    if new_plan.code == sub.plan_code:
-        sub_domain.change_plan(state, new_plan.code, now)  # a canceled subscription refuses
-        change = PlanChange(changed=False)
-        await _audit(session, actor, sub, sub.version, change, new_plan.code, now)
-        return change
-    if sub.status == SubscriptionStatus.CANCELED:
-        sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
-    _require_same_currency(sub, new_plan)
-    discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
-    if new_plan.billing_interval != sub.plan_interval and sub.status != SubscriptionStatus.TRIALING:
-        # In a trial nothing was charged and the trial ends at the anchor: the new plan's
-        # interval simply counts from there. Otherwise a new period starts now.
-        return await _change_interval(
-            session, sub, new_plan, now, proration_behavior, discount, actor
-        )
-    proration = _proration(sub, new_plan.price_amount, now, proration_behavior, discount)
+
+
+async def _prorate(
+    session: AsyncSession,
+    sub: subscriptions_repo.Subscription,
+    new_plan: plans_repo.Plan,
+    now: datetime,
+    behavior: str,
+    discount: Discount | None,
+) -> Decision[PlanChange]:
+    """A plan with the same interval: prorated over the current period (see :func:`change_plan`)."""
+    proration = _proration(sub, new_plan.price_amount, now, behavior, discount)
     balance = sub.credit_balance
-    invoice: invoices_repo.Invoice | None = None
     credit_granted = 0
     credit_used = 0
     priced: TaxedLines | None = None
     if proration.due > 0:
         # The change's lines, taxed at the subscription's rate (if it has a tax location);
         # the credit balance pays the taxed amount.
-        rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
+        rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
         priced = taxed_at(
             rate,
             invoice_lines.proration_lines(
@@ -177,72 +203,82 @@ async def change_plan(
     elif proration.due < 0:
         credit_granted = credit_from_proration(proration.due)
         balance += credit_granted
-
     _new_state, events = sub_domain.change_plan(
-        state, new_plan.code, now, proration_due=proration.due
-    )
-    version = await subscriptions_repo.update_versioned(
-        session,
-        subscription_id,
-        expected_version=sub.version,
-        now=now,
-        values={"plan_id": new_plan.id, "credit_balance": balance, "scheduled_plan_id": None},
+        subscriptions_repo.domain_state(sub), new_plan.code, now, proration_due=proration.due
     )
 
-    if priced is not None:
-        invoice = await invoices_repo.insert_invoice(
-            session,
-            subscription_id=subscription_id,
-            customer_id=sub.customer_id,
-            kind="PRORATION",
-            period_index=sub.period_index,
-            period_start=now,
-            period_end=sub.current_period_end,
-            subtotal=priced.total,
-            credit_applied=credit_used,
-            currency=new_plan.currency,
-            now=now,
-        )
-        lines = [*priced.lines, *invoice_lines.credit_line(credit_used)]
-        invoice_lines.check_total(
-            lines,
-            subtotal=invoice.subtotal,
-            credit_applied=invoice.credit_applied,
-            amount=invoice.amount,
-        )
-        await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
-        if credit_used:
+    async def write(_version: int, decided: Outcome[PlanChange]) -> Outcome[PlanChange]:
+        events = list(decided.events)
+        invoice: invoices_repo.Invoice | None = None
+        if priced is not None:
+            invoice = await _insert_proration_invoice(
+                session, sub, new_plan, priced, credit_used, now
+            )
+            events += opened_invoice_events(invoice, priced.tax)
+        elif credit_granted:
             await subscriptions_repo.add_credit_entry(
                 session,
-                subscription_id=subscription_id,
-                amount=-credit_used,
-                reason="INVOICE",
-                invoice_id=invoice.id,
+                subscription_id=sub.id,
+                amount=credit_granted,
+                reason="DOWNGRADE",
                 now=now,
             )
-    elif credit_granted:
+            if behavior == PRORATION_ALWAYS:
+                events += await _apply_credit_now(session, sub.id, credit_granted, now)
+        change = PlanChange(
+            changed=True,
+            due=proration.due,
+            invoice_id=invoice.id if invoice else None,
+            credit_granted=credit_granted,
+            invoice_amount=invoice.amount if invoice else 0,
+        )
+        return Outcome(change, events, _detail(sub, new_plan.code, change))
+
+    values = {"plan_id": new_plan.id, "credit_balance": balance, "scheduled_plan_id": None}
+    return Decision(Outcome(PlanChange(changed=True), events), values, write)
+
+
+async def _insert_proration_invoice(
+    session: AsyncSession,
+    sub: subscriptions_repo.Subscription,
+    new_plan: plans_repo.Plan,
+    priced: TaxedLines,
+    credit_used: int,
+    now: datetime,
+) -> invoices_repo.Invoice:
+    """The PRORATION invoice of an upgrade for [now, period end), its lines checked, and the
+    credit it consumed on the ledger."""
+    invoice = await invoices_repo.insert_invoice(
+        session,
+        subscription_id=sub.id,
+        customer_id=sub.customer_id,
+        kind="PRORATION",
+        period_index=sub.period_index,
+        period_start=now,
+        period_end=sub.current_period_end,
+        subtotal=priced.total,
+        credit_applied=credit_used,
+        currency=new_plan.currency,
+        now=now,
+    )
+    lines = [*priced.lines, *invoice_lines.credit_line(credit_used)]
+    invoice_lines.check_total(
+        lines,
+        subtotal=invoice.subtotal,
+        credit_applied=invoice.credit_applied,
+        amount=invoice.amount,
+    )
+    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
+    if credit_used:
         await subscriptions_repo.add_credit_entry(
             session,
-            subscription_id=subscription_id,
-            amount=credit_granted,
-            reason="DOWNGRADE",
+            subscription_id=sub.id,
+            amount=-credit_used,
+            reason="INVOICE",
+            invoice_id=invoice.id,
             now=now,
         )
-        if proration_behavior == PRORATION_ALWAYS:
-            events += await _apply_credit_now(session, subscription_id, credit_granted, now)
-
-    if invoice is not None and priced is not None:
-        events += opened_invoice_events(invoice, priced.tax)
-    await outbox.append_events(session, events, now)
-    change = PlanChange(
-        changed=True,
-        due=proration.due,
-        invoice_id=invoice.id if invoice else None,
-        credit_granted=credit_granted,
-        invoice_amount=invoice.amount if invoice else 0,
-    )
-    await _audit(session, actor, sub, version, change, new_plan.code, now)
-    return change
+    return invoice
 
 
 async def _apply_credit_now(
@@ -289,8 +325,7 @@ async def _change_interval(
     now: datetime,
     behavior: str,
     discount: Discount | None,
-    actor: audit.Actor | None,
-) -> PlanChange:
+) -> Decision[PlanChange]:
     """A plan with another interval, now: the anchor moves to ``now`` and period n + 1 starts
     there (:func:`billing_core.domain.interval_change.change_interval`). The unused part of
     period n becomes credit (none with ``prorationBehavior: none``; a DOWNGRADE credit entry),
@@ -325,58 +360,50 @@ async def _change_interval(
         rate, plan_period_lines(new_plan.code, new_plan.price_amount, discount, index, period)
     )
     split = apply_credit(priced.total, sub.credit_balance + change.credit)
-    version = await subscriptions_repo.update_versioned(
-        session,
-        sub.id,
-        expected_version=sub.version,
-        now=now,
-        values={
-            "plan_id": new_plan.id,
-            "scheduled_plan_id": None,
-            "billing_anchor": change.anchor,
-            "anchor_period_index": index,
-            "period_index": index,
-            "current_period_start": period.start,
-            "current_period_end": period.end,
-            "credit_balance": split.credit_remaining,
-        },
-    )
-    if change.credit:
-        await subscriptions_repo.add_credit_entry(
-            session, subscription_id=sub.id, amount=change.credit, reason="DOWNGRADE", now=now
+
+    async def write(_version: int, decided: Outcome[PlanChange]) -> Outcome[PlanChange]:
+        if change.credit:
+            await subscriptions_repo.add_credit_entry(
+                session, subscription_id=sub.id, amount=change.credit, reason="DOWNGRADE", now=now
+            )
+        invoice = await insert_period_invoice(
+            session,
+            sub,
+            period_index=index,
+            period=period,
+            priced=priced,
+            split=split,
+            currency=new_plan.currency,
+            now=now,
         )
-    invoice = await insert_period_invoice(
-        session,
-        sub,
-        period_index=index,
-        period=period,
-        priced=priced,
-        split=split,
-        currency=new_plan.currency,
-        now=now,
-    )
-    events = change.events + opened_invoice_events(invoice, priced.tax)
-    if behavior == PRORATION_ALWAYS and split.credit_remaining:
-        events += await _apply_credit_now(session, sub.id, split.credit_remaining, now)
-    await outbox.append_events(session, events, now)
-    result = PlanChange(
-        changed=True,
-        due=-change.credit,
-        credit_granted=change.credit,
-        period_invoice_id=invoice.id,
-        period_invoice_amount=invoice.amount,
-    )
-    await _audit(session, actor, sub, version, result, new_plan.code, now)
-    return result
+        events = [*decided.events, *opened_invoice_events(invoice, priced.tax)]
+        if behavior == PRORATION_ALWAYS and split.credit_remaining:
+            events += await _apply_credit_now(session, sub.id, split.credit_remaining, now)
+        result = PlanChange(
+            changed=True,
+            due=-change.credit,
+            credit_granted=change.credit,
+            period_invoice_id=invoice.id,
+            period_invoice_amount=invoice.amount,
+        )
+        return Outcome(result, events, _detail(sub, new_plan.code, result))
+
+    values = {
+        "plan_id": new_plan.id,
+        "scheduled_plan_id": None,
+        "billing_anchor": change.anchor,
+        "anchor_period_index": index,
+        "period_index": index,
+        "current_period_start": period.start,
+        "current_period_end": period.end,
+        "credit_balance": split.credit_remaining,
+    }
+    return Decision(Outcome(PlanChange(changed=True), change.events), values, write)
 
 
-async def _schedule(
-    session: AsyncSession,
-    sub: subscriptions_repo.Subscription,
-    new_plan: plans_repo.Plan | None,
-    now: datetime,
-    actor: audit.Actor | None,
-) -> PlanChange:
+def _schedule(
+    sub: subscriptions_repo.Subscription, new_plan: plans_repo.Plan | None, now: datetime
+) -> Decision[PlanChange]:
     """Store (or, ``new_plan`` None or the current plan, drop) the change scheduled for the
     period end; nothing is prorated or invoiced now."""
     state = subscriptions_repo.domain_state(sub)
@@ -386,35 +413,16 @@ async def _schedule(
         # Another interval is fine: the renewer moves the anchor to the boundary.
         _require_same_currency(sub, new_plan)
     changed = new_state != state
-    version = sub.version
-    if changed:
-        version = await subscriptions_repo.update_versioned(
-            session,
-            sub.id,
-            expected_version=sub.version,
-            now=now,
-            values={
-                "scheduled_plan_id": None
-                if new_state.scheduled_plan_code is None or new_plan is None
-                else new_plan.id
-            },
-        )
-    await audit.record_subscription_change(
-        session,
-        actor,
-        audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,
-        sub.id,
-        before=sub.version,
-        after=version,
-        detail={
-            "fromPlan": sub.plan_code,
-            "scheduledPlan": new_state.scheduled_plan_code,
-            "effectiveAt": sub.current_period_end.isoformat(),
-            "changed": changed,
-        },
-        now=now,
-    )
-    return PlanChange(changed=changed, scheduled=new_state.scheduled_plan_code is not None)
+    detail = {
+        "fromPlan": sub.plan_code,
+        "scheduledPlan": new_state.scheduled_plan_code,
+        "effectiveAt": sub.current_period_end.isoformat(),
+        "changed": changed,
+    }
+    result = PlanChange(changed=changed, scheduled=new_state.scheduled_plan_code is not None)
+    scheduled = None if new_state.scheduled_plan_code is None or new_plan is None else new_plan.id
+    values = {"scheduled_plan_id": scheduled} if changed else None
+    return Decision(Outcome(result, (), detail), values)
 
 
 async def cancel_scheduled_change(
@@ -426,36 +434,31 @@ async def cancel_scheduled_change(
     actor: audit.Actor | None = None,
 ) -> bool:
     """Drop the plan change scheduled for the period end; False when none was."""
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
-    return (await _schedule(session, sub, None, now, actor)).changed
 
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[PlanChange]:
+        return _schedule(sub, None, now)
 
-async def _audit(
-    session: AsyncSession,
-    actor: audit.Actor | None,
-    sub: subscriptions_repo.Subscription,
-    version_after: int,
-    change: PlanChange,
-    plan_code: str,
-    now: datetime,
-) -> None:
-    await audit.record_subscription_change(
+    change = await change_subscription(
         session,
-        actor,
-        audit.SUBSCRIPTION_CHANGE_PLAN,
-        sub.id,
-        before=sub.version,
-        after=version_after,
-        detail={
-            "fromPlan": sub.plan_code,
-            "toPlan": plan_code,
-            "changed": change.changed,
-            "due": change.due,
-            "invoiceId": change.invoice_id,
-            "creditGranted": change.credit_granted,
-            "periodInvoiceId": change.period_invoice_id,
-        },
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,
         now=now,
+        expected_version=expected_version,
+        actor=actor,
     )
+    return change.changed
+
+
+def _detail(
+    sub: subscriptions_repo.Subscription, plan_code: str, change: PlanChange
+) -> dict[str, object]:
+    return {
+        "fromPlan": sub.plan_code,
+        "toPlan": plan_code,
+        "changed": change.changed,
+        "due": change.due,
+        "invoiceId": change.invoice_id,
+        "creditGranted": change.credit_granted,
+        "periodInvoiceId": change.period_invoice_id,
+    }

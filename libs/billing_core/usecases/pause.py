@@ -19,6 +19,7 @@ from billing_core.domain.subscription import PauseBehavior
 from billing_core.repo import audit, outbox
 from billing_core.repo import pauses as pauses_repo
 from billing_core.repo import subscriptions as subscriptions_repo
+from billing_core.usecases.lifecycle import Decision, Outcome, change_subscription
 
 
 class ResumeConflict(Exception):
@@ -37,37 +38,24 @@ async def pause(
 ) -> bool:
     """Pause collection (or change the pause); False when it was already paused that way.
     With ``actor``, the request is recorded in ``audit_event`` (changed or not)."""
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
-    state = subscriptions_repo.domain_state(sub)
-    new_state, events = sub_domain.pause(state, behavior, now, resumes_at=resumes_at)
-    detail = {
-        "behavior": str(behavior),
-        "resumesAt": ev.iso(resumes_at),
-        "changed": new_state != state,
-    }
-    version = sub.version
-    if new_state != state:
-        version = await subscriptions_repo.update_versioned(
-            session,
-            subscription_id,
-            expected_version=sub.version,
-            now=now,
-            values=subscriptions_repo.pause_values(new_state.pause),
-        )
-        await outbox.append_events(session, events, now)
-    await audit.record_subscription_change(
+
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[bool]:
+        state = subscriptions_repo.domain_state(sub)
+        new_state, events = sub_domain.pause(state, behavior, now, resumes_at=resumes_at)
+        changed = new_state != state
+        detail = {"behavior": str(behavior), "resumesAt": ev.iso(resumes_at), "changed": changed}
+        values = subscriptions_repo.pause_values(new_state.pause) if changed else None
+        return Decision(Outcome(changed, events, detail), values)
+
+    return await change_subscription(
         session,
-        actor,
-        audit.SUBSCRIPTION_PAUSE,
-        subscription_id,
-        before=sub.version,
-        after=version,
-        detail=detail,
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_PAUSE,
         now=now,
+        expected_version=expected_version,
+        actor=actor,
     )
-    return new_state != state
 
 
 async def resume(
@@ -79,32 +67,23 @@ async def resume(
     actor: audit.Actor | None = None,
 ) -> bool:
     """Resume collection; False when it was not paused. A canceled subscription refuses."""
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
-    state = subscriptions_repo.domain_state(sub)
-    new_state, events = sub_domain.resume(state, now)
-    version = sub.version
-    if new_state != state:
-        version = await subscriptions_repo.update_versioned(
-            session,
-            subscription_id,
-            expected_version=sub.version,
-            now=now,
-            values=subscriptions_repo.pause_values(None),
-        )
-        await outbox.append_events(session, events, now)
-    await audit.record_subscription_change(
+
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[bool]:
+        state = subscriptions_repo.domain_state(sub)
+        new_state, events = sub_domain.resume(state, now)
+        changed = new_state != state
+        values = subscriptions_repo.pause_values(None) if changed else None
+        return Decision(Outcome(changed, events, {"changed": changed}), values)
+
+    return await change_subscription(
         session,
-        actor,
-        audit.SUBSCRIPTION_RESUME,
-        subscription_id,
-        before=sub.version,
-        after=version,
-        detail={"changed": new_state != state},
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_RESUME,
         now=now,
+        expected_version=expected_version,
+        actor=actor,
     )
-    return new_state != state
 
 
 async def resume_due_pauses(db: pauses_repo.Db, *, now: datetime, limit: int = 1000) -> int:

@@ -20,10 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
 from billing_core.db.pg import Connection
-from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
@@ -38,15 +35,13 @@ from billing_core.domain.subscription import SubscriptionState
 from billing_core.repo import payment_results as results_repo
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo import refunds as refunds_repo
-from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.outbox import append_events
 from billing_core.repo.payment_results import AttemptToRecord, LockedInvoice
-from billing_core.usecases.voiding import void_open_invoices
+from billing_core.usecases.voiding import give_back_credit, void_open_invoices
 
 __all__ = [
     "AttemptToRecord",
     "RecordOutcome",
-    "SessionRequired",
     "Source",
     "record_charge_result",
     "record_charge_results",
@@ -57,13 +52,6 @@ Source = Literal["COLLECTOR", "WEBHOOK", "LOOKUP"]
 # Where results are recorded: a SQLAlchemy session or connection, or a plain asyncpg connection
 # (``billing_core.db.pg``: no SQLAlchemy statement overhead, for the collector's groups).
 Db = results_repo.Db | Connection
-
-
-class SessionRequired(Exception):
-    """Raised on a plain asyncpg connection when a round decided a refund, a reconciliation
-    item, credit given back or other invoices voided (their SQL runs on a SQLAlchemy session
-    only), before writing any of it. The caller rolls its transaction back and records the
-    same group on a session, which decides again from the current state."""
 
 
 async def record_charge_result(
@@ -125,8 +113,7 @@ async def record_charge_results(
     """Record ``attempts`` in order; what each did, in the same order. A charge that is to be
     given back gets a REQUESTED ``refund`` row (its key ``ref-{attempt id}`` with
     ``key_prefix``, the deployment's); the collector sends it. What needs a person gets a
-    ``reconciliation_item``. On a plain asyncpg connection, a group that calls for any of
-    those (or for voids) raises :class:`SessionRequired` instead."""
+    ``reconciliation_item``."""
     outcomes: list[RecordOutcome] = [RecordOutcome.NOT_FOUND] * len(attempts)
     events: list[DomainEvent] = []  # decided, not yet in the outbox (in order)
     pending = list(range(len(attempts)))
@@ -251,20 +238,16 @@ async def _record_round(
                     payment_attempt_id=invoice.payment_attempt_id,
                 )
             )
-    on_session = isinstance(session, AsyncSession | AsyncConnection)
-    if not on_session and (refunds or items or credit_back or voids):
-        raise SessionRequired
     await results_repo.write_decisions(
         session, invoice_writes, subscription_writes, events, now=now
     )
     events.clear()
-    if on_session:
-        events += await _write_the_rest(session, refunds, items, credit_back, voids, now=now)
+    events += await _write_the_rest(session, refunds, items, credit_back, voids, now=now)
     return outcomes
 
 
 async def _write_the_rest(
-    session: results_repo.Db,
+    session: Db,
     refunds: list[refunds_repo.RefundToRequest],
     items: list[reconciliation_repo.NewItem],
     credit_back: list[tuple[int, LockedInvoice]],
@@ -276,16 +259,11 @@ async def _write_the_rest(
     given back by a requested void, the other OPEN invoices voided (their events returned)."""
     await refunds_repo.request_refunds(session, refunds, now=now)
     await reconciliation_repo.add_items(session, items, now=now)
-    for subscription_id, voided in credit_back:
-        credit = invoice_rules.credit_returned_by_void(voided.credit_applied)
-        if credit:
-            await subscriptions_repo.return_credit(
-                session,
-                subscription_id=subscription_id,
-                amount=credit,
-                invoice_id=voided.state.id,
-                now=now,
-            )
+    await give_back_credit(
+        session,
+        [(s, voided.state.id, voided.credit_applied) for s, voided in credit_back],
+        now=now,
+    )
     events: list[DomainEvent] = []
     for subscription_id, kept in voids:
         events += await void_open_invoices(session, subscription_id, now=now, keep_invoice_id=kept)

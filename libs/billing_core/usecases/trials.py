@@ -11,10 +11,11 @@ from billing_core.domain.coupons import plan_period_lines
 from billing_core.domain.credit import apply_credit
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.tax import taxed_at
-from billing_core.repo import audit, outbox
+from billing_core.repo import audit
 from billing_core.repo import coupons as coupons_repo
 from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo import tax as tax_repo
+from billing_core.usecases.lifecycle import Decision, Outcome, change_subscription
 from billing_core.usecases.period_invoice import insert_period_invoice
 from billing_core.usecases.subscribe import opened_invoice_events
 
@@ -37,24 +38,33 @@ async def end_trial_now(
     the trial is dropped: asking to pay now is asking to stay. Anything but TRIALING is 409
     (``IllegalTransition``).
     """
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
-    state = subscriptions_repo.domain_state(sub)
-    _new_state, events = sub_domain.end_trial(state, now, early=True)
-    period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
-    rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
-    discount = (await coupons_repo.discounts_for(session, [subscription_id])).get(subscription_id)
-    priced = taxed_at(
-        rate, plan_period_lines(sub.plan_code, sub.plan_price_amount, discount, 0, period)
-    )
-    split = apply_credit(priced.total, sub.credit_balance)
-    version = await subscriptions_repo.update_versioned(
-        session,
-        subscription_id,
-        expected_version=sub.version,
-        now=now,
-        values={
+
+    async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[int]:
+        state = subscriptions_repo.domain_state(sub)
+        _new_state, events = sub_domain.end_trial(state, now, early=True)
+        period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
+        rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
+        discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+        priced = taxed_at(
+            rate, plan_period_lines(sub.plan_code, sub.plan_price_amount, discount, 0, period)
+        )
+        split = apply_credit(priced.total, sub.credit_balance)
+
+        async def invoice_it(_version: int, decided: Outcome[int]) -> Outcome[int]:
+            invoice = await insert_period_invoice(
+                session,
+                sub,
+                period_index=0,
+                period=period,
+                priced=priced,
+                split=split,
+                currency=sub.plan_currency,
+                now=now,
+            )
+            opened = opened_invoice_events(invoice, priced.tax)
+            return Outcome(invoice.id, [*decided.events, *opened], {"invoiceId": invoice.id})
+
+        values = {
             "status": "ACTIVE",
             "cancel_at_period_end": False,
             "billing_anchor": now,
@@ -64,27 +74,15 @@ async def end_trial_now(
             "current_period_start": period.start,
             "current_period_end": period.end,
             "credit_balance": split.credit_remaining,
-        },
-    )
-    invoice = await insert_period_invoice(
+        }
+        return Decision(Outcome(0, events), values, invoice_it)
+
+    return await change_subscription(
         session,
-        sub,
-        period_index=0,
-        period=period,
-        priced=priced,
-        split=split,
-        currency=sub.plan_currency,
+        decide,
+        subscription_id=subscription_id,
+        action=audit.SUBSCRIPTION_END_TRIAL,
         now=now,
+        expected_version=expected_version,
+        actor=actor,
     )
-    await outbox.append_events(session, events + opened_invoice_events(invoice, priced.tax), now)
-    await audit.record_subscription_change(
-        session,
-        actor,
-        audit.SUBSCRIPTION_END_TRIAL,
-        subscription_id,
-        before=sub.version,
-        after=version,
-        detail={"invoiceId": invoice.id},
-        now=now,
-    )
-    return invoice.id

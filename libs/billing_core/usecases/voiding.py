@@ -3,18 +3,19 @@ requested void is ended by what the gateway says: ``domain.charge_result.apply_r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
+from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.repo import invoices as invoices_repo
-from billing_core.repo import subscriptions as subscriptions_repo
 
 
 async def void_open_invoices(
-    db: invoices_repo.Db,
+    db: invoices_repo.Db | Connection,
     subscription_id: int,
     *,
     now: datetime,
@@ -39,14 +40,24 @@ async def void_open_invoices(
             requested.append(invoice.state.id)
     await invoices_repo.void_invoices(db, [v.state.id for v in voided], now=now)
     await invoices_repo.request_voids(db, requested, now=now)
-    for invoice in voided:
-        credit = invoice_rules.credit_returned_by_void(invoice.credit_applied)
-        if credit:
-            await subscriptions_repo.return_credit(
-                db,
-                subscription_id=subscription_id,
-                amount=credit,
-                invoice_id=invoice.state.id,
-                now=now,
-            )
+    await give_back_credit(
+        db, [(subscription_id, v.state.id, v.credit_applied) for v in voided], now=now
+    )
     return [ev.invoice_voided(subscription_id, v.state.id, now) for v in voided]
+
+
+async def give_back_credit(
+    db: invoices_repo.Db | Connection,
+    voided: Sequence[tuple[int, int, int]],
+    *,
+    now: datetime,
+) -> None:
+    """The one credit-back rule: each voided invoice's consumed credit
+    (``(subscription id, invoice id, credit applied)``) back to its subscription's balance, as
+    much as ``domain.invoice.credit_returned_by_void`` says, in one statement."""
+    returns = [
+        invoices_repo.CreditReturn(subscription_id, invoice_id, credit)
+        for subscription_id, invoice_id, applied in voided
+        if (credit := invoice_rules.credit_returned_by_void(applied))
+    ]
+    await invoices_repo.return_credits(db, returns, now=now)

@@ -13,11 +13,10 @@ from starlette.responses import Response
 
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.scopes import Scope
-from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit
 from billing_core.repo import coupons as coupons_repo
-from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.repo.api_clients import ApiClient
+from billing_core.usecases import coupons as coupons_uc
 from services.api.auth import requires
 from services.api.context import get_context
 from services.api.idempotency import (
@@ -117,46 +116,20 @@ async def apply_coupon(
     async def work(session: AsyncSession, now: datetime) -> Outcome:
         # A redemption never goes back in time: at the request's instant or the row's last
         # write, whichever is later (subscription.change_instant).
-        sub, now = await subscriptions_repo.get_for_change(session, subscription_id, None, now)
-        if sub.status == SubscriptionStatus.CANCELED:
-            raise coupons_repo.SubscriptionCanceledForCoupon(
-                f"subscription {subscription_id} is canceled"
-            )
-        coupon = await coupons_repo.redeem(
-            session, body.coupon_code, currency=sub.plan_currency, now=now
-        )
-        # A trial's period 0 is not invoiced yet; otherwise the current period already is.
-        first = sub.period_index + (0 if sub.status == SubscriptionStatus.TRIALING else 1)
-        discount = coupon_rules.redeem(coupon, starting_period=first)
-        # The first discounted period was read from this version of the row: a renewal that
-        # commits first makes this a VersionConflict (the write runs again on the renewed row),
-        # and one that comes after finds the discount.
-        await subscriptions_repo.update_versioned(
-            session, subscription_id, expected_version=sub.version, now=now, values={}
-        )
-        await coupons_repo.set_discount(session, subscription_id, discount, now=now)
-        await audit.record(
+        redeemed = await coupons_uc.apply_coupon(
             session,
-            audit.AuditEntry(
-                write.actor,
-                audit.SUBSCRIPTION_APPLY_COUPON,
-                audit.SUBSCRIPTION,
-                subscription_id,
-                detail={
-                    "couponCode": coupon.code,
-                    "fromPeriod": discount.from_period,
-                    "untilPeriod": discount.until_period,
-                },
-            ),
+            subscription_id=subscription_id,
+            code=body.coupon_code,
             now=now,
+            actor=write.actor,
         )
         return outcome(
             200,
             DiscountOut(
                 subscription_id=subscription_id,
-                coupon=CouponOut.of(coupon),
-                from_period=discount.from_period,
-                until_period=discount.until_period,
+                coupon=CouponOut.of(redeemed.coupon),
+                from_period=redeemed.discount.from_period,
+                until_period=redeemed.discount.until_period,
             ),
         )
 

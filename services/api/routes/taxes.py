@@ -3,21 +3,22 @@ the rate-table calculator's key (``billing_core.domain.tax``)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
+from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
 from billing_core.domain.tax import TaxLocation
-from billing_core.repo import audit
-from billing_core.repo import subscriptions as subscriptions_repo
-from billing_core.repo import tax as tax_repo
 from billing_core.repo.api_clients import ApiClient
-from services.api.auth import actor_of, requires
+from billing_core.usecases import tax_location as tax_location_uc
+from services.api.auth import requires
 from services.api.context import get_context
-from services.api.routes.common import json_response, problems
+from services.api.idempotency import IdempotentWrite, Outcome
+from services.api.routes.common import outcome, problems
 from services.api.schemas import TaxLocationOut, TaxLocationRequest
 
 router = APIRouter(tags=["subscriptions"])
@@ -42,37 +43,30 @@ async def put_tax_location(
     body: TaxLocationRequest,
     client: Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_WRITE)],
 ) -> Response:
-    ctx = get_context(request)
     location = TaxLocation(body.country, body.region)
-    async with ctx.sessions.begin() as session:
+    # No key: the write runs in one transaction, again on the row as it now is when a
+    # concurrent write (a renewal) committed first.
+    write = IdempotentWrite(get_context(request), request, client, None)
+
+    async def work(session: AsyncSession, now: datetime) -> Outcome:
         # Never back in time: at the request's instant or the subscription's last write,
         # whichever is later (subscription.change_instant); 404 for an unknown subscription.
-        _sub, now = await subscriptions_repo.get_for_change(
-            session, subscription_id, None, ctx.clock.now()
-        )
-        await tax_repo.set_location(session, subscription_id, location, now=now)
-        rate = (await tax_repo.rates_for(session, [subscription_id])).get(subscription_id)
-        await audit.record(
+        rate = await tax_location_uc.set_tax_location(
             session,
-            audit.AuditEntry(
-                actor_of(request, client.id),
-                audit.SUBSCRIPTION_SET_TAX_LOCATION,
-                audit.SUBSCRIPTION,
-                subscription_id,
-                detail={
-                    "country": location.country,
-                    "region": location.region,
-                    "taxRate": rate.label if rate else None,
-                },
-            ),
-            now=now,
-        )
-    return json_response(
-        TaxLocationOut(
             subscription_id=subscription_id,
-            country=location.country,
-            region=location.region,
-            tax_rate=rate.label if rate else None,
-            tax_inclusive=rate.inclusive if rate else None,
+            location=location,
+            now=now,
+            actor=write.actor,
         )
-    )
+        return outcome(
+            200,
+            TaxLocationOut(
+                subscription_id=subscription_id,
+                country=location.country,
+                region=location.region,
+                tax_rate=rate.label if rate else None,
+                tax_inclusive=rate.inclusive if rate else None,
+            ),
+        )
+
+    return await write.run(work)

@@ -1,13 +1,17 @@
 """The payment gateway's asynchronous results: ``POST /webhooks/payments``.
 
 Order of work: the raw body is read (size-limited) and its signature verified before any
-parsing; then, in one transaction — shared with the events that arrive while the previous group
+parsing; a ``charge.succeeded`` that does not name its amount, currency and customer is refused
+(422). Then, in one transaction — shared with the events that arrive while the previous group
 is recorded — the gateway event id is recorded (a duplicate stops there) and the result goes
 through the same ``record_charge_results`` the collector uses, which decides
 from the invoice's current state: a PAID invoice stays PAID, an older attempt's result never
-rolls anything back, a success for a FAILED/VOID invoice is kept for reconciliation, and an
-event whose attempt, amount, currency or customer does not match the invoice is recorded (with
-what the gateway said) but never applied.
+rolls anything back, a success for a FAILED/VOID invoice is refunded, and an event about an
+attempt never sent, a success for an attempt our own call saw declined, or one whose amount,
+currency or customer does not match the invoice is recorded (with what the gateway said) but
+never applied (MISMATCH, a reconciliation item for a success).
+
+Mounted only where the simulator is the configured gateway (``BILLING_GATEWAY``).
 """
 
 from __future__ import annotations
@@ -27,12 +31,12 @@ from billing_core.usecases.webhook_results import WebhookToRecord
 from services.api.context import get_context
 from services.api.problems import MALFORMED_JSON, VALIDATION, ApiProblem
 from services.api.routes.common import json_response, problems, signed_body
-from services.api.schemas import WebhookAck, WebhookEvent, inline_schema
+from services.api.schemas import SUCCEEDED, WebhookAck, WebhookEvent, inline_schema
 
 router = APIRouter(tags=["webhooks"])
 log = get_logger(__name__)
 
-OUTCOMES = {"charge.succeeded": ChargeOutcome.SUCCESS, "charge.declined": ChargeOutcome.DECLINED}
+OUTCOMES = {SUCCEEDED: ChargeOutcome.SUCCESS, "charge.declined": ChargeOutcome.DECLINED}
 
 
 def _invalid_body(exc: ValidationError) -> ApiProblem:

@@ -71,3 +71,12 @@ async def rows(engine: AsyncEngine, sql: str, **params: Any) -> list[dict[str, A
     async with engine.connect() as conn:
         result = await conn.execute(text(sql), params)
         return [dict(r._mapping) for r in result]
+
+
+async def leased(engine: AsyncEngine, invoice_id: int) -> None:
+    """What the collector's claim writes before its call: the invoice's current attempt is at
+    the gateway (a webhook about it may be applied)."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE invoice SET leased_at = updated_at WHERE id = :i"), {"i": invoice_id}
+        )

@@ -16,7 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from tests.integration.api.conftest import STRIPE_SECRETS
-from tests.integration.api.helpers import assert_problem, known_customers, rows, scalar, subscribe
+from tests.integration.api.helpers import (
+    assert_problem,
+    known_customers,
+    leased,
+    rows,
+    scalar,
+    subscribe,
+)
 
 PATH = "/webhooks/stripe"
 
@@ -80,12 +87,16 @@ async def deliver(
     return await client.post(PATH, content=body, headers=headers)
 
 
-async def open_invoice(client: httpx.AsyncClient, engine: AsyncEngine) -> int:
+async def open_invoice(client: httpx.AsyncClient, engine: AsyncEngine, *, sent: bool = True) -> int:
+    """An OPEN invoice; ``sent``: the collector's PaymentIntent for its attempt 0 is at Stripe."""
     await known_customers(engine, 42)  # the customer the intents' metadata names
     sub = await subscribe(client, customer=42)
-    return int(
+    invoice_id = int(
         await scalar(engine, "SELECT id FROM invoice WHERE subscription_id = :s", s=sub["id"])
     )
+    if sent:
+        await leased(engine, invoice_id)
+    return invoice_id
 
 
 async def test_payment_intent_succeeded_pays_the_invoice_once(
@@ -219,6 +230,30 @@ async def test_a_report_that_does_not_match_the_invoice_is_never_applied(
     answer = await deliver(anonymous, clock, evt)
     assert answer.json()["result"] == "MISMATCH"
     assert await scalar(engine, "SELECT status FROM invoice WHERE id = :i", i=invoice_id) == "OPEN"
+
+
+async def test_a_success_for_an_intent_never_created_or_naming_no_customer_never_pays(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The simulator's rules: a PaymentIntent event pays only an attempt the collector sent,
+    and only when it says what it charged, to whom."""
+    never_sent = await open_invoice(client, engine, sent=False)
+    forged = await deliver(
+        anonymous, clock, stripe_event("payment_intent.succeeded", intent(never_sent))
+    )
+    sent = await open_invoice(client, engine)
+    nameless = intent(sent)
+    del nameless["metadata"]["customer_id"]
+    unnamed = await deliver(anonymous, clock, stripe_event("payment_intent.succeeded", nameless))
+
+    assert [forged.json()["result"], unnamed.json()["result"]] == ["MISMATCH", "MISMATCH"]
+    statuses = "SELECT status FROM invoice WHERE id = ANY(:ids)"
+    assert {r["status"] for r in await rows(engine, statuses, ids=[never_sent, sent])} == {"OPEN"}
+    items = await rows(engine, "SELECT invoice_id, reason FROM reconciliation_item ORDER BY id")
+    assert [(i["invoice_id"], i["reason"]) for i in items] == [
+        (never_sent, "report_mismatch: attempt 0 was never sent (at 0)"),
+        (sent, "report_mismatch: a success that names no customer"),
+    ]
 
 
 async def test_events_not_about_our_charges_are_acknowledged_and_kept(

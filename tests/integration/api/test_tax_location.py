@@ -130,3 +130,24 @@ async def test_a_plan_change_invoice_is_taxed_at_the_subscriptions_rate(
         s=inside["id"],
     )
     assert created[0]["payload"]["tax"] == invoice["lines"][2]["amount"] > 0
+
+
+async def test_a_location_change_is_a_versioned_write_with_its_versions_audited(
+    client: httpx.AsyncClient, engine: AsyncEngine
+) -> None:
+    sub = await subscribe(client)
+    path = f"/subscriptions/{sub['id']}/tax-location"
+    for country in ("FR", "DE"):
+        assert (await client.put(path, json={"country": country})).status_code == 200
+    (version,) = await rows(engine, "SELECT version FROM subscription")
+    assert version["version"] == sub["version"] + 2
+    audited = await rows(
+        engine,
+        "SELECT version_before, version_after FROM audit_event "
+        "WHERE action = 'subscription.set_tax_location' ORDER BY id",
+    )
+    start = sub["version"]
+    assert [(a["version_before"], a["version_after"]) for a in audited] == [
+        (start, start + 1),
+        (start + 1, start + 2),
+    ]

@@ -23,21 +23,29 @@ from tests.support.factories import create_invoice, create_subscription
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
 
+CUSTOMER = 500
+
+
 async def open_invoices(engine: AsyncEngine, n: int) -> list[int]:
+    """``n`` OPEN invoices of one customer, each leased (its attempt 0 at the gateway)."""
     ids = []
     async with engine.begin() as conn:
-        for i in range(n):
-            sub = await create_subscription(conn, customer_id=500 + i, start=NOW)
+        for _ in range(n):
+            sub = await create_subscription(conn, customer_id=CUSTOMER, start=NOW)
             ids.append(
                 await create_invoice(
                     conn,
                     subscription_id=sub,
-                    customer_id=500 + i,
+                    customer_id=CUSTOMER,
                     amount=990,
                     next_attempt_at=NOW,
                     period_start=NOW,
                 )
             )
+        await conn.execute(
+            text("UPDATE invoice SET leased_at = :now WHERE id = ANY(:ids)"),
+            {"now": NOW, "ids": ids},
+        )
     return ids
 
 
@@ -58,6 +66,9 @@ def webhook(event_id: str, invoice_id: int, outcome: ChargeOutcome | None) -> We
                 idempotency_key=idempotency_key(invoice_id, 0, ""),
                 decline_code="card_declined" if outcome == ChargeOutcome.DECLINED else None,
                 gateway_reference=f"ch_{event_id}",
+                amount=990,
+                currency="EUR",
+                customer_id=CUSTOMER,
             ),
             None,
         )

@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import ManualClock
+from billing_core.domain.charge_result import ChargeOutcome, RecordOutcome
+from billing_core.domain.dunning import DunningPolicy
+from billing_core.usecases.payment_result import record_charge_result
 from services.api.app import create_app
 from services.api.settings import ApiSettings
 from services.api.signatures import compute, sign_header
 from tests.integration.api.conftest import SECRETS, asgi_client
-from tests.integration.api.helpers import assert_problem, known_customers, rows, scalar, subscribe
+from tests.integration.api.helpers import (
+    assert_problem,
+    known_customers,
+    leased,
+    rows,
+    scalar,
+    subscribe,
+)
 
 PATH = "/webhooks/payments"
 
@@ -85,10 +96,34 @@ async def attempts(engine: AsyncEngine, invoice_id: int) -> list[tuple[str, str,
     return [(r["source"], r["outcome"], r["attempt_number"]) for r in found]
 
 
+async def collector_answered(
+    sessions: async_sessionmaker[AsyncSession],
+    clock: ManualClock,
+    invoice_id: int,
+    attempt: int,
+    outcome: ChargeOutcome = ChargeOutcome.DECLINED,
+) -> RecordOutcome:
+    """The answer to the collector's own call under ``inv-<id>-try-<attempt>``, recorded."""
+    async with sessions.begin() as session:
+        return await record_charge_result(
+            session,
+            invoice_id=invoice_id,
+            attempt_number=attempt,
+            outcome=outcome,
+            source="COLLECTOR",
+            idempotency_key=f"inv-{invoice_id}-try-{attempt}",
+            decline_code="card_declined" if outcome == ChargeOutcome.DECLINED else None,
+            now=clock.now(),
+            rng=random.Random(1),
+            policy=DunningPolicy(),
+        )
+
+
 async def test_valid_success_pays_the_invoice_and_duplicate_has_no_effect(
     anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     _, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)
     evt = event(invoice_id)
     first = await deliver(anonymous, clock, evt)
     assert first.status_code == 200, first.text
@@ -145,11 +180,13 @@ async def test_rotated_secrets(
     anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     _, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)
     by_old_secret = await deliver(
         anonymous, clock, event(invoice_id, kind="charge.declined"), secret=SECRETS[1]
     )
     assert by_old_secret.status_code == 200, by_old_secret.text
 
+    await leased(engine, invoice_id)
     evt = event(invoice_id, attempt=1)
     body = json.dumps(evt).encode()
     t = int(clock.now().timestamp())
@@ -163,35 +200,50 @@ async def test_rotated_secrets(
 
 
 async def test_out_of_order_results_never_roll_back(
-    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    anonymous: httpx.AsyncClient,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    clock: ManualClock,
 ) -> None:
     _, invoice_id = await open_invoice(client, engine)
     # Attempt 0 was declined, attempt 1 succeeded; the webhooks arrive success first.
-    paid = await deliver(anonymous, clock, event(invoice_id, attempt=0))
+    await collector_answered(sessions, clock, invoice_id, 0)
+    await leased(engine, invoice_id)
+    paid = await deliver(anonymous, clock, event(invoice_id, attempt=1))
     assert paid.json()["result"] == "APPLIED"
     late_decline = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
     assert late_decline.status_code == 200
     assert late_decline.json()["result"] == "ALREADY_SETTLED"
-    assert await invoice_state(engine, invoice_id) == ("PAID", 0)
-    assert [a[1] for a in await attempts(engine, invoice_id)] == ["SUCCESS", "DECLINED"]
+    assert await invoice_state(engine, invoice_id) == ("PAID", 1)
+    assert [a[1] for a in await attempts(engine, invoice_id)] == ["DECLINED", "SUCCESS", "DECLINED"]
 
 
 async def test_stale_attempt_is_recorded_without_effect(
-    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    anonymous: httpx.AsyncClient,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    clock: ManualClock,
 ) -> None:
     sub_id, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)
     declined = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
     assert declined.json()["result"] == "APPLIED"
     assert await invoice_state(engine, invoice_id) == ("OPEN", 1)
     assert await scalar(engine, "SELECT status FROM subscription WHERE id = :s", s=sub_id) == (
         "PAST_DUE"
     )
-    # A second, different event about attempt 0 (already decided) changes nothing.
+    # The collector's own answer, then a second, different event about attempt 0 (already
+    # decided): neither changes anything.
+    own = await collector_answered(sessions, clock, invoice_id, 0)
+    assert own == RecordOutcome.STALE_ATTEMPT
     stale = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
     assert stale.json()["result"] == "STALE_ATTEMPT"
     assert await invoice_state(engine, invoice_id) == ("OPEN", 1)
-    assert len(await attempts(engine, invoice_id)) == 2
+    assert len(await attempts(engine, invoice_id)) == 3
 
+    await leased(engine, invoice_id)
     recovered = await deliver(anonymous, clock, event(invoice_id, attempt=1))
     assert recovered.json()["result"] == "APPLIED"
     assert await invoice_state(engine, invoice_id) == ("PAID", 1)
@@ -201,9 +253,14 @@ async def test_stale_attempt_is_recorded_without_effect(
 
 
 async def test_success_after_failed_or_void_is_refunded(
-    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    anonymous: httpx.AsyncClient,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    clock: ManualClock,
 ) -> None:
     _, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)  # its call's answer never recorded
     async with engine.begin() as conn:  # dunning gave up on it
         from sqlalchemy import text  # noqa: PLC0415
 
@@ -230,12 +287,17 @@ async def test_success_after_failed_or_void_is_refunded(
     assert await scalar(engine, refunds, i=invoice_id) == 1
 
     other_sub, other_invoice = await open_invoice(client, engine)
+    uncertain = ChargeOutcome.UNKNOWN  # the collector's call timed out: it may have charged
+    await collector_answered(sessions, clock, other_invoice, 0, uncertain)
     canceled = await client.post(f"/subscriptions/{other_sub}/cancel", json={"atPeriodEnd": False})
     assert canceled.status_code == 200
     after_void = await deliver(anonymous, clock, event(other_invoice))
     assert after_void.json()["result"] == "REFUND"
     assert await invoice_state(engine, other_invoice) == ("VOID", 0)
-    assert await attempts(engine, other_invoice) == [("WEBHOOK", "SUCCESS", 0)]
+    assert await attempts(engine, other_invoice) == [
+        ("COLLECTOR", "UNKNOWN", 0),
+        ("WEBHOOK", "SUCCESS", 0),
+    ]
     assert await scalar(engine, refunds, i=other_invoice) == 1
 
 
@@ -262,6 +324,7 @@ async def test_a_signed_event_that_does_not_match_the_invoice_is_recorded_never_
 ) -> None:
     """The probe that once paid an invoice: attempt 99 (never made) and amount 1 (it is 990)."""
     sub_id, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)  # attempt 0's call is at the gateway
     forged = event(invoice_id, attempt=99)
     forged["data"]["amount"] = 1
     response = await deliver(client, clock, forged)
@@ -280,7 +343,7 @@ async def test_a_signed_event_that_does_not_match_the_invoice_is_recorded_never_
         " WHERE aggregate_id = :s AND event_type = 'PaymentReconciliationNeeded'",
         s=sub_id,
     )
-    assert [r["reason"] for r in reasons] == ["report_mismatch: attempt 99 was never made (at 0)"]
+    assert [r["reason"] for r in reasons] == ["report_mismatch: attempt 99 was never sent (at 0)"]
 
     other_amount = event(invoice_id)
     other_amount["data"]["amount"] = 1
@@ -302,6 +365,7 @@ async def test_with_a_key_prefix_only_this_deployments_keys_are_accepted(
     app = create_app(prefixed, clock)
     async with app.router.lifespan_context(app), asgi_client(app, api_key) as client:
         _, invoice_id = await open_invoice(client, engine)
+        await leased(engine, invoice_id)
         unprefixed = event(invoice_id)
         response = await deliver(client, clock, unprefixed)
         assert response.status_code == 422
@@ -310,3 +374,74 @@ async def test_with_a_key_prefix_only_this_deployments_keys_are_accepted(
         ours["data"]["idempotencyKey"] = f"prod-inv-{invoice_id}-try-0"
         assert (await deliver(client, clock, ours)).json()["result"] == "APPLIED"
         assert await invoice_state(engine, invoice_id) == ("PAID", 0)
+
+
+async def test_a_signed_success_for_an_attempt_never_sent_or_declined_never_pays(
+    anonymous: httpx.AsyncClient,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    sessions: async_sessionmaker[AsyncSession],
+    clock: ManualClock,
+) -> None:
+    """In dunning after two declines of the collector's calls, the next attempt not yet made:
+    a signed success for that attempt (never sent) or for the last declined one pays nothing;
+    each is an item for a person, and the one under a declined key holds the invoice (were it
+    true, the next attempt would charge twice)."""
+    sub_id, invoice_id = await open_invoice(client, engine)
+    for attempt in (0, 1):
+        await collector_answered(sessions, clock, invoice_id, attempt)
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 2)
+
+    never_sent = await deliver(anonymous, clock, event(invoice_id, attempt=2))
+    declined = await deliver(anonymous, clock, event(invoice_id, attempt=1))
+
+    assert (never_sent.status_code, never_sent.json()["result"]) == (200, "MISMATCH")
+    assert (declined.status_code, declined.json()["result"]) == (200, "MISMATCH")
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 2)
+    held = "SELECT next_attempt_at FROM invoice WHERE id = :i"
+    assert await scalar(engine, held, i=invoice_id) is None
+    items = await rows(
+        engine,
+        "SELECT kind, idempotency_key, reason FROM reconciliation_item WHERE invoice_id = :i"
+        " ORDER BY id",
+        i=invoice_id,
+    )
+    assert [(i["kind"], i["idempotency_key"], i["reason"]) for i in items] == [
+        (
+            "report_mismatch",
+            f"inv-{invoice_id}-try-2",
+            "report_mismatch: attempt 2 was never sent (at 2)",
+        ),
+        (
+            "report_mismatch",
+            f"inv-{invoice_id}-try-1",
+            "report_mismatch: attempt 1 was declined, and a success is reported for it",
+        ),
+    ]
+    paid = (
+        "SELECT count(*) FROM outbox_event WHERE aggregate_id = :s AND event_type = 'InvoicePaid'"
+    )
+    assert await scalar(engine, paid, s=sub_id) == 0
+
+    await leased(engine, invoice_id)  # the collector's call for attempt 2 is at the gateway
+    sent = await deliver(anonymous, clock, event(invoice_id, attempt=2))
+    assert sent.json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("PAID", 2)
+
+
+async def test_a_signed_success_that_names_no_amount_currency_or_customer_is_refused(
+    anonymous: httpx.AsyncClient, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    _, invoice_id = await open_invoice(client, engine)
+    await leased(engine, invoice_id)  # its call is at the gateway: a full success would pay it
+    unsaid = event(invoice_id)
+    for name in ("amount", "currency", "customerId"):
+        del unsaid["data"][name]
+    refused = await deliver(anonymous, clock, unsaid)
+    problem = assert_problem(refused, 422, "validation-error")
+    assert "data.amount, data.currency, data.customerId" in json.dumps(problem["errors"])
+    decline = event(invoice_id, kind="charge.declined")
+    del decline["data"]["amount"]  # a decline need not say what it did not charge
+    assert (await deliver(anonymous, clock, decline)).json()["result"] == "APPLIED"
+    assert await invoice_state(engine, invoice_id) == ("OPEN", 1)
+    assert await attempts(engine, invoice_id) == [("WEBHOOK", "DECLINED", 0)]

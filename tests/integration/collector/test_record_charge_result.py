@@ -37,6 +37,11 @@ async def setup(
             )
             for i in range(invoices)
         ]
+        # Claimed by the collector: a webhook about their current attempts may be applied.
+        await conn.execute(
+            text("UPDATE invoice SET leased_at = :now WHERE id = ANY(:ids)"),
+            {"now": NOW, "ids": ids},
+        )
     return sub, ids
 
 
@@ -49,6 +54,8 @@ async def record(
     now: datetime = NOW,
     **kw: Any,
 ) -> RecordOutcome:
+    if source == "WEBHOOK":  # a webhook says what was charged, to whom
+        kw = {"amount": 990, "currency": "EUR", "customer_id": 7, **kw}
     async with sessions.begin() as session:
         return await record_charge_result(
             session,

@@ -197,9 +197,14 @@ async def test_a_coupon_redeemed_later_starts_with_the_next_invoice(
     )
     assert (await client.get("/coupons/MORE")).json()["timesRedeemed"] == 0
     (audited,) = await rows(
-        engine, "SELECT detail FROM audit_event WHERE action = 'subscription.apply_coupon'"
+        engine,
+        "SELECT detail, version_before, version_after FROM audit_event"
+        " WHERE action = 'subscription.apply_coupon'",
     )
     assert audited["detail"] == {"couponCode": "FIVE", "fromPeriod": 1, "untilPeriod": 2}
+    # A redemption is a versioned write of the subscription, audited with its versions.
+    redeemed_at = (sub["version"], sub["version"] + 1)
+    assert (audited["version_before"], audited["version_after"]) == redeemed_at
 
     await renew_until(engine, clock, clock.now() + timedelta(days=65))
     assert await lines(engine, sub["id"]) == [

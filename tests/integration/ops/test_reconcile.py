@@ -38,9 +38,10 @@ async def billing(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def an_invoice(engine: AsyncEngine, customer: int, status: str = "OPEN") -> int:
+    """An invoice of ``customer`` whose attempt 0 the collector sent (it is leased)."""
     async with engine.begin() as conn:
         sub = await create_subscription(conn, customer_id=customer, start=NOW)
-        return await create_invoice(
+        invoice = await create_invoice(
             conn,
             subscription_id=sub,
             customer_id=customer,
@@ -49,9 +50,15 @@ async def an_invoice(engine: AsyncEngine, customer: int, status: str = "OPEN") -
             period_start=NOW,
             status=status,
         )
+        await conn.execute(
+            text("UPDATE invoice SET leased_at = :now WHERE id = :i"), {"now": NOW, "i": invoice}
+        )
+        return invoice
 
 
 async def record(engine: AsyncEngine, invoice_id: int, **kw: object) -> RecordOutcome:
+    if kw.get("source") == "WEBHOOK":  # a webhook says what was charged (to whom: customer_id)
+        kw = {"amount": 990, "currency": "EUR", **kw}
     async with AsyncSession(engine) as session, session.begin():
         return await record_charge_result(
             session,
@@ -77,6 +84,7 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
         outcome=ChargeOutcome.SUCCESS,
         source="WEBHOOK",
         amount=1,
+        customer_id=11,
         gateway_reference="ch_forged",
     )
     assert got == RecordOutcome.MISMATCH
@@ -92,7 +100,12 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
     assert got == RecordOutcome.RECONCILIATION
     closed = await an_invoice(engine, 13, status="VOID")
     got = await record(
-        engine, closed, outcome=ChargeOutcome.SUCCESS, source="WEBHOOK", gateway_reference="ch_9"
+        engine,
+        closed,
+        outcome=ChargeOutcome.SUCCESS,
+        source="WEBHOOK",
+        customer_id=13,
+        gateway_reference="ch_9",
     )
     assert got == RecordOutcome.REFUND
     async with AsyncSession(engine) as session, session.begin():
@@ -180,6 +193,7 @@ async def test_billing_status_counts_refunds_voids_waiting_and_open_items(
             closed,
             outcome=ChargeOutcome.SUCCESS,
             source="WEBHOOK",
+            customer_id=customer,
             gateway_reference=f"ch_{customer}",
         )
         assert got == RecordOutcome.REFUND

@@ -29,7 +29,7 @@ async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers
     (sub,) = await create_subscriptions(engine, 1)
     occurred = datetime(2026, 12, 3, 10, 0, 0, 123456, tzinfo=UTC)
     async with engine.begin() as conn:
-        ids = await append_events(
+        await append_events(
             conn,
             [
                 events.invoice_paid(sub, 7, 1999, "USD", occurred),
@@ -37,6 +37,11 @@ async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers
             ],
             occurred,
         )
+        rows = await conn.execute(
+            text("SELECT event_id FROM outbox_event WHERE aggregate_id = :s ORDER BY sequence"),
+            {"s": sub},
+        )
+        ids = rows.scalars().all()
     async with make_relay(relay_source="urn:billing:test") as relay:
         await drain(relay)
     consumed = await consume(settings.kafka_bootstrap, kafka_topic, expected=2, timeout=30)

@@ -1,0 +1,67 @@
+"""The one writer of ``audit_event``: a single entry and a set of rows read from a relation of
+a caller's statement are written by the same INSERT, with the same values."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from billing_core.repo import audit
+
+NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
+COLUMNS = (
+    "occurred_at, source, client_id, action, subject_type, subject_id, version_before, "
+    "version_after, request_id, detail"
+)
+
+
+async def _rows(engine: AsyncEngine) -> list[tuple[Any, ...]]:
+    async with engine.connect() as conn:
+        result = await conn.execute(text(f"SELECT {COLUMNS} FROM audit_event ORDER BY id"))
+        return [tuple(r) for r in result.all()]
+
+
+async def test_an_entry_and_rows_of_a_relation_are_written_alike(engine: AsyncEngine) -> None:
+    entries = [
+        audit.AuditEntry(
+            audit.Actor.cli(),
+            audit.SUBSCRIPTION_CANCEL,
+            audit.SUBSCRIPTION,
+            subject,
+            version_before=subject,
+            version_after=subject + 1,
+            detail={"reason": "customer_request", "n": subject},
+        )
+        for subject in (41, 42)
+    ]
+    async with engine.begin() as conn:
+        for entry in entries:
+            await audit.record(conn, entry, now=NOW)
+    recorded = await _rows(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM audit_event"))
+        relation = """
+            WITH r AS (
+                SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:details AS text[]))
+                    AS r(id, detail)
+            )
+        """
+        values = (
+            ":at", "'CLI'", "NULL", ":action", ":subject_type",
+            "r.id", "r.id", "r.id + 1", "NULL", "r.detail",
+        )  # fmt: skip
+        await conn.execute(
+            text(relation + audit.insert_select_sql(values, rows="r")),
+            {
+                "ids": [e.subject_id for e in entries],
+                "details": [audit.parameters(e, NOW)[-1] for e in entries],
+                "at": NOW,
+                "action": audit.SUBSCRIPTION_CANCEL,
+                "subject_type": audit.SUBSCRIPTION,
+            },
+        )
+    assert await _rows(engine) == recorded
+    assert recorded[0][-1] == {"reason": "customer_request", "n": 41}
