@@ -8,6 +8,7 @@ caller keeps the attempt count and retries later with the same idempotency key.
 from __future__ import annotations
 
 import json
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -27,8 +28,24 @@ from billing_core.http1 import (
 )
 
 
+class _Answer:
+    """What the HTTP status of a gateway's answer says, whatever the call."""
+
+    http_status: int | None
+
+    @property
+    def rate_limited(self) -> bool:
+        return self.http_status == 429
+
+    @property
+    def unauthorized(self) -> bool:
+        """The gateway refuses our credentials (401/403): nothing about this call is known,
+        and every other call would be refused the same way."""
+        return self.http_status in (401, 403)
+
+
 @dataclass(frozen=True)
-class ChargeResult:
+class ChargeResult(_Answer):
     outcome: ChargeOutcome
     decline_code: str | None = None
     gateway_reference: str | None = None
@@ -41,10 +58,6 @@ class ChargeResult:
     # The adapter did not send the call: the gateway could not make it as asked (an amount it
     # cannot charge exactly). Nothing was charged, and no retry changes it.
     unsent: bool = False
-
-    @property
-    def rate_limited(self) -> bool:
-        return self.http_status == 429
 
     @property
     def rejected(self) -> bool:
@@ -60,15 +73,9 @@ class ChargeResult:
             and not self.transient
         )
 
-    @property
-    def unauthorized(self) -> bool:
-        """The gateway refuses our credentials (401/403): nothing about this invoice is known,
-        and every other call would be refused the same way."""
-        return self.http_status in (401, 403)
-
 
 @dataclass(frozen=True)
-class RefundResult:
+class RefundResult(_Answer):
     """The gateway's answer to a refund: SUCCEEDED, FAILED (refused for good, with the
     gateway's words in ``error``) or UNKNOWN (ask again later with the same key)."""
 
@@ -78,17 +85,9 @@ class RefundResult:
     error: str | None = None
     retry_after_seconds: float | None = None
 
-    @property
-    def rate_limited(self) -> bool:
-        return self.http_status == 429
-
-    @property
-    def unauthorized(self) -> bool:
-        return self.http_status in (401, 403)
-
 
 @dataclass(frozen=True)
-class LookupResult:
+class LookupResult(_Answer):
     """What the gateway knows about one idempotency key.
 
     ``outcome`` is the stored charge's (SUCCESS or DECLINED) when the gateway has the key,
@@ -116,14 +115,6 @@ class LookupResult:
     def never_seen_since(self, last_call_at: datetime, now: datetime) -> bool:
         """Never seen, and the answer covers a call made at ``last_call_at``."""
         return self.never_seen and now - last_call_at >= self.index_lag
-
-    @property
-    def rate_limited(self) -> bool:
-        return self.http_status == 429
-
-    @property
-    def unauthorized(self) -> bool:
-        return self.http_status in (401, 403)
 
 
 class NotSent(Exception):
@@ -182,7 +173,37 @@ class PaymentGateway(Protocol):
         ...
 
 
-class HttpPaymentGateway:
+class OneCallGateway(ABC):
+    """A gateway's calls made one at a time, each through a ``connection()`` taken for it: for
+    callers that do not pace their calls (the collector holds a connection and calls at a send
+    slot)."""
+
+    @abstractmethod
+    def connection(self) -> AbstractAsyncContextManager[GatewayConnection]: ...
+
+    async def charge(
+        self,
+        customer_id: int,
+        amount: int,
+        currency: str,
+        idempotency_key: str,
+        metadata: Mapping[str, int | str],
+    ) -> ChargeResult:
+        async with self.connection() as connection:
+            return await connection.charge(customer_id, amount, currency, idempotency_key, metadata)
+
+    async def refund(
+        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
+    ) -> RefundResult:
+        async with self.connection() as connection:
+            return await connection.refund(charge_reference, amount, currency, idempotency_key)
+
+    async def lookup(self, idempotency_key: str, *, reference: str | None = None) -> LookupResult:
+        async with self.connection() as connection:
+            return await connection.lookup(idempotency_key, reference=reference)
+
+
+class HttpPaymentGateway(OneCallGateway):
     """Charges over HTTP/1.1 keep-alive connections, as many as calls may be in flight.
 
     The call is made with :mod:`billing_core.http1` rather than httpx: it is the one request
@@ -211,30 +232,6 @@ class HttpPaymentGateway:
     async def connection(self) -> AsyncIterator[_HttpConnection]:
         async with self._http.hold() as held:
             yield _HttpConnection(held)
-
-    async def charge(
-        self,
-        customer_id: int,
-        amount: int,
-        currency: str,
-        idempotency_key: str,
-        metadata: Mapping[str, int | str],
-    ) -> ChargeResult:
-        """One call on a connection of its own (for callers that do not pace their calls)."""
-        async with self.connection() as connection:
-            return await connection.charge(customer_id, amount, currency, idempotency_key, metadata)
-
-    async def refund(
-        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
-    ) -> RefundResult:
-        """One refund on a connection of its own (for callers that do not pace their calls)."""
-        async with self.connection() as connection:
-            return await connection.refund(charge_reference, amount, currency, idempotency_key)
-
-    async def lookup(self, idempotency_key: str) -> LookupResult:
-        """One look-up on a connection of its own."""
-        async with self.connection() as connection:
-            return await connection.lookup(idempotency_key)
 
 
 class _HttpConnection:
@@ -324,14 +321,12 @@ def _lookup_result(response: Response) -> LookupResult:
     body = _json_object(response.body)
     outcome, decline_code = classify_lookup(response.status, body)
     if outcome not in (ChargeOutcome.SUCCESS, ChargeOutcome.DECLINED):
-        retry_after = (
-            retry_after_seconds(response.headers.get("retry-after"))
-            if response.status == 429
-            else None
-        )
         error = None if outcome is None else f"lookup {_error(response.status, body)}"
         return LookupResult(
-            outcome, http_status=response.status, error=error, retry_after_seconds=retry_after
+            outcome,
+            http_status=response.status,
+            error=error,
+            retry_after_seconds=_retry_after(response),
         )
     assert body is not None  # classify_lookup found a charge in it
     amount, currency, reference = _integer(body.get("amount")), body.get("currency"), body.get("id")
@@ -366,34 +361,21 @@ def _json_object(raw: bytes) -> Mapping[str, object] | None:
 
 
 def _result(response: Response) -> ChargeResult:
-    body: Mapping[str, object] | None
-    try:
-        parsed = json.loads(response.body)
-        body = parsed if isinstance(parsed, dict) else None
-    except ValueError:  # not JSON, or not UTF-8
-        body = None
+    body = _json_object(response.body)
     outcome, decline_code = classify(response.status, body)
     reference = body.get("id") if body else None
-    retry_after = (
-        retry_after_seconds(response.headers.get("retry-after")) if response.status == 429 else None
-    )
     return ChargeResult(
         outcome,
         decline_code=decline_code,
         gateway_reference=reference if isinstance(reference, str) else None,
         http_status=response.status,
         error=None if outcome != ChargeOutcome.UNKNOWN else _error(response.status, body),
-        retry_after_seconds=retry_after,
+        retry_after_seconds=_retry_after(response),
     )
 
 
 def _refund_result(response: Response) -> RefundResult:
-    body: Mapping[str, object] | None
-    try:
-        parsed = json.loads(response.body)
-        body = parsed if isinstance(parsed, dict) else None
-    except ValueError:
-        body = None
+    body = _json_object(response.body)
     outcome, words = classify_refund(response.status, body)
     reference = body.get("id") if body else None
     status = response.status
@@ -402,10 +384,15 @@ def _refund_result(response: Response) -> RefundResult:
         gateway_reference=reference if isinstance(reference, str) else None,
         http_status=status,
         error=words if outcome != RefundOutcome.UNKNOWN or words else _error(status, body),
-        retry_after_seconds=(
-            retry_after_seconds(response.headers.get("retry-after")) if status == 429 else None
-        ),
+        retry_after_seconds=_retry_after(response),
     )
+
+
+def _retry_after(response: Response) -> float | None:
+    """A 429's Retry-After in seconds (None for any other answer)."""
+    if response.status != 429:
+        return None
+    return retry_after_seconds(response.headers.get("retry-after"))
 
 
 def retry_after_seconds(header: str | None) -> float | None:

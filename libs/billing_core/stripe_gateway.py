@@ -37,6 +37,7 @@ from billing_core.gateway import (
     ChargeResult,
     LookupResult,
     NotSent,
+    OneCallGateway,
     RefundResult,
     retry_after_seconds,
 )
@@ -93,7 +94,7 @@ class _PooledHttpx(stripe.HTTPXClient):
         return [args, kwargs]
 
 
-class StripePaymentGateway:
+class StripePaymentGateway(OneCallGateway):
     def __init__(
         self,
         api_key: str,
@@ -121,26 +122,6 @@ class StripePaymentGateway:
     async def connection(self) -> AsyncIterator[StripeConnection]:
         """Every caller shares the SDK's pool (httpx connects on first use, then keeps it)."""
         yield self._connection
-
-    async def charge(
-        self,
-        customer_id: int,
-        amount: int,
-        currency: str,
-        idempotency_key: str,
-        metadata: Mapping[str, int | str],
-    ) -> ChargeResult:
-        return await self._connection.charge(
-            customer_id, amount, currency, idempotency_key, metadata
-        )
-
-    async def refund(
-        self, charge_reference: str, amount: int, currency: str, idempotency_key: str
-    ) -> RefundResult:
-        return await self._connection.refund(charge_reference, amount, currency, idempotency_key)
-
-    async def lookup(self, idempotency_key: str, *, reference: str | None = None) -> LookupResult:
-        return await self._connection.lookup(idempotency_key, reference=reference)
 
 
 def _client(api_key: str, api_base: str, http: _PooledHttpx) -> stripe.StripeClient:

@@ -80,24 +80,39 @@ def _int(value: object, name: str, low: int, high: int = BIGINT_MAX) -> int:
     return value
 
 
-def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
-    """Validate a ``POST /v1/charges`` request (header + JSON body) or raise InvalidCharge."""
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise InvalidCharge(f"an Idempotency-Key header of 1 to {MAX_KEY_LENGTH} chars is required")
+def _parsed(raw: bytes) -> Any:
     try:
-        body = json.loads(raw)
+        return json.loads(raw)
     except ValueError as exc:
         raise InvalidCharge("the body is not JSON") from exc
+
+
+def _keyed_object(key: str | None, raw: bytes) -> tuple[str, dict[str, Any]]:
+    """The key and JSON object of a request that needs an Idempotency-Key, or raise
+    InvalidCharge."""
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidCharge(f"an Idempotency-Key header of 1 to {MAX_KEY_LENGTH} chars is required")
+    body = _parsed(raw)
     if not isinstance(body, dict):
         raise InvalidCharge("the body must be a JSON object")
+    return key, body
+
+
+def _fingerprint(body: dict[str, Any]) -> int:
+    """A hash of the body's canonical JSON: the same request under a key has the same one."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return int.from_bytes(hashlib.blake2b(canonical, digest_size=8).digest(), "big", signed=True)
+
+
+def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
+    """Validate a ``POST /v1/charges`` request (header + JSON body) or raise InvalidCharge."""
+    key, body = _keyed_object(key, raw)
     currency = body.get("currency")
     if not isinstance(currency, str) or not CURRENCY.match(currency):
         raise InvalidCharge("currency must be an ISO-4217 code (three capital letters)")
     metadata = body.get("metadata")
     if not isinstance(metadata, dict):
         raise InvalidCharge("metadata must be an object with invoiceId and attempt")
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    digest = hashlib.blake2b(canonical, digest_size=8).digest()
     return ChargeInput(
         key=key,
         customer_id=_int(body.get("customerId"), "customerId", 0),
@@ -105,39 +120,27 @@ def parse_charge(key: str | None, raw: bytes) -> ChargeInput:
         currency=currency,
         invoice_id=_int(metadata.get("invoiceId"), "metadata.invoiceId", 0),
         attempt=_int(metadata.get("attempt"), "metadata.attempt", 0),
-        fingerprint=int.from_bytes(digest, "big", signed=True),
+        fingerprint=_fingerprint(body),
     )
 
 
 def parse_refund(key: str | None, raw: bytes) -> RefundInput:
     """Validate a ``POST /v1/refunds`` request (header + JSON body) or raise InvalidCharge."""
-    if not key or len(key) > MAX_KEY_LENGTH:
-        raise InvalidCharge(f"an Idempotency-Key header of 1 to {MAX_KEY_LENGTH} chars is required")
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidCharge("the body is not JSON") from exc
-    if not isinstance(body, dict):
-        raise InvalidCharge("the body must be a JSON object")
+    key, body = _keyed_object(key, raw)
     charge_id = body.get("chargeId")
     if not isinstance(charge_id, str) or not 0 < len(charge_id) <= MAX_KEY_LENGTH:
         raise InvalidCharge("chargeId must be the id of a charge")
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    digest = hashlib.blake2b(canonical, digest_size=8).digest()
     return RefundInput(
         key=key,
         charge_id=charge_id,
         amount=_int(body.get("amount"), "amount", 1),
-        fingerprint=int.from_bytes(digest, "big", signed=True),
+        fingerprint=_fingerprint(body),
     )
 
 
 def parse_lookup(raw: bytes) -> str:
     """The key of a ``POST /v1/charges/lookup`` request, or raise InvalidCharge."""
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise InvalidCharge("the body is not JSON") from exc
+    body = _parsed(raw)
     key = body.get("idempotencyKey") if isinstance(body, dict) else None
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
         raise InvalidCharge(f"idempotencyKey must be a string of 1 to {MAX_KEY_LENGTH} chars")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -100,6 +100,20 @@ class KeyedCalls:
             done.set_result(None)
 
 
+def _counters(
+    registry: CollectorRegistry,
+    name: str,
+    documentation: str,
+    values: Iterable[str],
+    *,
+    label: str = "outcome",
+) -> dict[str, Counter]:
+    """A counter labelled by ``label``, one child per value (made now, so each is exported
+    at zero before it is counted)."""
+    counter = Counter(name, documentation, [label], registry=registry)
+    return {value: counter.labels(value) for value in values}
+
+
 class Gateway:
     def __init__(
         self,
@@ -110,27 +124,22 @@ class Gateway:
         max_pending_webhooks: int,
     ) -> None:
         self.registry = CollectorRegistry()
-        calls = Counter(
-            "billing_gateway_sim_calls_total",
-            "Charge calls by outcome.",
-            ["outcome"],
-            registry=self.registry,
+        self._calls = _counters(
+            self.registry, "billing_gateway_sim_calls_total", "Charge calls by outcome.", OUTCOMES
         )
-        self._calls = {outcome: calls.labels(outcome) for outcome in OUTCOMES}
-        lookups = Counter(
+        self._lookups = _counters(
+            self.registry,
             "billing_gateway_sim_lookups_total",
             "Look-ups by idempotency key, by answer.",
-            ["result"],
-            registry=self.registry,
+            LOOKUP_OUTCOMES,
+            label="result",
         )
-        self._lookups = {result: lookups.labels(result) for result in LOOKUP_OUTCOMES}
-        refunds = Counter(
+        self._refund_calls = _counters(
+            self.registry,
             "billing_gateway_sim_refunds_total",
             "Refund calls by outcome.",
-            ["outcome"],
-            registry=self.registry,
+            REFUND_OUTCOMES,
         )
-        self._refund_calls = {outcome: refunds.labels(outcome) for outcome in REFUND_OUTCOMES}
         self._rate_limited = Counter(
             "billing_gateway_sim_rate_limited_total",
             "Charge calls refused with 429 (over the rolling-second limit).",
@@ -237,14 +246,18 @@ class Gateway:
             request.key, request.fingerprint, lambda: self._new_charge(request)
         )
 
-    async def _new_charge(self, request: ChargeInput) -> Reply:
-        ledger = self.ledger
-        behaviour = self.behaviour
-        delay = latency_seconds(behaviour, self._latency_rng)
+    async def _answer_time(self) -> Behaviour:
+        """Once the call's latency has passed and no stall holds answers back: the behaviour
+        the answer follows (as it is then)."""
+        delay = latency_seconds(self.behaviour, self._latency_rng)
         if delay:
             await asyncio.sleep(delay)
         await self.stall.hold_answer()
-        behaviour = self.behaviour
+        return self.behaviour
+
+    async def _new_charge(self, request: ChargeInput) -> Reply:
+        ledger = self.ledger
+        behaviour = await self._answer_time()
         now = behaviour.now()
         decision = decide(
             behaviour, self._outcome_rng, self._forced_decline(request.customer_id, now)
@@ -280,12 +293,7 @@ class Gateway:
 
     async def _new_refund(self, request: RefundInput) -> Reply:
         ledger = self.ledger
-        behaviour = self.behaviour
-        delay = latency_seconds(behaviour, self._latency_rng)
-        if delay:
-            await asyncio.sleep(delay)
-        await self.stall.hold_answer()
-        behaviour = self.behaviour
+        behaviour = await self._answer_time()
         charge = ledger.charge_index(request.charge_id, self.salt)
         if charge is None:
             self._refund_calls["not_found"].inc()

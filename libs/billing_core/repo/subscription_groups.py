@@ -51,54 +51,8 @@ class KeyedNew:
     record: idempotency.NewRecord
 
 
-_SUBSCRIPTION_FIELDS = (
-    "id",
-    "customer_id",
-    "plan_id",
-    "status",
-    "time_zone",
-    "billing_anchor",
-    "period_index",
-    "current_period_start",
-    "current_period_end",
-    "cancel_at_period_end",
-    "canceled_at",
-    "credit_balance",
-    "version",
-    "created_at",
-    "updated_at",
-)
-_INVOICE_FIELDS = (
-    "id",
-    "customer_id",
-    "kind",
-    "period_index",
-    "period_start",
-    "period_end",
-    "subtotal",
-    "credit_applied",
-    "amount",
-    "currency",
-    "status",
-    "attempt_count",
-    "next_attempt_at",
-    "paid_at",
-    "closed_at",
-    "created_at",
-)
-# audit.parameters(), by name.
-_AUDIT_FIELDS = (
-    "aud_at",
-    "aud_source",
-    "aud_client_id",
-    "aud_action",
-    "aud_subject_type",
-    "aud_request_id",
-    "aud_detail",
-)
-# One row per request.
-_REQUEST_COLUMNS = (
-    ("n", "int"),
+# The new subscription's and its invoice's fields, by name (and their SQL types).
+_SUBSCRIPTION_COLUMNS = (
     ("id", "bigint"),
     ("customer_id", "bigint"),
     ("plan_id", "bigint"),
@@ -111,27 +65,30 @@ _REQUEST_COLUMNS = (
     ("cancel_at_period_end", "boolean"),
     ("canceled_at", "timestamptz"),
     ("credit_balance", "bigint"),
-    ("event_seq", "bigint"),
     ("version", "bigint"),
     ("created_at", "timestamptz"),
     ("updated_at", "timestamptz"),
-    ("inv_id", "bigint"),
-    ("inv_customer_id", "bigint"),
-    ("inv_kind", "varchar"),
-    ("inv_period_index", "int"),
-    ("inv_period_start", "timestamptz"),
-    ("inv_period_end", "timestamptz"),
-    ("inv_subtotal", "bigint"),
-    ("inv_credit_applied", "bigint"),
-    ("inv_amount", "bigint"),
-    ("inv_currency", "varchar"),
-    ("inv_status", "varchar"),
-    ("inv_attempt_count", "int"),
-    ("inv_next_attempt_at", "timestamptz"),
-    ("inv_paid_at", "timestamptz"),
-    ("inv_closed_at", "timestamptz"),
-    ("inv_created_at", "timestamptz"),
-    ("occurred_at", "timestamptz"),
+)
+_INVOICE_COLUMNS = (
+    ("id", "bigint"),
+    ("customer_id", "bigint"),
+    ("kind", "varchar"),
+    ("period_index", "int"),
+    ("period_start", "timestamptz"),
+    ("period_end", "timestamptz"),
+    ("subtotal", "bigint"),
+    ("credit_applied", "bigint"),
+    ("amount", "bigint"),
+    ("currency", "varchar"),
+    ("status", "varchar"),
+    ("attempt_count", "int"),
+    ("next_attempt_at", "timestamptz"),
+    ("paid_at", "timestamptz"),
+    ("closed_at", "timestamptz"),
+    ("created_at", "timestamptz"),
+)
+# audit.parameters(), by name.
+_AUDIT_COLUMNS = (
     ("aud_at", "timestamptz"),
     ("aud_source", "varchar"),
     ("aud_client_id", "bigint"),
@@ -139,6 +96,15 @@ _REQUEST_COLUMNS = (
     ("aud_subject_type", "varchar"),
     ("aud_request_id", "text"),
     ("aud_detail", "text"),
+)
+# One row per request.
+_REQUEST_COLUMNS = (
+    ("n", "int"),
+    *_SUBSCRIPTION_COLUMNS,
+    ("event_seq", "bigint"),
+    *((f"inv_{name}", kind) for name, kind in _INVOICE_COLUMNS),
+    ("occurred_at", "timestamptz"),
+    *_AUDIT_COLUMNS,
     ("client_id", "bigint"),
     ("key", "varchar"),
     ("request_method", "varchar"),
@@ -283,14 +249,19 @@ def _request(n: int, item: KeyedNew) -> dict[str, object]:
         raise ValueError("every event must be the new subscription's")
     return {
         "n": n,
-        **{name: getattr(sub, name) for name in _SUBSCRIPTION_FIELDS},
+        **{name: getattr(sub, name) for name, _ in _SUBSCRIPTION_COLUMNS},
         "event_seq": len(item.events),  # events are numbered from 1
         **{
             f"inv_{name}": None if invoice is None else getattr(invoice, name)
-            for name in _INVOICE_FIELDS
+            for name, _ in _INVOICE_COLUMNS
         },
         "occurred_at": item.now,
-        **dict(zip(_AUDIT_FIELDS, audit.parameters(item.audit_entry, item.now), strict=True)),
+        **{
+            name: value
+            for (name, _), value in zip(
+                _AUDIT_COLUMNS, audit.parameters(item.audit_entry, item.now), strict=True
+            )
+        },
         **idempotency.record_values(item.record),
         "lock_id": idempotency.lock_id(item.record.client_id, item.record.key),
     }

@@ -26,7 +26,7 @@ from services.api.idempotency import (
     idempotent_write,
 )
 from services.api.routes.common import json_response, outcome, problems
-from services.api.routes.subscriptions import SubscriptionId
+from services.api.routes.subscription_change import SubscriptionId
 from services.api.schemas import (
     ApplyCouponRequest,
     CouponCode,

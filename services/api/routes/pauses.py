@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from functools import partial
 
 from fastapi import APIRouter
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
 from billing_core.domain.subscription import PauseBehavior
-from billing_core.repo import subscriptions as subscriptions_repo
 from billing_core.usecases import pause as pause_uc
-from services.api.idempotency import Outcome, SubscriptionsWrite
-from services.api.routes.common import etag, expected_version, outcome, problems
-from services.api.routes.subscriptions import IfMatch, SubscriptionId
+from services.api.routes.common import problems
+from services.api.routes.subscription_change import SubscriptionChange
 from services.api.schemas import PauseRequest, ResumeRequest, SubscriptionOut
 
 router = APIRouter(tags=["subscriptions"])
-
-
-async def _answer(session: AsyncSession, subscription_id: int) -> Outcome:
-    sub = await subscriptions_repo.get(session, subscription_id)
-    return outcome(200, SubscriptionOut.of(sub), etag=etag(sub.version))
 
 
 @router.post(
@@ -37,27 +29,11 @@ async def _answer(session: AsyncSession, subscription_id: int) -> Outcome:
     "future: 422.",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
-async def pause_subscription(
-    subscription_id: SubscriptionId,
-    body: PauseRequest,
-    write: SubscriptionsWrite,
-    if_match: IfMatch = None,
-) -> Response:
-    expected = expected_version(if_match, body.expected_version)
-
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
-        await pause_uc.pause(
-            session,
-            subscription_id=subscription_id,
-            behavior=PauseBehavior(body.behavior),
-            resumes_at=body.resumes_at,
-            expected_version=expected,
-            now=now,
-            actor=write.actor,
-        )
-        return await _answer(session, subscription_id)
-
-    return await write.run(work, expected_version=expected)
+async def pause_subscription(body: PauseRequest, change: SubscriptionChange) -> Response:
+    pause = partial(
+        pause_uc.pause, behavior=PauseBehavior(body.behavior), resumes_at=body.resumes_at
+    )
+    return await change.run(pause, body.expected_version)
 
 
 @router.post(
@@ -70,22 +46,5 @@ async def pause_subscription(
     "change. A canceled subscription: 409 state-conflict.",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
-async def resume_subscription(
-    subscription_id: SubscriptionId,
-    body: ResumeRequest,
-    write: SubscriptionsWrite,
-    if_match: IfMatch = None,
-) -> Response:
-    expected = expected_version(if_match, body.expected_version)
-
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
-        await pause_uc.resume(
-            session,
-            subscription_id=subscription_id,
-            expected_version=expected,
-            now=now,
-            actor=write.actor,
-        )
-        return await _answer(session, subscription_id)
-
-    return await write.run(work, expected_version=expected)
+async def resume_subscription(body: ResumeRequest, change: SubscriptionChange) -> Response:
+    return await change.run(pause_uc.resume, body.expected_version)

@@ -12,7 +12,7 @@ from billing_core.usecases import upcoming as upcoming_uc
 from services.api.auth import InvoicesReader
 from services.api.context import get_context
 from services.api.routes.common import json_response, problems
-from services.api.routes.subscriptions import SubscriptionId
+from services.api.routes.subscription_change import SubscriptionId
 from services.api.schemas import UpcomingInvoiceOut
 
 router = APIRouter(tags=["subscriptions"])

@@ -6,9 +6,10 @@ import base64
 import binascii
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
@@ -32,6 +33,7 @@ from services.api.context import get_context
 from services.api.idempotency import Outcome, Record, SubscriptionsWrite, rolled_back
 from services.api.problems import ApiProblem, ProblemKind
 from services.api.routes.common import etag, expected_version, json_response, outcome, problems
+from services.api.routes.subscription_change import IfMatch, SubscriptionChange, SubscriptionId
 from services.api.schemas import (
     CancelRequest,
     ChangePlanRequest,
@@ -46,26 +48,9 @@ from services.api.schemas import (
 
 router = APIRouter(tags=["subscriptions"])
 
-SubscriptionId = Annotated[
-    int, Path(ge=1, le=BIGINT_MAX, description="Subscription id.", alias="id")
-]
-IfMatch = Annotated[
-    str | None,
-    Header(
-        alias="If-Match",
-        description='Expected subscription version (its ETag, e.g. "3"); 409 if it moved on.',
-    ),
-]
 INVALID_CURSOR = ProblemKind(400, "invalid-cursor", "Invalid cursor")
 Writes = SubscriptionsWrite
 Reader = Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)]
-
-
-async def _subscription_outcome(
-    session: AsyncSession, subscription_id: int, status: int = 200
-) -> Outcome:
-    sub = await subscriptions_repo.get(session, subscription_id)
-    return outcome(status, SubscriptionOut.of(sub), etag=etag(sub.version))
 
 
 @router.post(
@@ -169,26 +154,9 @@ async def get_subscription(
     "succeeds without change.",
     responses=problems(400, 401, 403, 404, 409, 413, 422, 429, 503),
 )
-async def cancel_subscription(
-    subscription_id: SubscriptionId,
-    body: CancelRequest,
-    write: Writes,
-    if_match: IfMatch = None,
-) -> Response:
-    expected = expected_version(if_match, body.expected_version)
-
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
-        await cancel_uc.cancel(
-            session,
-            subscription_id=subscription_id,
-            at_period_end=body.at_period_end,
-            expected_version=expected,
-            now=now,
-            actor=write.actor,
-        )
-        return await _subscription_outcome(session, subscription_id)
-
-    return await write.run(work, expected_version=expected)
+async def cancel_subscription(body: CancelRequest, change: SubscriptionChange) -> Response:
+    cancel = partial(cancel_uc.cancel, at_period_end=body.at_period_end)
+    return await change.run(cancel, body.expected_version)
 
 
 @router.post(
