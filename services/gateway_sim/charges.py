@@ -100,17 +100,9 @@ class KeyedCalls:
             done.set_result(None)
 
 
-def _counters(
-    registry: CollectorRegistry,
-    name: str,
-    documentation: str,
-    values: Iterable[str],
-    *,
-    label: str = "outcome",
-) -> dict[str, Counter]:
-    """A counter labelled by ``label``, one child per value (made now, so each is exported
-    at zero before it is counted)."""
-    counter = Counter(name, documentation, [label], registry=registry)
+def _children(counter: Counter, values: Iterable[str]) -> dict[str, Counter]:
+    """``counter``'s child per label value, made now so each is exported at zero before it is
+    counted."""
     return {value: counter.labels(value) for value in values}
 
 
@@ -124,20 +116,31 @@ class Gateway:
         max_pending_webhooks: int,
     ) -> None:
         self.registry = CollectorRegistry()
-        self._calls = _counters(
-            self.registry, "billing_gateway_sim_calls_total", "Charge calls by outcome.", OUTCOMES
+        self._calls = _children(
+            Counter(
+                "billing_gateway_sim_calls_total",
+                "Charge calls by outcome.",
+                ["outcome"],
+                registry=self.registry,
+            ),
+            OUTCOMES,
         )
-        self._lookups = _counters(
-            self.registry,
-            "billing_gateway_sim_lookups_total",
-            "Look-ups by idempotency key, by answer.",
+        self._lookups = _children(
+            Counter(
+                "billing_gateway_sim_lookups_total",
+                "Look-ups by idempotency key, by answer.",
+                ["result"],
+                registry=self.registry,
+            ),
             LOOKUP_OUTCOMES,
-            label="result",
         )
-        self._refund_calls = _counters(
-            self.registry,
-            "billing_gateway_sim_refunds_total",
-            "Refund calls by outcome.",
+        self._refund_calls = _children(
+            Counter(
+                "billing_gateway_sim_refunds_total",
+                "Refund calls by outcome.",
+                ["outcome"],
+                registry=self.registry,
+            ),
             REFUND_OUTCOMES,
         )
         self._rate_limited = Counter(
