@@ -38,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_e
 from billing_core.db import migrate
 from billing_core.db.pg import Statement
 from billing_core.seeding import seed_customers
+from tests.support.db import recreate_database
 
 SUBSCRIPTIONS = 2_000
 NAMED_OVERHEAD_TARGET = 1.2
@@ -67,25 +68,17 @@ def _dsn(url: str) -> str:
 async def prepare_database(base_url: str) -> str:
     head, _, name = base_url.rpartition("/")
     bench = f"{name}_bench_db_stack"
-    admin = await asyncpg.connect(_dsn(f"{head}/postgres"))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{bench}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{bench}"')
-    finally:
-        await admin.close()
+    await recreate_database(f"{head}/postgres", bench)
     url = f"{head}/{bench}"
     await asyncio.to_thread(migrate.upgrade, url)
     conn = await asyncpg.connect(_dsn(url))
     try:
         await seed_customers(conn, first_id=1, count=SUBSCRIPTIONS)
         await conn.execute(
-            """
-            INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
-                current_period_start, current_period_end)
-            SELECT g, (SELECT id FROM plan ORDER BY id LIMIT 1), 'ACTIVE', now(), now(),
-                   now() + interval '1 month'
-            FROM generate_series(1, $1) g
-            """,
+            "INSERT INTO subscription (customer_id, plan_id, status, billing_anchor, "
+            "current_period_start, current_period_end) "
+            "SELECT g, (SELECT min(id) FROM plan), 'ACTIVE', now(), now(), "
+            "now() + interval '1 month' FROM generate_series(1, $1) g",
             SUBSCRIPTIONS,
         )
     finally:
