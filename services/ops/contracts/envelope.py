@@ -71,7 +71,7 @@ def headers(model: type[EventPayload] | None = None) -> list[Header]:
         ),
         Header(
             ce.H_SCHEMA_VERSION,
-            "extension: the version of this type's payload schema (an integer, `1` today)",
+            "extension: the version of this type's payload schema (an integer, from 1)",
             fixed(version_value, {"type": "string", "pattern": "^[1-9][0-9]*$"}),
         ),
     ]
