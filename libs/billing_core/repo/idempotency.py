@@ -96,35 +96,34 @@ class NewRecord:
     expires_at: datetime
 
 
-_RECORD_COLUMNS = (
-    "client_id",
-    "key",
-    "request_method",
-    "request_path",
-    "request_hash",
-    "response_status",
-    "response_headers",
-    "response_body",
-    "completed_at",
-    "expires_at",
+# A stored response's columns, as :func:`record_values` names them, with their SQL types (for a
+# statement that takes them as arrays).
+RECORD_COLUMNS = (
+    ("client_id", "bigint"),
+    ("key", "varchar"),
+    ("request_method", "varchar"),
+    ("request_path", "text"),
+    ("request_hash", "bytea"),
+    ("response_status", "int"),
+    ("response_headers", "text"),
+    ("response_body", "bytea"),
+    ("completed_at", "timestamptz"),
+    ("expires_at", "timestamptz"),
 )
 
 
-def insert_select_sql(rows: str = "", prefix: str = "") -> str:
-    """The one ``INSERT`` of stored responses: the :func:`record_values` of each row of
-    ``rows`` (a relation of the caller's statement whose columns carry those names; none: one
-    row of ``:name`` parameters). A record is created and completed at once (``completed_at``)."""
-    if rows:
-        value = {c: f"{rows}.{c}" for c in _RECORD_COLUMNS}
-    else:
-        value = {c: f":{prefix}{c}" for c in _RECORD_COLUMNS}
+def insert_select_sql(rows: str = "") -> str:
+    """The one ``INSERT`` of stored responses: the :data:`RECORD_COLUMNS` of each row of
+    ``rows`` (a relation of the caller's statement; none: one row of ``:name`` parameters). A
+    record is created and completed at once (``completed_at``)."""
+    value = {c: f"{rows}.{c}" if rows else f":{c}" for c, _ in RECORD_COLUMNS}
     value["response_headers"] = f"CAST({value['response_headers']} AS jsonb)"
     source = f" FROM {rows}" if rows else ""
     return (
         "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
         "request_hash, response_status, response_headers, response_body, created_at, "
         "completed_at, expires_at) "
-        f"SELECT {', '.join(value[c] for c in _RECORD_COLUMNS[:8])}, {value['completed_at']}, "
+        f"SELECT {', '.join(value[c] for c, _ in RECORD_COLUMNS[:8])}, {value['completed_at']}, "
         f"{value['completed_at']}, {value['expires_at']}{source}"
     )
 

@@ -105,16 +105,7 @@ _REQUEST_COLUMNS = (
     *((f"inv_{name}", kind) for name, kind in _INVOICE_COLUMNS),
     ("occurred_at", "timestamptz"),
     *_AUDIT_COLUMNS,
-    ("client_id", "bigint"),
-    ("key", "varchar"),
-    ("request_method", "varchar"),
-    ("request_path", "text"),
-    ("request_hash", "bytea"),
-    ("response_status", "int"),
-    ("response_headers", "text"),
-    ("response_body", "bytea"),
-    ("completed_at", "timestamptz"),
-    ("expires_at", "timestamptz"),
+    *idempotency.RECORD_COLUMNS,
     ("lock_id", "bigint"),
 )
 _LINE_COLUMNS = (
