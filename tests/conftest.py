@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from billing_core.db import migrate
+from billing_core.db import migrate, pg
 from billing_core.db.engine import create_engine, session_factory
 from billing_core.settings import CoreSettings
 from tests.support.db import recreate_database, truncate_all
@@ -66,6 +66,14 @@ async def engine(settings: CoreSettings) -> AsyncIterator[AsyncEngine]:
     eng = create_engine(settings)
     yield eng
     await eng.dispose()
+
+
+@pytest.fixture
+async def pool(engine: AsyncEngine, settings: CoreSettings) -> AsyncIterator[pg.Pool]:
+    """A driver pool on the clean database (``async with pg.transaction(pool) as conn``)."""
+    created = await pg.create_pool(settings, max_size=4)
+    yield created
+    await created.close()
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import random
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -14,6 +15,7 @@ from fastapi import Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.db import pg
 from billing_core.db.pg import Connection, Pool
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo import ids as ids_repo
@@ -198,6 +200,10 @@ class AppContext:
         if self.pg_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.pg_
+
+    def transaction(self) -> AbstractAsyncContextManager[Connection]:
+        """One unit of work on the driver: ``async with ctx.transaction() as conn``."""
+        return pg.transaction(self.pg)
 
     @property
     def redis(self) -> aioredis.Redis:

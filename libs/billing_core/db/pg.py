@@ -16,7 +16,8 @@ nothing and listen to nothing. A transaction left open is still rolled back on r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import asyncpg  # type: ignore[import-untyped]
@@ -30,6 +31,9 @@ from billing_core.settings import CoreSettings
 # An ``asyncpg.Connection`` / ``asyncpg.Pool``: the library ships no type information.
 Connection: TypeAlias = Any
 Pool: TypeAlias = Any
+# What repository functions take while callers move from SQLAlchemy sessions to the driver;
+# ends as ``Connection`` alone.
+Db: TypeAlias = AsyncSession | AsyncConnection | Connection
 
 
 def asyncpg_dsn(database_url: str) -> str:
@@ -91,11 +95,10 @@ class Statement:
 
 
 async def fetch(
-    db: AsyncSession | AsyncConnection | Connection,
-    statement: Statement,
-    params: Mapping[str, Any],
+    db: Db, statement: Statement, params: Mapping[str, Any] | None = None
 ) -> Sequence[Mapping[Any, Any]]:
     """Run ``statement`` in ``db``'s transaction; its rows, columns by name."""
+    params = params or {}
     if isinstance(db, AsyncSession | AsyncConnection):
         return (await db.execute(statement.clause, dict(params))).mappings().all()
     rows: Sequence[Mapping[Any, Any]] = await db.fetch(
@@ -104,13 +107,34 @@ async def fetch(
     return rows
 
 
-async def execute(
-    db: AsyncSession | AsyncConnection | Connection,
-    statement: Statement,
-    params: Mapping[str, Any],
-) -> None:
-    """Run ``statement`` (no rows) in ``db``'s transaction."""
+async def fetchrow(
+    db: Db, statement: Statement, params: Mapping[str, Any] | None = None
+) -> Mapping[Any, Any] | None:
+    """The first row of ``statement`` (None without one), columns by name."""
+    rows = await fetch(db, statement, params)
+    return rows[0] if rows else None
+
+
+async def fetchval(db: Db, statement: Statement, params: Mapping[str, Any] | None = None) -> Any:
+    """The first column of the first row of ``statement`` (None without a row)."""
+    row = await fetchrow(db, statement, params)
+    return None if row is None else next(iter(row.values()))
+
+
+async def execute(db: Db, statement: Statement, params: Mapping[str, Any] | None = None) -> int:
+    """Run ``statement`` in ``db``'s transaction; how many rows it wrote (or returned)."""
+    params = params or {}
     if isinstance(db, AsyncSession | AsyncConnection):
-        await db.execute(statement.clause, dict(params))
-    else:
-        await db.execute(statement.sql, *(params[name] for name in statement.names))
+        result: Any = await db.execute(statement.clause, dict(params))
+        return int(result.rowcount)
+    status: str = await db.execute(statement.sql, *(params[name] for name in statement.names))
+    last = status.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
+@asynccontextmanager
+async def transaction(pool: Pool) -> AsyncIterator[Connection]:
+    """One unit of work: a connection of ``pool`` in a transaction, committed when the block
+    ends, rolled back if it raises."""
+    async with pool.acquire() as conn, conn.transaction():
+        yield conn
