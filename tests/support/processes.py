@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -11,9 +10,13 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+from services.ops.run_all import take_nice
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,13 +60,14 @@ class Proc:
 SIMULATOR_NICE = -10
 
 
-def give_nice(pid: int, nice: int) -> None:
-    """The nice value of a started process, where the system allows it. The gateway simulator
-    asks for :data:`SIMULATOR_NICE`: it stands in for a gateway on machines of its own, and its
-    clock stamps arrivals for the rate limit."""
-    if nice:
-        with contextlib.suppress(PermissionError):
-            os.setpriority(os.PRIO_PROCESS, pid, nice)
+def niced(nice: int) -> dict[str, Any]:
+    """``Popen`` options that start a process at ``nice``, in a session of its own, as the
+    development runner does (``services.ops.run_all.take_nice``). The gateway simulator asks
+    for :data:`SIMULATOR_NICE`: it stands in for a gateway on machines of its own, and its clock
+    stamps arrivals for the rate limit."""
+    if not nice:
+        return {}
+    return {"start_new_session": True, "preexec_fn": partial(take_nice, nice)}
 
 
 def start(
@@ -78,7 +82,7 @@ def start(
     nice: int = 0,
 ) -> Proc:
     """``python -m module``, ready when ``ready_url`` answers 200 (or ``ready()``), at ``nice``
-    (:func:`give_nice`)."""
+    (:func:`niced`)."""
     log_path = log_dir / f"{name}.log"
     full_env = {**os.environ, "BILLING_LOG_JSON": "false", **env}
     with log_path.open("ab") as log:
@@ -88,8 +92,8 @@ def start(
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            **niced(nice),
         )
-    give_nice(process.pid, nice)
     proc = Proc(name, process, log_path, ready_url.rsplit("/", 1)[0] if ready_url else None)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

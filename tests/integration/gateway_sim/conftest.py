@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tests.support.processes import SIMULATOR_NICE, free_port, give_nice
+from tests.support.processes import SIMULATOR_NICE, free_port, niced
 
 ROOT = Path(__file__).resolve().parents[3]
 SEED = 1234
@@ -57,8 +57,8 @@ def start_simulator(env: dict[str, str], log_path: Path) -> SimProcess:
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            **niced(SIMULATOR_NICE),
         )
-    give_nice(process.pid, SIMULATOR_NICE)
     sim = SimProcess(f"http://127.0.0.1:{port}", process, log_path)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
