@@ -28,11 +28,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import Counter
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core import cloudevents
 from billing_core.cloudevents import CloudEvent, InvalidCloudEvent
+from billing_core.db import pg
+from billing_core.db.arrays import text_array
+from billing_core.db.pg import Db, Statement
 from billing_core.logging import get_logger
 
 log = get_logger(__name__)
@@ -45,10 +47,10 @@ EVENTS = Counter(
     ["consumer", "result"],
 )
 
-_RECORD = text(
+_RECORD = Statement(
     """
     INSERT INTO processed_event (consumer, event_id)
-    SELECT :consumer, id FROM unnest(CAST(:ids AS uuid[])) AS id
+    SELECT :consumer, id FROM unnest(CAST(:ids AS text)::uuid[]) AS id
     ON CONFLICT DO NOTHING
     RETURNING event_id
     """
@@ -63,14 +65,14 @@ _INFRA_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-async def record_new(
-    session: AsyncSession, consumer: str, ids: Sequence[uuid.UUID]
-) -> set[uuid.UUID]:
+async def record_new(conn: Db, consumer: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Record ``ids`` as processed by ``consumer``; return the ids that were not recorded before."""
     if not ids:
         return set()
-    result = await session.execute(_RECORD, {"consumer": consumer, "ids": list(ids)})
-    return set(result.scalars())
+    rows = await pg.fetch(
+        conn, _RECORD, {"consumer": consumer, "ids": text_array(str(i) for i in ids)}
+    )
+    return {uuid.UUID(str(row["event_id"])) for row in rows}
 
 
 class EventConsumer:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
-_SUBSCRIPTIONS = text(
+_SUBSCRIPTIONS = Statement(
     """
     SELECT status, count(*) AS n,
            count(*) FILTER (WHERE status = 'ACTIVE' AND current_period_end <= :now) AS due,
@@ -16,7 +16,7 @@ _SUBSCRIPTIONS = text(
     FROM subscription GROUP BY status ORDER BY status
     """
 )
-_INVOICES = text(
+_INVOICES = Statement(
     """
     SELECT status, attempt_count,
            count(*) AS n,
@@ -27,7 +27,7 @@ _INVOICES = text(
     FROM invoice GROUP BY status, attempt_count ORDER BY status, attempt_count
     """
 )
-_OUTBOX = text(
+_OUTBOX = Statement(
     """
     SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL) AS unpublished,
            count(*) FILTER (WHERE parked_at IS NOT NULL) AS parked,
@@ -37,7 +37,7 @@ _OUTBOX = text(
     """
 )
 
-_MONEY_BACK = text(
+_MONEY_BACK = Statement(
     """
     SELECT
       (SELECT count(*) FROM refund WHERE status = 'REQUESTED') AS refunds_requested,
@@ -51,7 +51,7 @@ _MONEY_BACK = text(
     """
 )
 
-_PROGRESS = text(
+_PROGRESS = Statement(
     """
     SELECT
       (SELECT count(*) FROM subscription s WHERE s.customer_id >= :first
@@ -77,31 +77,30 @@ _PROGRESS = text(
 )
 
 
-async def subscriptions_by_status(conn: AsyncConnection, now: datetime) -> list[dict[str, Any]]:
+async def subscriptions_by_status(conn: Db, now: datetime) -> list[dict[str, Any]]:
     """Per status: how many, how many due now (ACTIVE), the next period end."""
-    return [dict(r) for r in (await conn.execute(_SUBSCRIPTIONS, {"now": now})).mappings()]
+    return [dict(r) for r in await pg.fetch(conn, _SUBSCRIPTIONS, {"now": now})]
 
 
-async def invoices_by_status(conn: AsyncConnection, now: datetime) -> list[dict[str, Any]]:
+async def invoices_by_status(conn: Db, now: datetime) -> list[dict[str, Any]]:
     """Per status and attempt count (the dunning pipeline): due now, leased, next attempt."""
-    return [dict(r) for r in (await conn.execute(_INVOICES, {"now": now})).mappings()]
+    return [dict(r) for r in await pg.fetch(conn, _INVOICES, {"now": now})]
 
 
-async def outbox_backlog(conn: AsyncConnection) -> dict[str, Any]:
+async def outbox_backlog(conn: Db) -> dict[str, Any]:
     """Unpublished, parked and total outbox rows, and the oldest unpublished one's time."""
-    return dict((await conn.execute(_OUTBOX)).mappings().one())
+    [row] = await pg.fetch(conn, _OUTBOX)
+    return dict(row)
 
 
-async def money_back(conn: AsyncConnection, now: datetime) -> dict[str, int]:
+async def money_back(conn: Db, now: datetime) -> dict[str, int]:
     """Refunds by status (and how many are due), requested voids still waiting for their call,
     and the reconciliation items no one has resolved yet."""
-    row = (await conn.execute(_MONEY_BACK, {"now": now})).mappings().one()
+    [row] = await pg.fetch(conn, _MONEY_BACK, {"now": now})
     return {k: int(v) for k, v in row.items()}
 
 
-async def demo_progress(
-    conn: AsyncConnection, *, first_customer_id: int, now: datetime
-) -> dict[str, int]:
+async def demo_progress(conn: Db, *, first_customer_id: int, now: datetime) -> dict[str, int]:
     """The demo's counts, over the customers it seeded (ids from ``first_customer_id``)."""
-    row = (await conn.execute(_PROGRESS, {"first": first_customer_id, "now": now})).mappings().one()
+    [row] = await pg.fetch(conn, _PROGRESS, {"first": first_customer_id, "now": now})
     return {k: int(v) for k, v in row.items()}

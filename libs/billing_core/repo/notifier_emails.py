@@ -13,14 +13,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db import pg
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement
 from billing_core.repo.invoice_documents import Recipient
 
-Db = AsyncSession | AsyncConnection
-
-_RECIPIENT = text(
+_RECIPIENT = Statement(
     """
     SELECT c.id AS customer_id, c.external_id, c.name, c.email
     FROM customer c
@@ -30,7 +28,7 @@ _RECIPIENT = text(
     """
 )
 
-_QUEUE = text(
+_QUEUE = Statement(
     """
     INSERT INTO notifier_email (event_id, event_type, subscription_id, customer_id, recipient,
                                 subject, message_id, message, next_attempt_at)
@@ -41,7 +39,7 @@ _QUEUE = text(
     """
 )
 
-_CLAIM = text(
+_CLAIM = Statement(
     """
     UPDATE notifier_email e
     SET next_attempt_at = now() + make_interval(secs => :lease_s)
@@ -55,7 +53,7 @@ _CLAIM = text(
     """
 )
 
-_START_ATTEMPT = text(
+_START_ATTEMPT = Statement(
     """
     UPDATE notifier_email e
     SET attempts = e.attempts + 1, attempt_started_at = now()
@@ -67,12 +65,12 @@ _START_ATTEMPT = text(
     """
 )
 
-_SENT = text(
+_SENT = Statement(
     "UPDATE notifier_email SET sent_at = now(), attempt_started_at = NULL, last_error = NULL "
     "WHERE id = :id"
 )
 
-_FAILED_ATTEMPT = text(
+_FAILED_ATTEMPT = Statement(
     """
     UPDATE notifier_email
     SET last_error = :error,
@@ -80,6 +78,20 @@ _FAILED_ATTEMPT = text(
         next_attempt_at = now() + make_interval(secs => :retry_s),
         failed_at = CASE WHEN :give_up THEN now() END
     WHERE id = :id AND sent_at IS NULL
+    """
+)
+
+_RELEASE = Statement(
+    "UPDATE notifier_email SET next_attempt_at = now() "
+    "WHERE id = ANY(CAST(:ids AS text)::bigint[]) AND sent_at IS NULL"
+)
+
+_COUNTS = Statement(
+    """
+    SELECT count(*) FILTER (WHERE sent_at IS NOT NULL) AS sent,
+           count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS pending,
+           count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed
+    FROM notifier_email
     """
 )
 
@@ -115,56 +127,52 @@ class Attempt:
     previous_error: str | None  # what the previous attempt (or connection) failed with
 
 
-async def recipient_of(db: Db, subscription_id: int) -> Recipient | None:
+async def recipient_of(conn: Db, subscription_id: int) -> Recipient | None:
     """The customer a subscription's e-mails go to: the one its SubscriptionCreated named
     (``notifier_recipient``), else the subscription's own; None when neither is known."""
-    row = (await db.execute(_RECIPIENT, {"subscription_id": subscription_id})).mappings().first()
+    row = await pg.fetchrow(conn, _RECIPIENT, {"subscription_id": subscription_id})
     return None if row is None else Recipient(**row)
 
 
-async def queue(db: Db, email: QueuedEmail) -> bool:
+async def queue(conn: Db, email: QueuedEmail) -> bool:
     """Add ``email`` to the outbox; False when its event already has one (nothing written)."""
-    result = await db.execute(_QUEUE, email.__dict__)
-    return result.first() is not None
+    return await pg.fetchrow(conn, _QUEUE, email.__dict__) is not None
 
 
-async def claim(db: Db, *, limit: int, lease_s: float) -> list[Claimed]:
+async def claim(conn: Db, *, limit: int, lease_s: float) -> list[Claimed]:
     """Up to ``limit`` due e-mails, each leased for ``lease_s``."""
-    rows = (await db.execute(_CLAIM, {"limit": limit, "lease_s": lease_s})).mappings()
+    rows = await pg.fetch(conn, _CLAIM, {"limit": limit, "lease_s": lease_s})
     return sorted((Claimed(**row) for row in rows), key=lambda c: c.id)
 
 
-async def start_attempt(db: Db, email_id: int) -> Attempt:
+async def start_attempt(conn: Db, email_id: int) -> Attempt:
     """Count an attempt at sending ``email_id``, just before handing it to the server."""
-    row = (await db.execute(_START_ATTEMPT, {"id": email_id})).one()
+    row = await pg.fetchrow(conn, _START_ATTEMPT, {"id": email_id})
+    if row is None:
+        raise LookupError(f"no e-mail {email_id}")
     return Attempt(
-        number=int(row.attempts),
-        previous_unknown=bool(row.previous_unknown),
-        previous_error=row.previous_error,
+        number=int(row["attempts"]),
+        previous_unknown=bool(row["previous_unknown"]),
+        previous_error=row["previous_error"],
     )
 
 
-async def release(db: Db, email_ids: list[int]) -> None:
+async def release(conn: Db, email_ids: list[int]) -> None:
     """Give claimed e-mails that were not tried back (due now, for any sender)."""
-    await db.execute(
-        text(
-            "UPDATE notifier_email SET next_attempt_at = now() "
-            "WHERE id = ANY(CAST(:ids AS bigint[])) AND sent_at IS NULL"
-        ),
-        {"ids": email_ids},
-    )
+    await pg.execute(conn, _RELEASE, {"ids": int_array(email_ids)})
 
 
-async def mark_sent(db: Db, email_id: int) -> None:
-    await db.execute(_SENT, {"id": email_id})
+async def mark_sent(conn: Db, email_id: int) -> None:
+    await pg.execute(conn, _SENT, {"id": email_id})
 
 
 async def mark_failed_attempt(
-    db: Db, email_id: int, *, error: str, retry_s: float, give_up: bool, attempted: bool
+    conn: Db, email_id: int, *, error: str, retry_s: float, give_up: bool, attempted: bool
 ) -> None:
     """Record a failure. ``attempted``: the server answered this attempt with a refusal, so its
     outcome is known; otherwise (no connection, no answer) an unknown outcome stays unknown."""
-    await db.execute(
+    await pg.execute(
+        conn,
         _FAILED_ATTEMPT,
         {
             "id": email_id,
@@ -176,18 +184,7 @@ async def mark_failed_attempt(
     )
 
 
-async def counts(db: Db) -> dict[str, int]:
+async def counts(conn: Db) -> dict[str, int]:
     """E-mails by state: sent, pending, failed (for status pages and tests)."""
-    row = (
-        await db.execute(
-            text(
-                """
-                SELECT count(*) FILTER (WHERE sent_at IS NOT NULL) AS sent,
-                       count(*) FILTER (WHERE sent_at IS NULL AND failed_at IS NULL) AS pending,
-                       count(*) FILTER (WHERE failed_at IS NOT NULL) AS failed
-                FROM notifier_email
-                """
-            )
-        )
-    ).one()
-    return {"sent": int(row.sent), "pending": int(row.pending), "failed": int(row.failed)}
+    [row] = await pg.fetch(conn, _COUNTS)
+    return {"sent": int(row["sent"]), "pending": int(row["pending"]), "failed": int(row["failed"])}

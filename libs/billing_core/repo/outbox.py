@@ -26,10 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
 from billing_core.db.arrays import int_array, json_array, json_elements_sql, text_array
-from billing_core.db.pg import Connection, Statement, execute
+from billing_core.db.pg import Db, Statement, execute
 from billing_core.domain.events import DomainEvent
 
 
@@ -125,7 +123,7 @@ def _check_aware(occurred_at: datetime) -> None:
 
 
 async def append_events(
-    db: AsyncSession | AsyncConnection | Connection,
+    conn: Db,
     events: Sequence[DomainEvent],
     occurred_at: datetime,
 ) -> None:
@@ -136,7 +134,7 @@ async def append_events(
     _check_aware(occurred_at)
     counts = event_counts(events)
     await execute(
-        db,
+        conn,
         _APPEND,
         {
             "count_ids": int_array(counts.keys()),
@@ -148,7 +146,7 @@ async def append_events(
 
 
 async def insert_numbered_events(
-    db: AsyncSession | AsyncConnection | Connection,
+    conn: Db,
     events: Sequence[DomainEvent],
     reserved_after: Mapping[int, int],
     occurred_at: datetime,
@@ -163,7 +161,7 @@ async def insert_numbered_events(
     if missing:
         raise KeyError(f"no numbers reserved for subscriptions {sorted(missing)[:10]}")
     await execute(
-        db,
+        conn,
         _INSERT_NUMBERED,
         {
             "base_ids": int_array(reserved_after.keys()),

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db import pg
+from billing_core.db.arrays import int_array, text_array
+from billing_core.db.pg import Db, Statement
 from billing_core.repo.limits import require_positive_limit
 
 # Unpublished, unparked rows of the given shards, oldest id first, locked (SKIP LOCKED: a row a
@@ -20,7 +20,7 @@ from billing_core.repo.limits import require_positive_limit
 # (a predecessor not committed yet, or deleted) or a parked predecessor holds the rest of that
 # subscription back instead of publishing it out of order. ``ready`` says the predecessor is
 # already published; otherwise it must be published earlier in the same batch.
-_CLAIM = text(
+_CLAIM = Statement(
     """
     SELECT o.id, o.event_id, o.aggregate_id, o.sequence, o.event_type, o.schema_version,
            o.payload::text AS payload, o.occurred_at,
@@ -28,7 +28,7 @@ _CLAIM = text(
     FROM outbox_event o
     LEFT JOIN outbox_event p ON p.aggregate_id = o.aggregate_id AND p.sequence = o.sequence - 1
     WHERE o.published_at IS NULL AND o.parked_at IS NULL
-      AND mod(o.aggregate_id, :shards) = ANY(CAST(:owned AS int[]))
+      AND mod(o.aggregate_id, :shards) = ANY(CAST(:owned AS text)::int[])
       AND (o.sequence = 1 OR (p.id IS NOT NULL AND p.parked_at IS NULL))
     ORDER BY o.id
     LIMIT :limit
@@ -36,31 +36,31 @@ _CLAIM = text(
     """
 )
 
-_MARK = text(
+_MARK = Statement(
     """
     UPDATE outbox_event SET published_at = :now, publish_attempts = publish_attempts + 1,
            last_error = NULL
-    WHERE id = ANY(CAST(:ids AS bigint[]))
+    WHERE id = ANY(CAST(:ids AS text)::bigint[])
     """
 )
 
-_PARK = text(
+_PARK = Statement(
     """
     UPDATE outbox_event o SET parked_at = :now, publish_attempts = o.publish_attempts + 1,
            last_error = p.error
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:errors AS text[])) AS p(id, error)
+    FROM unnest(CAST(:ids AS text)::bigint[], CAST(:errors AS text)::text[]) AS p(id, error)
     WHERE o.id = p.id
     """
 )
 
 # Published rows past retention, except the newest published row of each subscription: that one
 # is the predecessor the claim checks for the subscription's next event.
-_PRUNE = text(
+_PRUNE = Statement(
     """
     DELETE FROM outbox_event WHERE id IN (
         SELECT o.id FROM outbox_event o
         WHERE o.published_at < :cutoff
-          AND mod(o.aggregate_id, :shards) = ANY(CAST(:owned AS int[]))
+          AND mod(o.aggregate_id, :shards) = ANY(CAST(:owned AS text)::int[])
           AND EXISTS (
               SELECT 1 FROM outbox_event n
               WHERE n.aggregate_id = o.aggregate_id AND n.sequence > o.sequence
@@ -73,7 +73,7 @@ _PRUNE = text(
     """
 )
 
-_STATS = text(
+_STATS = Statement(
     """
     SELECT
       (SELECT count(*) FROM outbox_event
@@ -106,37 +106,45 @@ class OutboxStats:
     parked: int
 
 
-async def claim(
-    conn: AsyncConnection, *, shards: int, owned: Sequence[int], limit: int
-) -> list[OutboxRow]:
+async def claim(conn: Db, *, shards: int, owned: Sequence[int], limit: int) -> list[OutboxRow]:
     require_positive_limit(limit)
-    result = await conn.execute(_CLAIM, {"shards": shards, "owned": list(owned), "limit": limit})
-    return [OutboxRow(**row._mapping) for row in result.all()]
+    rows = await pg.fetch(
+        conn, _CLAIM, {"shards": shards, "owned": int_array(owned), "limit": limit}
+    )
+    return [OutboxRow(**row) for row in rows]
 
 
-async def mark_published(conn: AsyncConnection, ids: Sequence[int], now: datetime) -> None:
+async def mark_published(conn: Db, ids: Sequence[int], now: datetime) -> None:
     if ids:
-        await conn.execute(_MARK, {"ids": list(ids), "now": now})
+        await pg.execute(conn, _MARK, {"ids": int_array(ids), "now": now})
 
 
-async def park(conn: AsyncConnection, parked: Sequence[tuple[int, str]], now: datetime) -> None:
+async def park(conn: Db, parked: Sequence[tuple[int, str]], now: datetime) -> None:
     if parked:
-        await conn.execute(
+        await pg.execute(
+            conn,
             _PARK,
-            {"ids": [i for i, _ in parked], "errors": [e[:2000] for _, e in parked], "now": now},
+            {
+                "ids": int_array(i for i, _ in parked),
+                "errors": text_array(e[:2000] for _, e in parked),
+                "now": now,
+            },
         )
 
 
 async def prune(
-    conn: AsyncConnection, *, cutoff: datetime, shards: int, owned: Sequence[int], limit: int
+    conn: Db, *, cutoff: datetime, shards: int, owned: Sequence[int], limit: int
 ) -> int:
     require_positive_limit(limit)
-    result = await conn.execute(
-        _PRUNE, {"cutoff": cutoff, "shards": shards, "owned": list(owned), "limit": limit}
+    return await pg.execute(
+        conn,
+        _PRUNE,
+        {"cutoff": cutoff, "shards": shards, "owned": int_array(owned), "limit": limit},
     )
-    return int(result.rowcount)
 
 
-async def stats(conn: AsyncConnection) -> OutboxStats:
-    row = (await conn.execute(_STATS)).one()
-    return OutboxStats(unpublished=int(row.unpublished), oldest=row.oldest, parked=int(row.parked))
+async def stats(conn: Db) -> OutboxStats:
+    [row] = await pg.fetch(conn, _STATS)
+    return OutboxStats(
+        unpublished=int(row["unpublished"]), oldest=row["oldest"], parked=int(row["parked"])
+    )

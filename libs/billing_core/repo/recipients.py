@@ -3,30 +3,29 @@ it from the subscription's SubscriptionCreated event."""
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
-_REMEMBER = text(
+_REMEMBER = Statement(
     """
     INSERT INTO notifier_recipient (subscription_id, customer_id)
     VALUES (:subscription_id, :customer_id)
     ON CONFLICT (subscription_id) DO NOTHING
     """
 )
-_CUSTOMER_OF = text(
+_CUSTOMER_OF = Statement(
     "SELECT customer_id FROM notifier_recipient WHERE subscription_id = :subscription_id"
 )
 
 
-async def remember(
-    db: AsyncSession | AsyncConnection, subscription_id: int, customer_id: int
-) -> None:
+async def remember(conn: Db, subscription_id: int, customer_id: int) -> None:
     """Record the subscription's customer (a subscription never changes customer)."""
-    await db.execute(_REMEMBER, {"subscription_id": subscription_id, "customer_id": customer_id})
+    await pg.execute(
+        conn, _REMEMBER, {"subscription_id": subscription_id, "customer_id": customer_id}
+    )
 
 
-async def customer_of(db: AsyncSession | AsyncConnection, subscription_id: int) -> int | None:
+async def customer_of(conn: Db, subscription_id: int) -> int | None:
     """The subscription's customer, or None when its SubscriptionCreated was never seen."""
-    found = await db.execute(_CUSTOMER_OF, {"subscription_id": subscription_id})
-    value = found.scalar_one_or_none()
+    value = await pg.fetchval(conn, _CUSTOMER_OF, {"subscription_id": subscription_id})
     return None if value is None else int(value)

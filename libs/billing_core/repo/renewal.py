@@ -17,9 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db import pg
 from billing_core.db.arrays import (
     bool_array,
     instant_array,
@@ -28,13 +26,13 @@ from billing_core.db.arrays import (
     nullable_int_array,
     text_array,
 )
+from billing_core.db.pg import Db as Db  # noqa: PLC0414 (imported from here by renewal_lines)
+from billing_core.db.pg import Statement
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo.limits import require_positive_limit
 from billing_core.repo.subscriptions import subscription_state
-
-Db = AsyncSession | AsyncConnection
 
 # How a new renewal invoice may start (``invoice.opening``, or a paused period's VOID or DRAFT).
 _RENEWAL_OPENINGS = frozenset(
@@ -56,7 +54,7 @@ class CreditUse:
     amount: int  # positive: the credit consumed (stored as a negative entry)
 
 
-_CLAIM = """
+_CLAIM_SQL = """
     SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
            s.current_period_start, s.current_period_end, s.cancel_at_period_end,
            s.canceled_at, s.credit_balance, s.version,
@@ -69,23 +67,27 @@ _CLAIM = """
     LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id
     WHERE s.status IN ('ACTIVE', 'TRIALING') AND s.current_period_end <= :now
       AND (s.status = 'ACTIVE' OR s.trial_will_end_sent_at IS NOT NULL)
-      AND s.id <> ALL(CAST(:exclude AS bigint[]))
+      AND s.id <> ALL(CAST(:exclude AS text)::bigint[])
     ORDER BY s.current_period_end
     LIMIT :limit
     FOR UPDATE OF s SKIP LOCKED
 """
+_CLAIM = Statement(_CLAIM_SQL)
+_EXPLAIN_CLAIM = Statement("EXPLAIN " + _CLAIM_SQL)
 
 # The same claim for one subscription (a plan change catching up its renewal first): it locks
 # the row and waits for a renewer that holds it (then finds it renewed, or not due any more).
-_CLAIM_ONE = _CLAIM.replace(
-    "AND s.id <> ALL(CAST(:exclude AS bigint[]))", "AND s.id = :only"
-).replace("FOR UPDATE OF s SKIP LOCKED", "FOR UPDATE OF s")
+_CLAIM_ONE = Statement(
+    _CLAIM_SQL.replace(
+        "AND s.id <> ALL(CAST(:exclude AS text)::bigint[])", "AND s.id = :only"
+    ).replace("FOR UPDATE OF s SKIP LOCKED", "FOR UPDATE OF s")
+)
 
 # The customer and the currency come from the locked subscription and its plan (the plan it was
 # claimed at: the batch applies scheduled plan changes after its invoices are in), and when an
 # invoice is due or paid from its status (``insert_renewal_invoices`` checks that the planned
 # invoices say the same): fewer arrays for the driver to encode, row by row.
-_INSERT_INVOICES = text(
+_INSERT_INVOICES = Statement(
     f"""
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
                          period_end, subtotal, credit_applied, amount, currency, status,
@@ -113,7 +115,7 @@ _INSERT_INVOICES = text(
     """
 )
 
-_EXISTING = text(
+_EXISTING = Statement(
     f"""
     SELECT i.subscription_id, i.period_start
     FROM unnest(CAST(:subscription_ids AS text)::bigint[],
@@ -124,7 +126,7 @@ _EXISTING = text(
     """
 )
 
-_UPDATE_SUBSCRIPTIONS = text(
+_UPDATE_SUBSCRIPTIONS = Statement(
     f"""
     UPDATE subscription s
     SET status = u.status, period_index = u.period_index,
@@ -161,7 +163,7 @@ _UPDATE_SUBSCRIPTIONS = text(
     """
 )
 
-_INSERT_CREDIT_USES = text(
+_INSERT_CREDIT_USES = Statement(
     """
     INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)
     SELECT u.subscription_id, -u.amount, 'INVOICE', u.invoice_id, :now
@@ -170,14 +172,19 @@ _INSERT_CREDIT_USES = text(
     """
 )
 
-_COUNT_DUE = text(
+_COUNT_DUE = Statement(
     "SELECT count(*) FROM subscription "
     "WHERE status IN ('ACTIVE', 'TRIALING') AND current_period_end <= :now"
 )
 
+# The all-or-none insert of a batch's renewal invoices (only one is open at a time).
+_SAVEPOINT = Statement("SAVEPOINT renewal_invoices")
+_RELEASE = Statement("RELEASE SAVEPOINT renewal_invoices")
+_ROLLBACK_TO = Statement("ROLLBACK TO SAVEPOINT renewal_invoices")
+
 
 async def claim_due(
-    db: Db,
+    conn: Db,
     *,
     now: datetime,
     limit: int,
@@ -188,65 +195,42 @@ async def claim_due(
     transactions hold (``FOR UPDATE SKIP LOCKED``): concurrent renewers get disjoint batches.
     ``only_id``: just that subscription if it is due (waiting for its row lock)."""
     require_positive_limit(limit)
-    if only_id is not None:
-        result = await db.execute(text(_CLAIM_ONE), {"now": now, "limit": 1, "only": only_id})
+    if only_id is None:
+        params = {"now": now, "limit": limit, "exclude": int_array(exclude_ids)}
+        rows = await pg.fetch(conn, _CLAIM, params)
     else:
-        result = await db.execute(
-            text(_CLAIM), {"now": now, "limit": limit, "exclude": list(exclude_ids)}
+        rows = await pg.fetch(conn, _CLAIM_ONE, {"now": now, "limit": 1, "only": only_id})
+    return [
+        DueSubscription(
+            subscription_state(row),
+            customer_id=row["customer_id"],
+            time_zone=row["time_zone"],
+            billing_anchor=row["billing_anchor"],
+            period_index=row["period_index"],
+            current_period_start=row["current_period_start"],
+            current_period_end=row["current_period_end"],
+            credit_balance=row["credit_balance"],
+            price_amount=row["price_amount"],
+            currency=row["currency"],
+            billing_interval=row["billing_interval"],
+            scheduled_price_amount=row["scheduled_price_amount"],
+            scheduled_billing_interval=row["scheduled_billing_interval"],
+            anchor_period_index=row["anchor_period_index"],
         )
-    claimed: list[DueSubscription] = []
-    for (
-        id_, customer_id, status, time_zone, anchor, period_index, period_start, period_end,
-        cancel_at_period_end, canceled_at, credit_balance, version, pause_behavior, paused_at,
-        pause_resumes_at, plan_code, price_amount, currency, billing_interval,
-        scheduled_plan_code, scheduled_price_amount, scheduled_billing_interval,
-        anchor_period_index,
-    ) in result.all():  # fmt: skip
-        state = subscription_state(
-            {
-                "id": id_,
-                "status": status,
-                "cancel_at_period_end": cancel_at_period_end,
-                "plan_code": plan_code,
-                "version": version,
-                "canceled_at": canceled_at,
-                "pause_behavior": pause_behavior,
-                "paused_at": paused_at,
-                "pause_resumes_at": pause_resumes_at,
-                "scheduled_plan_code": scheduled_plan_code,
-            }
-        )
-        claimed.append(
-            DueSubscription(
-                state,
-                customer_id,
-                time_zone,
-                anchor,
-                period_index,
-                period_start,
-                period_end,
-                credit_balance,
-                price_amount,
-                currency,
-                billing_interval,
-                scheduled_price_amount,
-                scheduled_billing_interval,
-                anchor_period_index,
-            )
-        )
-    return claimed
+        for row in rows
+    ]
 
 
-async def explain_claim(db: Db, *, now: datetime, limit: int) -> str:
+async def explain_claim(conn: Db, *, now: datetime, limit: int) -> str:
     """The plan PostgreSQL chooses for the claim (tests and benchmarks check the index)."""
-    result = await db.execute(
-        text("EXPLAIN " + _CLAIM), {"now": now, "limit": limit, "exclude": []}
+    rows = await pg.fetch(
+        conn, _EXPLAIN_CLAIM, {"now": now, "limit": limit, "exclude": int_array(())}
     )
-    return "\n".join(str(row[0]) for row in result.all())
+    return "\n".join(str(row["QUERY PLAN"]) for row in rows)
 
 
 async def insert_renewal_invoices(
-    db: Db, invoices: Sequence[RenewalInvoice], *, now: datetime
+    conn: Db, invoices: Sequence[RenewalInvoice], *, now: datetime
 ) -> list[InsertedInvoice]:
     """Insert the invoices in one statement, in the given order. A renewal that already exists
     for its (subscription, period_start) is not inserted again (the UNIQUE safety net) and is
@@ -282,7 +266,8 @@ async def insert_renewal_invoices(
         credits.append(i.credit_applied)
         amounts.append(i.amount)
         statuses.append(status.value)
-    result = await db.execute(
+    rows = await pg.fetch(
+        conn,
         _INSERT_INVOICES,
         {
             "subscription_ids": int_array(ids),
@@ -296,27 +281,44 @@ async def insert_renewal_invoices(
             "now": now,
         },
     )
-    return [InsertedInvoice(*row) for row in result.all()]
+    return [InsertedInvoice(row["id"], row["subscription_id"], row["period_index"]) for row in rows]
+
+
+async def insert_all_renewal_invoices(
+    conn: Db, invoices: Sequence[RenewalInvoice], *, now: datetime
+) -> list[InsertedInvoice] | None:
+    """:func:`insert_renewal_invoices` of every one of ``invoices`` or of none: under a
+    savepoint, rolled back (None) when any of them already existed."""
+    if not invoices:
+        return []
+    await pg.execute(conn, _SAVEPOINT)
+    inserted = await insert_renewal_invoices(conn, invoices, now=now)
+    if len(inserted) == len(invoices):
+        await pg.execute(conn, _RELEASE)
+        return inserted
+    await pg.execute(conn, _ROLLBACK_TO)
+    return None
 
 
 async def existing_renewals(
-    db: Db, keys: Sequence[tuple[int, datetime]]
+    conn: Db, keys: Sequence[tuple[int, datetime]]
 ) -> set[tuple[int, datetime]]:
     """Which (subscription_id, period_start) renewal invoices already exist."""
     if not keys:
         return set()
-    result = await db.execute(
+    rows = await pg.fetch(
+        conn,
         _EXISTING,
         {
             "subscription_ids": int_array(k[0] for k in keys),
             "period_starts": instant_array(k[1] for k in keys),
         },
     )
-    return {(int(row.subscription_id), row.period_start) for row in result}
+    return {(int(row["subscription_id"]), row["period_start"]) for row in rows}
 
 
 async def write_subscriptions(
-    db: Db,
+    conn: Db,
     writes: Sequence[RenewedSubscription],
     *,
     event_counts: Mapping[int, int],
@@ -359,7 +361,8 @@ async def write_subscriptions(
         changed.append(w.plan_changed)
         anchors.append(w.billing_anchor)
         anchor_indexes.append(w.anchor_period_index)
-    result = await db.execute(
+    rows = await pg.fetch(
+        conn,
         _UPDATE_SUBSCRIPTIONS,
         {
             "ids": int_array(ids),
@@ -377,14 +380,15 @@ async def write_subscriptions(
             "now": now,
         },
     )
-    return {int(row[0]): int(row[1]) for row in result.all()}
+    return {int(row["id"]): int(row["reserved_after"]) for row in rows}
 
 
-async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:
+async def insert_credit_uses(conn: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:
     """Record the credit consumed by invoices (negative ``credit_entry`` rows, reason INVOICE)."""
     if not uses:
         return
-    await db.execute(
+    await pg.execute(
+        conn,
         _INSERT_CREDIT_USES,
         {
             "subscription_ids": int_array(u.subscription_id for u in uses),
@@ -395,6 +399,6 @@ async def insert_credit_uses(db: Db, uses: Sequence[CreditUse], *, now: datetime
     )
 
 
-async def count_due(db: Db, *, now: datetime) -> int:
+async def count_due(conn: Db, *, now: datetime) -> int:
     """How many ACTIVE or TRIALING subscriptions are due at ``now`` (the backlog gauge)."""
-    return int((await db.execute(_COUNT_DUE, {"now": now})).scalar_one())
+    return int(await pg.fetchval(conn, _COUNT_DUE, {"now": now}))

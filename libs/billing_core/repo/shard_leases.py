@@ -7,42 +7,42 @@ alive) and one per shard.
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
 SHARD_LOCK_CLASS = 0x52454C41  # "RELA"
 MEMBER_LOCK_CLASS = 0x52454C42
 
-_HELD = text(
+_HELD = Statement(
     """
     SELECT l.objid::int AS key FROM pg_locks l
     JOIN pg_database d ON d.oid = l.database AND d.datname = current_database()
     WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted AND l.classid = :cls
     """
 )
-_TRY = text("SELECT pg_try_advisory_lock(:cls, :key)")
-_UNLOCK = text("SELECT pg_advisory_unlock(:cls, :key)")
-_ALIVE = text("SELECT 1")
+_TRY = Statement("SELECT pg_try_advisory_lock(:cls, :key)")
+_UNLOCK = Statement("SELECT pg_advisory_unlock(:cls, :key)")
+_ALIVE = Statement("SELECT 1")
 
 
-async def try_lock(conn: AsyncConnection, lock_class: int, key: int) -> bool:
-    return bool((await conn.execute(_TRY, {"cls": lock_class, "key": key})).scalar())
+async def try_lock(conn: Db, lock_class: int, key: int) -> bool:
+    return bool(await pg.fetchval(conn, _TRY, {"cls": lock_class, "key": key}))
 
 
-async def unlock(conn: AsyncConnection, lock_class: int, key: int) -> None:
-    await conn.execute(_UNLOCK, {"cls": lock_class, "key": key})
+async def unlock(conn: Db, lock_class: int, key: int) -> None:
+    await pg.execute(conn, _UNLOCK, {"cls": lock_class, "key": key})
 
 
-async def held(conn: AsyncConnection, lock_class: int) -> set[int]:
+async def held(conn: Db, lock_class: int) -> set[int]:
     """The keys of ``lock_class`` any session of this database holds."""
-    return {int(k) for k in (await conn.execute(_HELD, {"cls": lock_class})).scalars()}
+    return {int(row["key"]) for row in await pg.fetch(conn, _HELD, {"cls": lock_class})}
 
 
-async def members(conn: AsyncConnection) -> int:
+async def members(conn: Db) -> int:
     """How many relays hold a member lock (are alive), counting this one."""
     return len(await held(conn, MEMBER_LOCK_CLASS))
 
 
-async def still_connected(conn: AsyncConnection) -> None:
+async def still_connected(conn: Db) -> None:
     """Raise when the lease connection (and so every lock on it) is gone."""
-    await conn.execute(_ALIVE)
+    await pg.execute(conn, _ALIVE)

@@ -7,17 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db import pg
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement
 from billing_core.repo.limits import require_positive_limit
-
-Db = AsyncSession | AsyncConnection
 
 # Uses idx_sub_trial_will_end (current_period_end WHERE status = 'TRIALING' AND
 # trial_will_end_sent_at IS NULL): a trial's current period ends with the trial.
-_CLAIM = text(
-    """
+_CLAIM_SQL = """
     SELECT id, current_period_end AS trial_end, version
     FROM subscription
     WHERE status = 'TRIALING' AND trial_will_end_sent_at IS NULL
@@ -25,23 +22,23 @@ _CLAIM = text(
     ORDER BY current_period_end
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
-    """
-)
+"""
+_CLAIM = Statement(_CLAIM_SQL)
 
 # The same claim for one subscription (a plan change catching up a trial that is over): it locks
 # the row and waits for a renewer that holds it.
-_CLAIM_ONE = text(
-    _CLAIM.text.replace("ORDER BY", "AND id = :only\n    ORDER BY").replace(
+_CLAIM_ONE = Statement(
+    _CLAIM_SQL.replace("ORDER BY", "AND id = :only\n    ORDER BY").replace(
         "FOR UPDATE SKIP LOCKED", "FOR UPDATE"
     )
 )
 
-_MARK = text(
+_MARK = Statement(
     """
     UPDATE subscription s
     SET trial_will_end_sent_at = :now, version = s.version + 1, updated_at = :now,
         event_seq = s.event_seq + 1
-    FROM unnest(CAST(:ids AS bigint[])) AS u(id)
+    FROM unnest(CAST(:ids AS text)::bigint[]) AS u(id)
     WHERE s.id = u.id AND s.status = 'TRIALING' AND s.trial_will_end_sent_at IS NULL
     RETURNING s.id, s.event_seq - 1 AS reserved_after
     """
@@ -56,24 +53,25 @@ class TrialEnding:
 
 
 async def claim_due_notices(
-    db: Db, *, horizon: datetime, limit: int, only_id: int | None = None
+    conn: Db, *, horizon: datetime, limit: int, only_id: int | None = None
 ) -> list[TrialEnding]:
     """Lock up to ``limit`` TRIALING subscriptions whose trial ends by ``horizon`` and whose
     notice is not written yet, soonest first (``SKIP LOCKED``: replicas take disjoint sets;
     ``only_id``: just that one, waiting for its lock)."""
     require_positive_limit(limit)
-    if only_id is not None:
-        params = {"horizon": horizon, "limit": limit, "only": only_id}
-        result = await db.execute(_CLAIM_ONE, params)
-        return [TrialEnding(**row) for row in result.mappings()]
-    result = await db.execute(_CLAIM, {"horizon": horizon, "limit": limit})
-    return [TrialEnding(**row) for row in result.mappings()]
+    if only_id is None:
+        rows = await pg.fetch(conn, _CLAIM, {"horizon": horizon, "limit": limit})
+    else:
+        rows = await pg.fetch(
+            conn, _CLAIM_ONE, {"horizon": horizon, "limit": limit, "only": only_id}
+        )
+    return [TrialEnding(**row) for row in rows]
 
 
-async def mark_sent(db: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
+async def mark_sent(conn: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
     """Mark the notices of ``ids`` written at ``now`` (a version bump, and one event sequence
     number reserved each); return each id's ``event_seq`` before the reservation."""
     if not ids:
         return {}
-    result = await db.execute(_MARK, {"ids": list(ids), "now": now})
-    return {int(row.id): int(row.reserved_after) for row in result}
+    rows = await pg.fetch(conn, _MARK, {"ids": int_array(ids), "now": now})
+    return {int(row["id"]): int(row["reserved_after"]) for row in rows}

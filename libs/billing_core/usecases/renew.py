@@ -25,6 +25,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from billing_core.db.pg import Db
 from billing_core.domain import renewal as renewal_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceStatus
@@ -86,23 +87,15 @@ def _plan_all(
 
 
 async def _insert_invoices(
-    db: renewal_repo.Db, plans: Sequence[RenewalPlan], *, now: datetime
+    conn: Db, plans: Sequence[RenewalPlan], *, now: datetime
 ) -> list[renewal_repo.InsertedInvoice] | None:
-    """Insert all planned invoices under a savepoint; None (rolled back) if any already existed."""
+    """Insert all planned invoices, or none (None) if any already existed."""
     wanted = [invoice for plan in plans for invoice in plan.invoices]
-    if not wanted:
-        return []
-    savepoint = await db.begin_nested()
-    inserted = await renewal_repo.insert_renewal_invoices(db, wanted, now=now)
-    if len(inserted) == len(wanted):
-        await savepoint.commit()
-        return inserted
-    await savepoint.rollback()
-    return None
+    return await renewal_repo.insert_all_renewal_invoices(conn, wanted, now=now)
 
 
 async def _plan_and_insert(
-    db: renewal_repo.Db,
+    conn: Db,
     rows: Sequence[DueSubscription],
     now: datetime,
     max_periods: int,
@@ -112,18 +105,18 @@ async def _plan_and_insert(
     plans = _plan_all(
         rows, now=now, max_periods=max_periods, existing=(), parked=parked, pricing=pricing
     )
-    inserted = await _insert_invoices(db, plans, now=now)
+    inserted = await _insert_invoices(conn, plans, now=now)
     if inserted is not None:
         return plans, inserted
     # Some renewal already exists (a replayed batch): plan again knowing which.
     keys = [(i.subscription_id, i.period_start) for plan in plans for i in plan.invoices]
-    existing = await renewal_repo.existing_renewals(db, keys)
+    existing = await renewal_repo.existing_renewals(conn, keys)
     log.warning("renewal_invoices_already_exist", count=len(existing))
     # Planning is deterministic: the rows parked above fail the same way again.
     plans = _plan_all(
         rows, now=now, max_periods=max_periods, existing=existing, parked=[], pricing=pricing
     )
-    inserted = await _insert_invoices(db, plans, now=now)
+    inserted = await _insert_invoices(conn, plans, now=now)
     if inserted is None:
         raise RenewalConflict("renewal invoices appeared while the rows were locked")
     return plans, inserted
@@ -145,7 +138,7 @@ def _count_invoices(
 
 
 async def renew_due_batch(
-    db: renewal_repo.Db,
+    conn: Db,
     *,
     now: datetime,
     batch_size: int,
@@ -160,14 +153,14 @@ async def renew_due_batch(
         raise ValueError(f"max_periods must be at least 1, not {max_periods}")
     result = BatchResult()
     rows = await renewal_repo.claim_due(
-        db, now=now, limit=batch_size, exclude_ids=exclude_ids, only_id=only_id
+        conn, now=now, limit=batch_size, exclude_ids=exclude_ids, only_id=only_id
     )
     result.claimed = len(rows)
     if not rows:
         return result
 
-    pricing = await batch_pricing(db, [row.id for row in rows])
-    plans, inserted = await _plan_and_insert(db, rows, now, max_periods, result.parked, pricing)
+    pricing = await batch_pricing(conn, [row.id for row in rows])
+    plans, inserted = await _plan_and_insert(conn, rows, now, max_periods, result.parked, pricing)
     ids = {(i.subscription_id, i.period_index): i.id for i in inserted}
     credit_uses: list[renewal_repo.CreditUse] = []
     events: list[DomainEvent] = []
@@ -191,13 +184,13 @@ async def renew_due_batch(
             )
     writes = [plan.write for plan in plans]
     reserved = await renewal_repo.write_subscriptions(
-        db, writes, event_counts=outbox_repo.event_counts(events), now=now
+        conn, writes, event_counts=outbox_repo.event_counts(events), now=now
     )
     if len(reserved) != len(writes):
         missing = sorted({w.id for w in writes} - reserved.keys())
         raise RenewalConflict(f"subscriptions changed under their row lock: {missing[:10]}")
-    await renewal_repo.insert_credit_uses(db, credit_uses, now=now)
-    await write_batch_lines(db, plans, ids)
-    await outbox_repo.insert_numbered_events(db, events, reserved, now)
+    await renewal_repo.insert_credit_uses(conn, credit_uses, now=now)
+    await write_batch_lines(conn, plans, ids)
+    await outbox_repo.insert_numbered_events(conn, events, reserved, now)
     result.events = len(events)
     return result

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from billing_core.db.pg import Db
 from billing_core.domain import events as ev
 from billing_core.repo import outbox as outbox_repo
 from billing_core.repo import trial_notices as notices_repo
@@ -25,7 +26,7 @@ class NoticeConflict(Exception):
 
 
 async def send_trial_notices(
-    db: notices_repo.Db,
+    conn: Db,
     *,
     now: datetime,
     lead: timedelta = DEFAULT_LEAD,
@@ -34,12 +35,14 @@ async def send_trial_notices(
 ) -> int:
     """Write the due SubscriptionTrialWillEnd events (``only_id``: that subscription's, if
     due); return how many."""
-    due = await notices_repo.claim_due_notices(db, horizon=now + lead, limit=limit, only_id=only_id)
+    due = await notices_repo.claim_due_notices(
+        conn, horizon=now + lead, limit=limit, only_id=only_id
+    )
     if not due:
         return 0
-    reserved = await notices_repo.mark_sent(db, [t.id for t in due], now=now)
+    reserved = await notices_repo.mark_sent(conn, [t.id for t in due], now=now)
     if len(reserved) != len(due):
         raise NoticeConflict(f"trials changed under their row lock: {len(due) - len(reserved)}")
     events = [ev.subscription_trial_will_end(t.id, t.trial_end) for t in due]
-    await outbox_repo.insert_numbered_events(db, events, reserved, now)
+    await outbox_repo.insert_numbered_events(conn, events, reserved, now)
     return len(events)
