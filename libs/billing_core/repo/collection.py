@@ -22,10 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db.pg import Connection, Statement, fetch
+from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array
+from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
 from billing_core.domain.charge_result import idempotency_key
 from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
@@ -63,7 +61,7 @@ NOT_PAUSED = """NOT EXISTS (
     WHERE p.id = invoice.subscription_id AND p.paused_at IS NOT NULL)"""
 
 # ``:now`` NULL: the database's clock (moved by the shared offset); the tests pass instants.
-_CLAIM = text(
+_CLAIM = Statement(
     f"""
     WITH {CLOCK_CTE},
     due AS (
@@ -91,7 +89,7 @@ _CLAIM = text(
     """
 )
 
-_BACKLOG = text(
+_BACKLOG = Statement(
     f"""
     WITH clock AS (
         SELECT statement_timestamp()
@@ -105,7 +103,7 @@ _BACKLOG = text(
 
 
 async def claim_due_invoices(
-    db: AsyncSession | AsyncConnection,
+    conn: Db,
     *,
     limit: int,
     lease: timedelta,
@@ -120,17 +118,16 @@ async def claim_due_invoices(
     """
     require_positive_limit(limit)
     asked_at = time.monotonic()  # before the statement reaches the database: errs early
-    rows = (
-        await db.execute(
-            _CLAIM,
-            {
-                **clock_params(now, clock_offset),
-                "limit": limit,
-                "lease_s": lease.total_seconds(),
-                "key_prefix": key_prefix,
-            },
-        )
-    ).mappings()
+    rows = await fetch(
+        conn,
+        _CLAIM,
+        {
+            **clock_params(now, clock_offset),
+            "limit": limit,
+            "lease_s": lease.total_seconds(),
+            "key_prefix": key_prefix,
+        },
+    )
     leased = [
         LeasedInvoice(
             id=r["id"],
@@ -152,23 +149,21 @@ async def claim_due_invoices(
 
 
 _STILL_OURS = Statement(
-    """
+    f"""
     SELECT i.id
     FROM unnest(
-        CAST(:ids AS bigint[]), CAST(:lease_untils AS timestamptz[]),
-        CAST(:attempt_counts AS integer[]), CAST(:void_requested AS boolean[])
+        CAST(:ids AS text)::bigint[], CAST(:lease_untils AS text)::bigint[],
+        CAST(:attempt_counts AS text)::integer[], CAST(:void_requested AS text)::boolean[]
     ) AS c(id, lease_until, attempt_count, void_requested)
     JOIN invoice i ON i.id = c.id
-    WHERE i.status = 'OPEN' AND i.next_attempt_at = c.lease_until
+    WHERE i.status = 'OPEN' AND i.next_attempt_at = {instant_sql("c.lease_until")}
       AND i.attempt_count = c.attempt_count
       AND (i.void_requested_at IS NULL OR c.void_requested)
     """
 )
 
 
-async def still_ours_to_charge(
-    db: AsyncSession | AsyncConnection | Connection, invoices: Sequence[LeasedInvoice]
-) -> set[int]:
+async def still_ours_to_charge(conn: Db, invoices: Sequence[LeasedInvoice]) -> set[int]:
     """The ids of ``invoices`` still OPEN, at the attempt they were claimed at, under our lease.
 
     A cancel (VOID, or a void requested while the invoice was leased), a webhook that settled
@@ -177,19 +172,19 @@ async def still_ours_to_charge(
     is only looked up, never charged: the request does not make it someone else's.)
     """
     rows = await fetch(
-        db,
+        conn,
         _STILL_OURS,
         {
-            "ids": [i.id for i in invoices],
-            "lease_untils": [i.lease_until for i in invoices],
-            "attempt_counts": [i.attempt_count for i in invoices],
-            "void_requested": [i.void_requested for i in invoices],
+            "ids": int_array(i.id for i in invoices),
+            "lease_untils": instant_array(i.lease_until for i in invoices),
+            "attempt_counts": int_array(i.attempt_count for i in invoices),
+            "void_requested": bool_array(i.void_requested for i in invoices),
         },
     )
     return {int(r["id"]) for r in rows}
 
 
-_RELEASE_VOID_REQUESTED = text(
+_RELEASE_VOID_REQUESTED = Statement(
     """
     UPDATE invoice SET next_attempt_at = :now, updated_at = :now
     WHERE id = :id AND status = 'OPEN' AND void_requested_at IS NOT NULL
@@ -198,13 +193,13 @@ _RELEASE_VOID_REQUESTED = text(
 )
 
 
-async def release_void_requested(
-    db: AsyncSession | AsyncConnection, invoice: LeasedInvoice, *, now: datetime
-) -> None:
+async def release_void_requested(conn: Db, invoice: LeasedInvoice, *, now: datetime) -> None:
     """A call not made for an invoice whose void was requested meanwhile: its lease ends now
     (nothing was sent), so the void is decided at once instead of when the lease would end."""
-    await db.execute(
-        _RELEASE_VOID_REQUESTED, {"id": invoice.id, "now": now, "lease_until": invoice.lease_until}
+    await execute(
+        conn,
+        _RELEASE_VOID_REQUESTED,
+        {"id": invoice.id, "now": now, "lease_until": invoice.lease_until},
     )
 
 
@@ -220,7 +215,7 @@ class KeyCalls:
     reference: str | None
 
 
-_KEY_CALLS = text(
+_KEY_CALLS = Statement(
     """
     SELECT greatest(i.void_requested_at, max(a.recorded_at) FILTER (
                WHERE a.source = 'COLLECTOR')) AS last_call_at,
@@ -234,38 +229,30 @@ _KEY_CALLS = text(
 )
 
 
-async def key_calls(db: AsyncSession | AsyncConnection, invoice: LeasedInvoice) -> KeyCalls | None:
+async def key_calls(conn: Db, invoice: LeasedInvoice) -> KeyCalls | None:
     """The charge calls under the key of ``invoice``, whose void is requested (None: it is not)."""
-    row = (
-        (await db.execute(_KEY_CALLS, {"id": invoice.id, "key": invoice.idempotency_key}))
-        .mappings()
-        .one_or_none()
-    )
+    row = await fetchrow(conn, _KEY_CALLS, {"id": invoice.id, "key": invoice.idempotency_key})
     return None if row is None else KeyCalls(row["last_call_at"], row["reference"])
 
 
 async def due_backlog(
-    db: AsyncSession | AsyncConnection,
+    conn: Db,
     *,
     now: datetime | None = None,
     clock_offset: timedelta = timedelta(0),
 ) -> tuple[int, datetime | None]:
     """OPEN invoices due (``now`` None: by the database's clock, as the claim sees them) and the
     oldest due time."""
-    due, oldest, _ = await due_backlog_at(db, now=now, clock_offset=clock_offset)
+    due, oldest, _ = await due_backlog_at(conn, now=now, clock_offset=clock_offset)
     return due, oldest
 
 
 async def due_backlog_at(
-    db: AsyncSession | AsyncConnection,
+    conn: Db,
     *,
     now: datetime | None = None,
     clock_offset: timedelta = timedelta(0),
 ) -> tuple[int, datetime | None, datetime]:
     """:func:`due_backlog` and the database's "now" it was read at."""
-    row = (
-        (await db.execute(_BACKLOG, {"now": now, "offset_s": clock_offset.total_seconds()}))
-        .mappings()
-        .one()
-    )
+    (row,) = await fetch(conn, _BACKLOG, {"now": now, "offset_s": clock_offset.total_seconds()})
     return int(row["due"]), row["oldest"], now or row["now"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from billing_core.db.arrays import text_array
+from billing_core.db.pg import Db, Statement, fetch
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class KnownCharge:
     refund_requested: bool  # we asked for this charge's money back ourselves
 
 
-_FIND = text(
+_FIND = Statement(
     """
     SELECT DISTINCT ON (pa.gateway_reference)
            pa.gateway_reference, pa.id AS payment_attempt_id, pa.invoice_id,
@@ -29,17 +29,15 @@ _FIND = text(
                    WHERE r.charge_reference = pa.gateway_reference) AS refund_requested
     FROM payment_attempt pa
     JOIN invoice i ON i.id = pa.invoice_id
-    WHERE pa.gateway_reference = ANY(CAST(:references AS text[]))
+    WHERE pa.gateway_reference = ANY(CAST(:references AS text)::text[])
       AND pa.outcome = 'SUCCESS'
     ORDER BY pa.gateway_reference, pa.id
     """
 )
 
 
-async def find_charges(
-    db: AsyncSession | AsyncConnection, references: Sequence[str]
-) -> dict[str, KnownCharge]:
+async def find_charges(conn: Db, references: Sequence[str]) -> dict[str, KnownCharge]:
     if not references:
         return {}
-    rows = await db.execute(_FIND, {"references": list(references)})
-    return {row["gateway_reference"]: KnownCharge(**row) for row in rows.mappings()}
+    rows = await fetch(conn, _FIND, {"references": text_array(references)})
+    return {row["gateway_reference"]: KnownCharge(**row) for row in rows}

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import literal_column, select
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db import tables as t
-
-_g = t.gateway_customer
+from billing_core.db.pg import Db, Statement, fetch, fetchrow
 
 
 @dataclass(frozen=True)
@@ -24,13 +20,30 @@ class GatewayCustomer:
     updated_at: datetime
 
 
-async def get(db: AsyncSession | AsyncConnection, customer_id: int) -> GatewayCustomer | None:
-    row = (await db.execute(select(_g).where(_g.c.customer_id == customer_id))).mappings().first()
-    return None if row is None else GatewayCustomer(**row)
+_COLUMNS = "customer_id, gateway, gateway_customer_id, payment_method_id, created_at, updated_at"
+
+_GET = Statement(f"SELECT {_COLUMNS} FROM gateway_customer WHERE customer_id = :customer_id")
+
+# xmax is 0 on a row version written by an INSERT, not by the ON CONFLICT update.
+_PUT = Statement(
+    f"""
+    INSERT INTO gateway_customer ({_COLUMNS})
+    VALUES (:customer_id, :gateway, :gateway_customer_id, :payment_method_id, :now, :now)
+    ON CONFLICT (customer_id) DO UPDATE
+    SET gateway = excluded.gateway, gateway_customer_id = excluded.gateway_customer_id,
+        payment_method_id = excluded.payment_method_id, updated_at = excluded.updated_at
+    RETURNING {_COLUMNS}, (xmax = 0) AS created
+    """
+)
+
+
+async def get(conn: Db, customer_id: int) -> GatewayCustomer | None:
+    row = await fetchrow(conn, _GET, {"customer_id": customer_id})
+    return None if row is None else _customer(row)
 
 
 async def put(
-    db: AsyncSession | AsyncConnection,
+    conn: Db,
     *,
     customer_id: int,
     gateway: str,
@@ -39,24 +52,26 @@ async def put(
     now: datetime,
 ) -> tuple[GatewayCustomer, bool]:
     """Set the customer's gateway customer and default payment method; True when it is new."""
-    statement = insert(_g).values(
-        customer_id=customer_id,
-        gateway=gateway,
-        gateway_customer_id=gateway_customer_id,
-        payment_method_id=payment_method_id,
-        created_at=now,
-        updated_at=now,
-    )
-    upsert = statement.on_conflict_do_update(
-        index_elements=[_g.c.customer_id],
-        set_={
-            "gateway": statement.excluded.gateway,
-            "gateway_customer_id": statement.excluded.gateway_customer_id,
-            "payment_method_id": statement.excluded.payment_method_id,
-            "updated_at": statement.excluded.updated_at,
+    (row,) = await fetch(
+        conn,
+        _PUT,
+        {
+            "customer_id": customer_id,
+            "gateway": gateway,
+            "gateway_customer_id": gateway_customer_id,
+            "payment_method_id": payment_method_id,
+            "now": now,
         },
-        # xmax is 0 on a row version written by an INSERT, not by the ON CONFLICT update.
-    ).returning(*_g.c, literal_column("(xmax = 0)").label("created"))
-    row = (await db.execute(upsert)).mappings().one()
-    values = {k: v for k, v in row.items() if k != "created"}
-    return GatewayCustomer(**values), bool(row["created"])
+    )
+    return _customer(row), bool(row["created"])
+
+
+def _customer(row: Mapping[Any, Any]) -> GatewayCustomer:
+    return GatewayCustomer(
+        customer_id=int(row["customer_id"]),
+        gateway=str(row["gateway"]),
+        gateway_customer_id=str(row["gateway_customer_id"]),
+        payment_method_id=str(row["payment_method_id"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )

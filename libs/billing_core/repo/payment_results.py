@@ -3,8 +3,7 @@
 The subscriptions are locked first (in id order), then the invoices (in id order): the lock order
 of every writer, so recording results never deadlocks with an API cancel, a renewal, or another
 replica recording its own results. Nothing here commits. Every statement is a constant taking
-arrays (``unnest``): one round trip for a group of results, whatever its size. Each runs on a
-SQLAlchemy session or on a plain asyncpg connection (``billing_core.db.pg``), in the caller's
+arrays (``unnest``): one round trip for a group of results, whatever its size, in the caller's
 transaction.
 """
 
@@ -15,17 +14,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db.pg import Connection, Statement, execute, fetch
+from billing_core.db.arrays import (
+    bool_array,
+    instant_array,
+    instant_sql,
+    int_array,
+    nullable_int_array,
+    text_array,
+)
+from billing_core.db.pg import Db, Statement, execute, fetch
 from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
 from billing_core.domain.subscription import SubscriptionState
 from billing_core.repo import outbox
 from billing_core.repo.subscriptions import subscription_state
-
-Db = AsyncSession | AsyncConnection
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ _LOCK_SUBSCRIPTIONS = Statement(
     FROM invoice i
     JOIN subscription s ON s.id = i.subscription_id
     JOIN plan p ON p.id = s.plan_id
-    WHERE i.id = ANY(CAST(:invoice_ids AS bigint[]))
+    WHERE i.id = ANY(CAST(:invoice_ids AS text)::bigint[])
     ORDER BY s.id
     FOR UPDATE OF s
     """
@@ -65,11 +68,11 @@ _LOCK_SUBSCRIPTIONS = Statement(
 
 
 async def lock_subscriptions_of_invoices(
-    db: Db | Connection, invoice_ids: Collection[int]
+    conn: Db, invoice_ids: Collection[int]
 ) -> dict[int, SubscriptionState]:
     """Row-lock the invoices' subscriptions (in id order); the state of each invoice's
     subscription by invoice id (an invoice that does not exist is absent)."""
-    rows = await fetch(db, _LOCK_SUBSCRIPTIONS, {"invoice_ids": list(invoice_ids)})
+    rows = await fetch(conn, _LOCK_SUBSCRIPTIONS, {"invoice_ids": int_array(invoice_ids)})
     return {int(row["invoice_id"]): subscription_state(row) for row in rows}
 
 
@@ -82,10 +85,11 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     """
     WITH r AS (
         SELECT * FROM unnest(
-            CAST(:invoice_ids AS bigint[]), CAST(:attempt_numbers AS integer[]),
-            CAST(:keys AS text[]), CAST(:sources AS text[]), CAST(:outcomes AS text[]),
-            CAST(:amounts AS bigint[]), CAST(:currencies AS text[]),
-            CAST(:decline_codes AS text[]), CAST(:references AS text[]), CAST(:errors AS text[])
+            CAST(:invoice_ids AS text)::bigint[], CAST(:attempt_numbers AS text)::integer[],
+            CAST(:keys AS text)::text[], CAST(:sources AS text)::text[],
+            CAST(:outcomes AS text)::text[], CAST(:amounts AS text)::bigint[],
+            CAST(:currencies AS text)::text[], CAST(:decline_codes AS text)::text[],
+            CAST(:references AS text)::text[], CAST(:errors AS text)::text[]
         ) AS r(invoice_id, attempt_number, key, source, outcome, amount, currency,
                decline_code, reference, error)
     ),
@@ -133,26 +137,26 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
 
 
 async def lock_invoices_and_record_attempts(
-    db: Db | Connection, attempts: Sequence[AttemptToRecord], *, now: datetime
+    conn: Db, attempts: Sequence[AttemptToRecord], *, now: datetime
 ) -> dict[int, LockedInvoice]:
     """Row-lock the invoices and write one ``payment_attempt`` audit row per result (always,
     whatever the result then does; with the amount and currency the gateway reported, when it
     did). At most one result per invoice. Returns each invoice as it was before its result."""
     reports = [a.report for a in attempts]
     rows = await fetch(
-        db,
+        conn,
         _LOCK_INVOICES_AND_RECORD_ATTEMPTS,
         {
-            "invoice_ids": [a.invoice_id for a in attempts],
-            "attempt_numbers": [r.attempt_number for r in reports],
-            "keys": [r.idempotency_key for r in reports],
-            "sources": [r.source for r in reports],
-            "outcomes": [str(r.outcome) for r in reports],
-            "amounts": [r.amount for r in reports],
-            "currencies": [r.currency for r in reports],
-            "decline_codes": [r.decline_code for r in reports],
-            "references": [r.gateway_reference for r in reports],
-            "errors": [a.error for a in attempts],
+            "invoice_ids": int_array(a.invoice_id for a in attempts),
+            "attempt_numbers": int_array(r.attempt_number for r in reports),
+            "keys": text_array([r.idempotency_key for r in reports]),
+            "sources": text_array([r.source for r in reports]),
+            "outcomes": text_array([str(r.outcome) for r in reports]),
+            "amounts": nullable_int_array(r.amount for r in reports),
+            "currencies": text_array([r.currency for r in reports]),
+            "decline_codes": text_array([r.decline_code for r in reports]),
+            "references": text_array([r.gateway_reference for r in reports]),
+            "errors": text_array([a.error for a in attempts]),
             "now": now,
         },
     )
@@ -194,34 +198,36 @@ def _locked_invoice(row: Mapping[Any, Any]) -> LockedInvoice:
 # subscription, as the renewer does). A subscription with events and no new state only has its
 # ``event_seq`` moved. The subscriptions are already locked (``lock_subscriptions_of_invoices``).
 _WRITE_DECISIONS = Statement(
-    """
+    f"""
     WITH w AS (
         SELECT * FROM unnest(
-            CAST(:invoice_ids AS bigint[]), CAST(:invoice_statuses AS text[]),
-            CAST(:attempt_counts AS integer[]), CAST(:next_attempt_ats AS timestamptz[]),
-            CAST(:paid_ats AS timestamptz[]), CAST(:closed_ats AS timestamptz[])
+            CAST(:invoice_ids AS text)::bigint[], CAST(:invoice_statuses AS text)::text[],
+            CAST(:attempt_counts AS text)::integer[], CAST(:next_attempt_ats AS text)::bigint[],
+            CAST(:paid_ats AS text)::bigint[], CAST(:closed_ats AS text)::bigint[]
         ) AS w(id, status, attempt_count, next_attempt_at, paid_at, closed_at)
     ),
     invoices AS (
         UPDATE invoice i
         SET status = w.status, attempt_count = w.attempt_count,
-            next_attempt_at = w.next_attempt_at, paid_at = w.paid_at, closed_at = w.closed_at,
+            next_attempt_at = {instant_sql("w.next_attempt_at")},
+            paid_at = {instant_sql("w.paid_at")}, closed_at = {instant_sql("w.closed_at")},
             leased_at = NULL, updated_at = :now
         FROM w WHERE i.id = w.id
         RETURNING i.id
     ),
     sw AS (
         SELECT * FROM unnest(
-            CAST(:subscription_ids AS bigint[]), CAST(:changed AS boolean[]),
-            CAST(:subscription_statuses AS text[]), CAST(:canceled_ats AS timestamptz[]),
-            CAST(:cancel_at_period_ends AS boolean[]), CAST(:versions AS bigint[]),
-            CAST(:event_counts AS bigint[])
+            CAST(:subscription_ids AS text)::bigint[], CAST(:changed AS text)::boolean[],
+            CAST(:subscription_statuses AS text)::text[], CAST(:canceled_ats AS text)::bigint[],
+            CAST(:cancel_at_period_ends AS text)::boolean[], CAST(:versions AS text)::bigint[],
+            CAST(:event_counts AS text)::bigint[]
         ) AS sw(id, changed, status, canceled_at, cancel_at_period_end, version, n)
     ),
     subs AS (
         UPDATE subscription s
         SET status = CASE WHEN sw.changed THEN sw.status ELSE s.status END,
-            canceled_at = CASE WHEN sw.changed THEN sw.canceled_at ELSE s.canceled_at END,
+            canceled_at = CASE WHEN sw.changed THEN {instant_sql("sw.canceled_at")}
+                               ELSE s.canceled_at END,
             cancel_at_period_end = CASE WHEN sw.changed THEN sw.cancel_at_period_end
                                         ELSE s.cancel_at_period_end END,
             version = CASE WHEN sw.changed THEN sw.version ELSE s.version END,
@@ -231,13 +237,13 @@ _WRITE_DECISIONS = Statement(
         FROM sw WHERE s.id = sw.id
         RETURNING s.id, s.event_seq - sw.n AS base
     )
+    {outbox.insert_sql(bases="subs", occurred_at=":now")}
     """
-    + outbox.insert_sql(bases="subs", occurred_at=":now")
 )
 
 
 async def write_decisions(
-    db: Db | Connection,
+    conn: Db,
     invoices: Sequence[InvoiceState],
     subscriptions: Sequence[SubscriptionState],
     events: Sequence[DomainEvent],
@@ -256,22 +262,24 @@ async def write_decisions(
     subscription_ids = sorted(states.keys() | counts.keys())
     changed = [states.get(i) for i in subscription_ids]
     await execute(
-        db,
+        conn,
         _WRITE_DECISIONS,
         {
-            "invoice_ids": [i.id for i in invoices],
-            "invoice_statuses": [str(i.status) for i in invoices],
-            "attempt_counts": [i.attempt_count for i in invoices],
-            "next_attempt_ats": [i.next_attempt_at for i in invoices],
-            "paid_ats": [i.paid_at for i in invoices],
-            "closed_ats": [i.closed_at for i in invoices],
-            "subscription_ids": subscription_ids,
-            "changed": [s is not None for s in changed],
-            "subscription_statuses": [str(s.status) if s else None for s in changed],
-            "canceled_ats": [s.canceled_at if s else None for s in changed],
-            "cancel_at_period_ends": [s.cancel_at_period_end if s else None for s in changed],
-            "versions": [s.version if s else None for s in changed],
-            "event_counts": [counts.get(i, 0) for i in subscription_ids],
+            "invoice_ids": int_array(i.id for i in invoices),
+            "invoice_statuses": text_array([str(i.status) for i in invoices]),
+            "attempt_counts": int_array(i.attempt_count for i in invoices),
+            "next_attempt_ats": instant_array(i.next_attempt_at for i in invoices),
+            "paid_ats": instant_array(i.paid_at for i in invoices),
+            "closed_ats": instant_array(i.closed_at for i in invoices),
+            "subscription_ids": int_array(subscription_ids),
+            "changed": bool_array(s is not None for s in changed),
+            "subscription_statuses": text_array([str(s.status) if s else None for s in changed]),
+            "canceled_ats": instant_array(s.canceled_at if s else None for s in changed),
+            "cancel_at_period_ends": bool_array(
+                s.cancel_at_period_end if s else None for s in changed
+            ),
+            "versions": nullable_int_array(s.version if s else None for s in changed),
+            "event_counts": int_array(counts.get(i, 0) for i in subscription_ids),
             **outbox.event_parameters(events),
             "now": now,
         },

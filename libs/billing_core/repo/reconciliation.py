@@ -11,12 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db.pg import Connection, Statement, execute
-
-Db = AsyncSession | AsyncConnection
+from billing_core.db.arrays import int_array, nullable_int_array, text_array
+from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
 
 
 @dataclass(frozen=True)
@@ -75,35 +71,36 @@ _ADD = Statement(
     INSERT INTO reconciliation_item (invoice_id, subscription_id, kind, reason, idempotency_key,
                                      gateway_reference, payment_attempt_id, refund_id, created_at)
     SELECT *, CAST(:now AS timestamptz) FROM unnest(
-        CAST(:invoice_ids AS bigint[]), CAST(:subscription_ids AS bigint[]),
-        CAST(:kinds AS text[]), CAST(:reasons AS text[]), CAST(:keys AS text[]),
-        CAST(:references AS text[]), CAST(:attempt_ids AS bigint[]), CAST(:refund_ids AS bigint[])
+        CAST(:invoice_ids AS text)::bigint[], CAST(:subscription_ids AS text)::bigint[],
+        CAST(:kinds AS text)::text[], CAST(:reasons AS text)::text[], CAST(:keys AS text)::text[],
+        CAST(:references AS text)::text[], CAST(:attempt_ids AS text)::bigint[],
+        CAST(:refund_ids AS text)::bigint[]
     )
     """
 )
 
 
-async def add_items(db: Db | Connection, items: Sequence[NewItem], *, now: datetime) -> None:
+async def add_items(conn: Db, items: Sequence[NewItem], *, now: datetime) -> None:
     if not items:
         return
     await execute(
-        db,
+        conn,
         _ADD,
         {
-            "invoice_ids": [i.invoice_id for i in items],
-            "subscription_ids": [i.subscription_id for i in items],
-            "kinds": [i.kind for i in items],
-            "reasons": [i.reason for i in items],
-            "keys": [i.idempotency_key for i in items],
-            "references": [i.gateway_reference for i in items],
-            "attempt_ids": [i.payment_attempt_id for i in items],
-            "refund_ids": [i.refund_id for i in items],
+            "invoice_ids": int_array(i.invoice_id for i in items),
+            "subscription_ids": int_array(i.subscription_id for i in items),
+            "kinds": text_array([i.kind for i in items]),
+            "reasons": text_array([i.reason for i in items]),
+            "keys": text_array([i.idempotency_key for i in items]),
+            "references": text_array([i.gateway_reference for i in items]),
+            "attempt_ids": nullable_int_array(i.payment_attempt_id for i in items),
+            "refund_ids": nullable_int_array(i.refund_id for i in items),
             "now": now,
         },
     )
 
 
-_LIST = text(
+_LIST = Statement(
     """
     SELECT r.id, r.invoice_id, r.subscription_id, r.kind, r.reason, r.idempotency_key,
            r.gateway_reference, r.payment_attempt_id, r.refund_id, i.status AS invoice_status,
@@ -121,13 +118,13 @@ _LIST = text(
 )
 
 
-async def list_items(db: Db, *, include_resolved: bool = False, limit: int = 1000) -> list[Item]:
+async def list_items(conn: Db, *, include_resolved: bool = False, limit: int = 1000) -> list[Item]:
     """The open items, oldest first (with ``include_resolved``, the settled ones too)."""
-    rows = await db.execute(_LIST, {"everything": include_resolved, "limit": limit})
-    return [Item(**row) for row in rows.mappings()]
+    rows = await fetch(conn, _LIST, {"everything": include_resolved, "limit": limit})
+    return [Item(**row) for row in rows]
 
 
-_RESOLVE = text(
+_RESOLVE = Statement(
     """
     UPDATE reconciliation_item
     SET resolved_at = :now, resolved_by = :who, resolution = :how
@@ -137,7 +134,7 @@ _RESOLVE = text(
 )
 
 
-async def resolve_item(db: Db, item_id: int, *, who: str, how: str, now: datetime) -> bool:
+async def resolve_item(conn: Db, item_id: int, *, who: str, how: str, now: datetime) -> bool:
     """Mark an open item settled, saying who and how; False when there is no such open item."""
-    row = await db.execute(_RESOLVE, {"id": item_id, "who": who, "how": how, "now": now})
-    return row.one_or_none() is not None
+    resolved = await fetchrow(conn, _RESOLVE, {"id": item_id, "who": who, "how": how, "now": now})
+    return resolved is not None

@@ -12,15 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db.pg import Connection, Statement, fetch
+from billing_core.db.arrays import int_array, text_array
+from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
 from billing_core.domain.refund import RefundState, RefundStatus
 from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
-
-Db = AsyncSession | AsyncConnection
 
 
 @dataclass(frozen=True)
@@ -44,42 +40,39 @@ _REQUEST = Statement(
     SELECT r.invoice_id, r.subscription_id, r.attempt_id, r.charge_key, r.charge_reference,
            r.key, r.amount, r.currency, r.reason, 'REQUESTED', :now, :now, :now
     FROM unnest(
-        CAST(:invoice_ids AS bigint[]), CAST(:subscription_ids AS bigint[]),
-        CAST(:attempt_ids AS bigint[]), CAST(:charge_keys AS text[]),
-        CAST(:charge_references AS text[]), CAST(:keys AS text[]), CAST(:amounts AS bigint[]),
-        CAST(:currencies AS text[]), CAST(:reasons AS text[])
+        CAST(:invoice_ids AS text)::bigint[], CAST(:subscription_ids AS text)::bigint[],
+        CAST(:attempt_ids AS text)::bigint[], CAST(:charge_keys AS text)::text[],
+        CAST(:charge_references AS text)::text[], CAST(:keys AS text)::text[],
+        CAST(:amounts AS text)::bigint[], CAST(:currencies AS text)::text[],
+        CAST(:reasons AS text)::text[]
     ) AS r(invoice_id, subscription_id, attempt_id, charge_key, charge_reference, key, amount,
            currency, reason)
     ON CONFLICT (charge_key) DO NOTHING
-    RETURNING id
     """
 )
 
 
-async def request_refunds(
-    db: Db | Connection, refunds: Sequence[RefundToRequest], *, now: datetime
-) -> int:
+async def request_refunds(conn: Db, refunds: Sequence[RefundToRequest], *, now: datetime) -> int:
     """Write REQUESTED refunds, due now; a charge already being refunded is skipped. Returns
     how many were new."""
     if not refunds:
         return 0
-    rows = await fetch(
-        db,
+    return await execute(
+        conn,
         _REQUEST,
         {
-            "invoice_ids": [r.invoice_id for r in refunds],
-            "subscription_ids": [r.subscription_id for r in refunds],
-            "attempt_ids": [r.payment_attempt_id for r in refunds],
-            "charge_keys": [r.charge_key for r in refunds],
-            "charge_references": [r.charge_reference for r in refunds],
-            "keys": [r.idempotency_key for r in refunds],
-            "amounts": [r.amount for r in refunds],
-            "currencies": [r.currency for r in refunds],
-            "reasons": [r.reason for r in refunds],
+            "invoice_ids": int_array(r.invoice_id for r in refunds),
+            "subscription_ids": int_array(r.subscription_id for r in refunds),
+            "attempt_ids": int_array(r.payment_attempt_id for r in refunds),
+            "charge_keys": text_array([r.charge_key for r in refunds]),
+            "charge_references": text_array([r.charge_reference for r in refunds]),
+            "keys": text_array([r.idempotency_key for r in refunds]),
+            "amounts": int_array(r.amount for r in refunds),
+            "currencies": text_array([r.currency for r in refunds]),
+            "reasons": text_array([r.reason for r in refunds]),
             "now": now,
         },
     )
-    return len(rows)
 
 
 _COLUMNS = """
@@ -90,7 +83,7 @@ _COLUMNS = """
 
 # A lease, as for invoices: the due refunds are pushed forward by the lease and committed before
 # the call; a process that dies mid-call leaves them to come due again, with the same key.
-_CLAIM = text(
+_CLAIM = Statement(
     f"""
     WITH {CLOCK_CTE},
     due AS (
@@ -110,7 +103,7 @@ _CLAIM = text(
 
 
 async def claim_due_refunds(
-    db: Db,
+    conn: Db,
     *,
     limit: int,
     lease: timedelta,
@@ -126,11 +119,11 @@ async def claim_due_refunds(
         "limit": limit,
         "lease_s": lease.total_seconds(),
     }
-    rows = await db.execute(_CLAIM, params)
-    return sorted((_state(r) for r in rows.mappings()), key=lambda r: r.id)
+    rows = await fetch(conn, _CLAIM, params)
+    return sorted((_state(r) for r in rows), key=lambda r: r.id)
 
 
-_LOCK = text(
+_LOCK = Statement(
     f"""
     WITH s AS (
         SELECT s.id FROM subscription s JOIN refund f ON f.subscription_id = s.id
@@ -141,14 +134,14 @@ _LOCK = text(
 )
 
 
-async def lock_refund(db: Db, refund_id: int) -> RefundState | None:
+async def lock_refund(conn: Db, refund_id: int) -> RefundState | None:
     """Row-lock the refund's subscription, then the refund (the subscription first: the lock
     order of every writer; its events take the subscription's sequence)."""
-    row = (await db.execute(_LOCK, {"id": refund_id})).mappings().one_or_none()
+    row = await fetchrow(conn, _LOCK, {"id": refund_id})
     return None if row is None else _state(row)
 
 
-_WRITE = text(
+_WRITE = Statement(
     """
     UPDATE refund
     SET status = :status, uncertain_answers = :uncertain_answers,
@@ -159,8 +152,9 @@ _WRITE = text(
 )
 
 
-async def write_refund(db: Db, refund: RefundState, *, now: datetime) -> None:
-    await db.execute(
+async def write_refund(conn: Db, refund: RefundState, *, now: datetime) -> None:
+    await execute(
+        conn,
         _WRITE,
         {
             "id": refund.id,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from billing_core.db.arrays import json_array, json_elements_sql, nullable_int_array, text_array
+from billing_core.db.pg import Db, Statement, fetch
 
 
 @dataclass(frozen=True)
@@ -20,13 +20,13 @@ class ReceivedEvent:
     payload: dict[str, Any]
 
 
-_RECORD_MANY = text(
-    """
+_RECORD_MANY = Statement(
+    f"""
     INSERT INTO webhook_event (event_id, event_type, invoice_id, payload, received_at)
-    SELECT e.event_id, e.event_type, e.invoice_id, CAST(e.payload AS jsonb), :received_at
+    SELECT e.event_id, e.event_type, e.invoice_id, e.payload, :received_at
     FROM unnest(
-        CAST(:event_ids AS text[]), CAST(:event_types AS text[]),
-        CAST(:invoice_ids AS bigint[]), CAST(:payloads AS text[])
+        CAST(:event_ids AS text)::text[], CAST(:event_types AS text)::text[],
+        CAST(:invoice_ids AS text)::bigint[], {json_elements_sql(":payloads")}
     ) WITH ORDINALITY AS e(event_id, event_type, invoice_id, payload, n)
     ORDER BY e.n
     ON CONFLICT (event_id) DO NOTHING
@@ -36,7 +36,7 @@ _RECORD_MANY = text(
 
 
 async def record_many(
-    session: AsyncSession | AsyncConnection,
+    conn: Db,
     events: Sequence[ReceivedEvent],
     *,
     received_at: datetime,
@@ -45,14 +45,15 @@ async def record_many(
     concurrent duplicate waits for the first delivery's transaction, then sees the row)."""
     if not events:
         return set()
-    rows = await session.execute(
+    rows = await fetch(
+        conn,
         _RECORD_MANY,
         {
-            "event_ids": [e.event_id for e in events],
-            "event_types": [e.event_type for e in events],
-            "invoice_ids": [e.invoice_id for e in events],
-            "payloads": [json.dumps(e.payload, separators=(",", ":")) for e in events],
+            "event_ids": text_array([e.event_id for e in events]),
+            "event_types": text_array([e.event_type for e in events]),
+            "invoice_ids": nullable_int_array(e.invoice_id for e in events),
+            "payloads": json_array(json.dumps(e.payload, separators=(",", ":")) for e in events),
             "received_at": received_at,
         },
     )
-    return {str(r[0]) for r in rows}
+    return {str(r["event_id"]) for r in rows}

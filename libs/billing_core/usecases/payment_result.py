@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from billing_core.db.pg import Connection
+from billing_core.db.pg import Db
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
@@ -49,13 +49,9 @@ __all__ = [
 
 Source = Literal["COLLECTOR", "WEBHOOK", "LOOKUP"]
 
-# Where results are recorded: a SQLAlchemy session or connection, or a plain asyncpg connection
-# (``billing_core.db.pg``: no SQLAlchemy statement overhead, for the collector's groups).
-Db = results_repo.Db | Connection
-
 
 async def record_charge_result(
-    session: Db,
+    conn: Db,
     *,
     invoice_id: int,
     attempt_number: int,
@@ -91,7 +87,7 @@ async def record_charge_result(
         rejected_because=rejected_because,
     )
     (recorded,) = await record_charge_results(
-        session,
+        conn,
         [AttemptToRecord(invoice_id, report, error)],
         now=now,
         rng=rng,
@@ -102,7 +98,7 @@ async def record_charge_result(
 
 
 async def record_charge_results(
-    session: Db,
+    conn: Db,
     attempts: Sequence[AttemptToRecord],
     *,
     now: datetime,
@@ -119,11 +115,11 @@ async def record_charge_results(
     pending = list(range(len(attempts)))
     while pending:
         subscriptions = await results_repo.lock_subscriptions_of_invoices(
-            session, {attempts[i].invoice_id for i in pending}
+            conn, {attempts[i].invoice_id for i in pending}
         )
         this_round, pending = _one_round(attempts, pending, subscriptions)
         recorded = await _record_round(
-            session,
+            conn,
             [attempts[i] for i in this_round],
             subscriptions,
             now=now,
@@ -135,7 +131,7 @@ async def record_charge_results(
         for i, outcome in zip(this_round, recorded, strict=True):
             outcomes[i] = outcome
     if events:
-        await append_events(session, events, now)
+        await append_events(conn, events, now)
     return outcomes
 
 
@@ -165,7 +161,7 @@ def _one_round(
 
 
 async def _record_round(
-    session: Db,
+    conn: Db,
     attempts: list[AttemptToRecord],
     subscriptions: dict[int, SubscriptionState],
     *,
@@ -178,7 +174,7 @@ async def _record_round(
     """At most one result per invoice and per subscription. Writes ``events`` (those of earlier
     rounds not yet written) with this round's, in order, in the round's write statement; the
     events of what follows it (voids) are left in ``events`` for the next write."""
-    locked = await results_repo.lock_invoices_and_record_attempts(session, attempts, now=now)
+    locked = await results_repo.lock_invoices_and_record_attempts(conn, attempts, now=now)
     outcomes: list[RecordOutcome] = []
     invoice_writes: list[InvoiceState] = []
     subscription_writes: list[SubscriptionState] = []
@@ -238,16 +234,14 @@ async def _record_round(
                     payment_attempt_id=invoice.payment_attempt_id,
                 )
             )
-    await results_repo.write_decisions(
-        session, invoice_writes, subscription_writes, events, now=now
-    )
+    await results_repo.write_decisions(conn, invoice_writes, subscription_writes, events, now=now)
     events.clear()
-    events += await _write_the_rest(session, refunds, items, credit_back, voids, now=now)
+    events += await _write_the_rest(conn, refunds, items, credit_back, voids, now=now)
     return outcomes
 
 
 async def _write_the_rest(
-    session: Db,
+    conn: Db,
     refunds: list[refunds_repo.RefundToRequest],
     items: list[reconciliation_repo.NewItem],
     credit_back: list[tuple[int, LockedInvoice]],
@@ -257,14 +251,14 @@ async def _write_the_rest(
 ) -> list[DomainEvent]:
     """What a round decided besides states and events: refunds, reconciliation items, credit
     given back by a requested void, the other OPEN invoices voided (their events returned)."""
-    await refunds_repo.request_refunds(session, refunds, now=now)
-    await reconciliation_repo.add_items(session, items, now=now)
+    await refunds_repo.request_refunds(conn, refunds, now=now)
+    await reconciliation_repo.add_items(conn, items, now=now)
     await give_back_credit(
-        session,
+        conn,
         [(s, voided.state.id, voided.credit_applied) for s, voided in credit_back],
         now=now,
     )
     events: list[DomainEvent] = []
     for subscription_id, kept in voids:
-        events += await void_open_invoices(session, subscription_id, now=now, keep_invoice_id=kept)
+        events += await void_open_invoices(conn, subscription_id, now=now, keep_invoice_id=kept)
     return events

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from billing_core.db.pg import Db
 from billing_core.repo import audit
 from billing_core.repo import reconciliation as reconciliation_repo
-from billing_core.repo.reconciliation import Db
 
 
 async def resolve_item(
-    db: Db, item_id: int, *, actor: audit.Actor, who: str, how: str, now: datetime
+    conn: Db, item_id: int, *, actor: audit.Actor, who: str, how: str, now: datetime
 ) -> bool:
     """Mark an open item resolved (who, how, when) and audit it; False when no such open item
     exists (nothing written)."""
-    if not await reconciliation_repo.resolve_item(db, item_id, who=who, how=how, now=now):
+    if not await reconciliation_repo.resolve_item(conn, item_id, who=who, how=how, now=now):
         return False
     entry = audit.AuditEntry(
         actor,
@@ -24,5 +24,5 @@ async def resolve_item(
         item_id,
         detail={"by": who, "note": how},
     )
-    await audit.record(db, entry, now=now)
+    await audit.record(conn, entry, now=now)
     return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from billing_core.db.pg import Db
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.refund import RefundAnswer, RefundState, apply_refund_answer
 from billing_core.repo import reconciliation as reconciliation_repo
@@ -14,7 +15,7 @@ from billing_core.repo.outbox import append_events
 
 
 async def record_refund_answer(
-    db: refunds_repo.Db,
+    conn: Db,
     refund_id: int,
     answer: RefundAnswer,
     *,
@@ -23,7 +24,7 @@ async def record_refund_answer(
 ) -> RefundState | None:
     """The refund as it is after ``answer`` (None: no such refund). An answer for a refund
     already settled (recorded by another try of the same key) changes nothing."""
-    refund = await refunds_repo.lock_refund(db, refund_id)
+    refund = await refunds_repo.lock_refund(conn, refund_id)
     if refund is None:
         return None
     effect = apply_refund_answer(
@@ -34,10 +35,10 @@ async def record_refund_answer(
     )
     if effect.refund == refund:
         return refund
-    await refunds_repo.write_refund(db, effect.refund, now=now)
+    await refunds_repo.write_refund(conn, effect.refund, now=now)
     if effect.needs_reconciliation is not None:
         await reconciliation_repo.add_items(
-            db,
+            conn,
             [
                 reconciliation_repo.NewItem(
                     invoice_id=refund.invoice_id,
@@ -50,5 +51,5 @@ async def record_refund_answer(
             ],
             now=now,
         )
-    await append_events(db, effect.events, now)
+    await append_events(conn, effect.events, now)
     return effect.refund

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from billing_core.db.pg import Db
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo import gateway_charges, webhook_events
-from billing_core.repo import payment_results as results_repo
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo.payment_results import AttemptToRecord
 from billing_core.repo.webhook_events import ReceivedEvent
@@ -43,7 +43,7 @@ class WebhookToRecord:
 
 
 async def record_webhooks(
-    session: results_repo.Db,
+    conn: Db,
     webhooks: Sequence[WebhookToRecord],
     *,
     now: datetime,
@@ -56,7 +56,7 @@ async def record_webhooks(
     for webhook in webhooks:
         distinct.setdefault(webhook.event.event_id, webhook)
     first_seen = await webhook_events.record_many(
-        session, [w.event for w in distinct.values()], received_at=now
+        conn, [w.event for w in distinct.values()], received_at=now
     )
     answers = ["DUPLICATE"] * len(webhooks)
     to_record: list[AttemptToRecord] = []
@@ -74,21 +74,21 @@ async def record_webhooks(
         else:
             answers[position] = "IGNORED"
     outcomes = await record_charge_results(
-        session, to_record, now=now, rng=rng, policy=policy, key_prefix=key_prefix
+        conn, to_record, now=now, rng=rng, policy=policy, key_prefix=key_prefix
     )
     for position, outcome in zip(positions, outcomes, strict=True):
         answers[position] = str(outcome)
     if about:  # after the results: a success and a dispute of it may come in one group
-        for position, answer in (await _about_charges(session, about, now=now)).items():
+        for position, answer in (await _about_charges(conn, about, now=now)).items():
             answers[position] = answer
     return answers
 
 
 async def _about_charges(
-    session: results_repo.Db, about: dict[int, AboutACharge], *, now: datetime
+    conn: Db, about: dict[int, AboutACharge], *, now: datetime
 ) -> dict[int, str]:
     known = await gateway_charges.find_charges(
-        session, sorted({a.gateway_reference for a in about.values()})
+        conn, sorted({a.gateway_reference for a in about.values()})
     )
     answers: dict[int, str] = {}
     items: list[reconciliation_repo.NewItem] = []
@@ -110,5 +110,5 @@ async def _about_charges(
                     payment_attempt_id=charge.payment_attempt_id,
                 )
             )
-    await reconciliation_repo.add_items(session, items, now=now)
+    await reconciliation_repo.add_items(conn, items, now=now)
     return answers
