@@ -171,7 +171,7 @@ def insert_sql(first: int, *, subject: str, version_after: str) -> str:
 
 
 def parameters(entry: AuditEntry, now: datetime) -> tuple[object, ...]:
-    """The entry's values but the subject id and versions, in :data:`_NAMED_ENTRY` order."""
+    """The entry's values but the subject id and versions, in :data:`ENTRY_COLUMNS` order."""
     return (
         now,
         entry.actor.source,
