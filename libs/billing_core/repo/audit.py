@@ -52,15 +52,17 @@ _COLUMNS = (
     "request_id",
     "detail",
 )
-_NAMED_ENTRY = (
-    "occurred_at",
-    "source",
-    "client_id",
-    "action",
-    "subject_type",
-    "request_id",
-    "detail",
+# The values of :func:`parameters`, by name, with their SQL types (``detail``: JSON text).
+ENTRY_COLUMNS = (
+    ("occurred_at", "timestamptz"),
+    ("source", "varchar"),
+    ("client_id", "bigint"),
+    ("action", "varchar"),
+    ("subject_type", "varchar"),
+    ("request_id", "text"),
+    ("detail", "text"),
 )
+_NAMED_ENTRY = tuple(name for name, _ in ENTRY_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -169,7 +171,7 @@ def insert_sql(first: int, *, subject: str, version_after: str) -> str:
 
 
 def parameters(entry: AuditEntry, now: datetime) -> tuple[object, ...]:
-    """The entry's values but the subject id and versions, in :data:`_NAMED_ENTRY` order."""
+    """The entry's values but the subject id and versions, in :data:`ENTRY_COLUMNS` order."""
     return (
         now,
         entry.actor.source,

@@ -11,15 +11,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Connection
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.coupons import Coupon, Discount, Duration, check_redeemable
 from billing_core.domain.errors import DomainError
-
-Db = AsyncSession | AsyncConnection
 
 _COLUMNS = (
     "code, duration, percent_off_bp, amount_off, currency, duration_periods, max_redemptions, "
@@ -61,7 +57,7 @@ def _coupon(row: Mapping[Any, Any]) -> Coupon:
     )
 
 
-_INSERT = text(
+_INSERT = Statement(
     f"""
     INSERT INTO coupon ({_COLUMNS}, created_at)
     VALUES (:code, :duration, :percent_off_bp, :amount_off, :currency, :duration_periods,
@@ -70,59 +66,47 @@ _INSERT = text(
     RETURNING id, {_COLUMNS}
     """
 )
-_GET = text(f"SELECT {_COLUMNS} FROM coupon WHERE code = :code")
+_GET = Statement(f"SELECT {_COLUMNS} FROM coupon WHERE code = :code")
 
 
-async def create(db: Db, coupon: Coupon, *, now: datetime) -> tuple[int, Coupon]:
+async def create(conn: Db, coupon: Coupon, *, now: datetime) -> tuple[int, Coupon]:
     """Insert ``coupon``; its id (``CouponExists`` when the code is taken)."""
-    row = (
-        (
-            await db.execute(
-                _INSERT,
-                {
-                    "code": coupon.code,
-                    "duration": str(coupon.duration),
-                    "percent_off_bp": coupon.percent_off_bp,
-                    "amount_off": coupon.amount_off,
-                    "currency": coupon.currency,
-                    "duration_periods": coupon.duration_periods,
-                    "max_redemptions": coupon.max_redemptions,
-                    "redeem_by": coupon.redeem_by,
-                    "now": now,
-                },
-            )
-        )
-        .mappings()
-        .first()
+    row = await pg.fetchrow(
+        conn,
+        _INSERT,
+        {
+            "code": coupon.code,
+            "duration": str(coupon.duration),
+            "percent_off_bp": coupon.percent_off_bp,
+            "amount_off": coupon.amount_off,
+            "currency": coupon.currency,
+            "duration_periods": coupon.duration_periods,
+            "max_redemptions": coupon.max_redemptions,
+            "redeem_by": coupon.redeem_by,
+            "now": now,
+        },
     )
     if row is None:
         raise CouponExists(coupon.code)
     return int(row["id"]), _coupon(row)
 
 
-async def get(db: Db, code: str) -> Coupon:
-    row = (await db.execute(_GET, {"code": code})).mappings().first()
+async def get(conn: Db, code: str) -> Coupon:
+    row = await pg.fetchrow(conn, _GET, {"code": code})
     if row is None:
         raise CouponNotFound(code)
     return _coupon(row)
 
 
 # Counted only while redeemable; the row lock serializes concurrent redemptions.
-_REDEEM_WHERE = (
-    "code = {code} AND (max_redemptions IS NULL OR times_redeemed < max_redemptions) "
-    "AND (redeem_by IS NULL OR redeem_by > {now}) AND (currency IS NULL OR currency = {cur})"
+_REDEEM = Statement(
+    f"""
+    UPDATE coupon SET times_redeemed = times_redeemed + 1
+    WHERE code = :code AND (max_redemptions IS NULL OR times_redeemed < max_redemptions)
+      AND (redeem_by IS NULL OR redeem_by > :now) AND (currency IS NULL OR currency = :currency)
+    RETURNING {_COLUMNS}
+    """
 )
-_REDEEM_PG = (
-    "UPDATE coupon SET times_redeemed = times_redeemed + 1 WHERE "
-    + _REDEEM_WHERE.format(code="$1", now="$2", cur="$3")
-    + f" RETURNING {_COLUMNS}"
-)
-_REDEEM = text(
-    "UPDATE coupon SET times_redeemed = times_redeemed + 1 WHERE "
-    + _REDEEM_WHERE.format(code=":code", now=":now", cur=":currency")
-    + f" RETURNING {_COLUMNS}"
-)
-_GET_PG = f"SELECT {_COLUMNS} FROM coupon WHERE code = $1"
 
 
 def _refused(found: Mapping[Any, Any] | None, code: str, currency: str, now: datetime) -> None:
@@ -133,30 +117,17 @@ def _refused(found: Mapping[Any, Any] | None, code: str, currency: str, now: dat
     raise RuntimeError(f"coupon {code!r} is redeemable but was not counted")
 
 
-async def redeem_on(conn: Connection, code: str, *, currency: str, now: datetime) -> Coupon:
-    """Count one redemption of ``code`` (on a driver connection, in the caller's
-    transaction); raises ``CouponNotFound`` or ``CouponNotRedeemable`` (nothing counted)."""
-    row = await conn.fetchrow(_REDEEM_PG, code, now, currency)
+async def redeem(conn: Db, code: str, *, currency: str, now: datetime) -> Coupon:
+    """Count one redemption of ``code`` (in the caller's transaction); raises
+    ``CouponNotFound`` or ``CouponNotRedeemable`` (nothing counted)."""
+    row = await pg.fetchrow(conn, _REDEEM, {"code": code, "now": now, "currency": currency})
     if row is None:
-        _refused(await conn.fetchrow(_GET_PG, code), code, currency, now)
-    return _coupon(row)
-
-
-async def redeem(db: Db, code: str, *, currency: str, now: datetime) -> Coupon:
-    """:func:`redeem_on` through SQLAlchemy."""
-    params = {"code": code, "now": now, "currency": currency}
-    row = (await db.execute(_REDEEM, params)).mappings().first()
-    if row is None:
-        _refused((await db.execute(_GET, {"code": code})).mappings().first(), code, currency, now)
+        _refused(await pg.fetchrow(conn, _GET, {"code": code}), code, currency, now)
     assert row is not None
     return _coupon(row)
 
 
-_INSERT_DISCOUNT_PG = (
-    "INSERT INTO subscription_discount (subscription_id, coupon_code, from_period, "
-    "until_period, applied_at) VALUES ($1, $2, $3, $4, $5)"
-)
-_INSERT_DISCOUNT = text(
+_INSERT_DISCOUNT = Statement(
     """
     INSERT INTO subscription_discount (subscription_id, coupon_code, from_period, until_period,
                                        applied_at)
@@ -167,23 +138,13 @@ _INSERT_DISCOUNT = text(
 )
 
 
-async def insert_discount_on(
-    conn: Connection, subscription_id: int, discount: Discount, *, now: datetime
+async def set_discount(
+    conn: Db, subscription_id: int, discount: Discount, *, now: datetime
 ) -> None:
-    await conn.execute(
-        _INSERT_DISCOUNT_PG,
-        subscription_id,
-        discount.coupon.code,
-        discount.from_period,
-        discount.until_period,
-        now,
-    )
-
-
-async def set_discount(db: Db, subscription_id: int, discount: Discount, *, now: datetime) -> None:
     """Give the subscription ``discount``; ``DiscountExists`` when it has one (the invoices of
     its periods keep the one coupon that priced them)."""
-    written = await db.execute(
+    written = await pg.fetchrow(
+        conn,
         _INSERT_DISCOUNT,
         {
             "id": subscription_id,
@@ -193,11 +154,11 @@ async def set_discount(db: Db, subscription_id: int, discount: Discount, *, now:
             "now": now,
         },
     )
-    if written.first() is None:
+    if written is None:
         raise DiscountExists(f"subscription {subscription_id} has redeemed a coupon already")
 
 
-_DISCOUNTS = text(
+_DISCOUNTS = Statement(
     f"""
     SELECT d.subscription_id, d.from_period, d.until_period,
            {", ".join(f"c.{c.strip()}" for c in _COLUMNS.split(","))}
@@ -207,11 +168,11 @@ _DISCOUNTS = text(
 )
 
 
-async def discounts_for(db: Db, subscription_ids: Sequence[int]) -> dict[int, Discount]:
+async def discounts_for(conn: Db, subscription_ids: Sequence[int]) -> dict[int, Discount]:
     """The discount of each subscription that has one (one statement for a batch)."""
     if not subscription_ids:
         return {}
-    rows = (await db.execute(_DISCOUNTS, {"ids": int_array(subscription_ids)})).mappings()
+    rows = await pg.fetch(conn, _DISCOUNTS, {"ids": int_array(subscription_ids)})
     return {
         int(r["subscription_id"]): Discount(_coupon(r), int(r["from_period"]), r["until_period"])
         for r in rows

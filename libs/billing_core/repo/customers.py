@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from billing_core.db import pg
 from billing_core.db import tables as t
+from billing_core.db.pg import Statement
 from billing_core.domain.errors import DomainError
 from billing_core.repo import subscriptions as subscriptions_repo
 
 Db = AsyncSession | AsyncConnection
 
 _c = t.customer
-_s = t.subscription
 
 
 class CustomerNotFound(DomainError):
@@ -100,6 +102,17 @@ async def page(db: Db, *, limit: int, before_id: int | None = None) -> list[Cust
     return [Customer(**row) for row in (await db.execute(query)).mappings()]
 
 
+@cache
+def _subscriptions_page(customer: bool, status: bool, before: bool) -> Statement:
+    where = [
+        *(["s.customer_id = :customer_id"] if customer else []),
+        *(["s.status = :status"] if status else []),
+        *(["s.id < :before_id"] if before else []),
+    ]
+    conditions = f" WHERE {' AND '.join(where)}" if where else ""
+    return Statement(f"{subscriptions_repo.SELECT_SQL}{conditions} ORDER BY s.id DESC LIMIT :limit")
+
+
 async def subscriptions_page(
     db: Db,
     *,
@@ -110,11 +123,8 @@ async def subscriptions_page(
 ) -> list[subscriptions_repo.Subscription]:
     """Up to ``limit`` subscriptions (with their plan), newest first, optionally only one
     customer's and/or in one status, below ``before_id`` if given."""
-    query = subscriptions_repo.SELECT.order_by(_s.c.id.desc()).limit(limit)
-    if customer_id is not None:
-        query = query.where(_s.c.customer_id == customer_id)
-    if status is not None:
-        query = query.where(_s.c.status == status)
-    if before_id is not None:
-        query = query.where(_s.c.id < before_id)
-    return [subscriptions_repo.Subscription(**row) for row in (await db.execute(query)).mappings()]
+    filters = {"customer_id": customer_id, "status": status, "before_id": before_id}
+    statement = _subscriptions_page(*(value is not None for value in filters.values()))
+    params = {name: value for name, value in filters.items() if value is not None}
+    rows = await pg.fetch(db, statement, {**params, "limit": limit})
+    return [subscriptions_repo.Subscription(**row) for row in rows]

@@ -3,12 +3,13 @@ events, oldest first, in one statement (each part reads an index on the subscrip
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class HistoryRow:
     detail: dict[str, Any]
 
 
-_HISTORY = text(
+_HISTORY = Statement(
     """
 SELECT at, kind, what, client_id, request_id, version_before, version_after, ref, detail
 FROM (
@@ -59,8 +60,11 @@ LIMIT :limit
 )
 
 
-async def for_subscription(
-    session: AsyncSession, subscription_id: int, *, limit: int
-) -> list[HistoryRow]:
-    result = await session.execute(_HISTORY, {"id": subscription_id, "limit": limit})
-    return [HistoryRow(**row) for row in result.mappings()]
+async def for_subscription(conn: Db, subscription_id: int, *, limit: int) -> list[HistoryRow]:
+    rows = await pg.fetch(conn, _HISTORY, {"id": subscription_id, "limit": limit})
+    return [HistoryRow(**{**row, "detail": _document(row["detail"])}) for row in rows]
+
+
+def _document(detail: Any) -> dict[str, Any]:
+    """A jsonb value: a ``str`` on the driver, already decoded through SQLAlchemy."""
+    return dict(json.loads(detail) if isinstance(detail, str) else detail)

@@ -7,17 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db import pg
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement
 from billing_core.repo.limits import require_positive_limit
-
-Db = AsyncSession | AsyncConnection
 
 # Uses idx_sub_pause_resumes. An ACTIVE subscription whose periods starting before resumesAt
 # are not all renewed yet waits for the renewer (they are paused periods); a PAST_DUE one is
 # not renewed until it pays, so it resumes at resumesAt (its dunning goes on).
-_CLAIM = text(
+_CLAIM = Statement(
     """
     SELECT id, paused_at, pause_resumes_at AS resumes_at
     FROM subscription
@@ -30,12 +28,12 @@ _CLAIM = text(
     """
 )
 
-_MARK = text(
+_MARK = Statement(
     """
     UPDATE subscription s
     SET pause_behavior = NULL, paused_at = NULL, pause_resumes_at = NULL,
         version = s.version + 1, updated_at = :now, event_seq = s.event_seq + 1
-    FROM unnest(CAST(:ids AS bigint[])) AS u(id)
+    FROM unnest(CAST(:ids AS text)::bigint[]) AS u(id)
     WHERE s.id = u.id AND s.pause_resumes_at <= :now
     RETURNING s.id, s.event_seq - 1 AS reserved_after
     """
@@ -49,17 +47,17 @@ class DueResume:
     resumes_at: datetime
 
 
-async def claim_due_resumes(db: Db, *, now: datetime, limit: int) -> list[DueResume]:
+async def claim_due_resumes(conn: Db, *, now: datetime, limit: int) -> list[DueResume]:
     """Lock up to ``limit`` paused subscriptions due to resume at ``now``, soonest first."""
     require_positive_limit(limit)
-    result = await db.execute(_CLAIM, {"now": now, "limit": limit})
-    return [DueResume(**row) for row in result.mappings()]
+    rows = await pg.fetch(conn, _CLAIM, {"now": now, "limit": limit})
+    return [DueResume(**row) for row in rows]
 
 
-async def mark_resumed(db: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
+async def mark_resumed(conn: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
     """Clear the pauses of ``ids`` (a version bump, one event sequence number reserved each);
     return each id's ``event_seq`` before the reservation."""
     if not ids:
         return {}
-    result = await db.execute(_MARK, {"ids": list(ids), "now": now})
-    return {int(row.id): int(row.reserved_after) for row in result}
+    rows = await pg.fetch(conn, _MARK, {"ids": int_array(ids), "now": now})
+    return {int(row["id"]): int(row["reserved_after"]) for row in rows}

@@ -88,15 +88,7 @@ _INVOICE_COLUMNS = (
     ("created_at", "timestamptz"),
 )
 # audit.parameters(), by name.
-_AUDIT_COLUMNS = (
-    ("aud_at", "timestamptz"),
-    ("aud_source", "varchar"),
-    ("aud_client_id", "bigint"),
-    ("aud_action", "varchar"),
-    ("aud_subject_type", "varchar"),
-    ("aud_request_id", "text"),
-    ("aud_detail", "text"),
-)
+_AUDIT_COLUMNS = tuple((f"aud_{name}", kind) for name, kind in audit.ENTRY_COLUMNS)
 # One row per request.
 _REQUEST_COLUMNS = (
     ("n", "int"),
@@ -130,7 +122,7 @@ _FIRST_LINE = 1 + len(_REQUEST_COLUMNS)
 _FIRST_EVENT = _FIRST_LINE + len(_LINE_COLUMNS)
 # The audit row of each new subscription, from its request's columns (audit.insert_select_sql).
 _AUDIT_VALUES = (
-    "aud_at",
+    "aud_occurred_at",
     "aud_source",
     "aud_client_id",
     "aud_action",

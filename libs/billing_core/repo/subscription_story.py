@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from billing_core.db import pg
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement
 
-_SUBSCRIPTION = text(
+_SUBSCRIPTION = Statement(
     """
     SELECT s.id, s.customer_id, s.status, s.time_zone, s.billing_anchor, s.period_index,
            s.current_period_start, s.current_period_end, s.cancel_at_period_end, s.canceled_at,
@@ -21,7 +22,7 @@ _SUBSCRIPTION = text(
     WHERE s.id = :id
     """
 )
-_INVOICES = text(
+_INVOICES = Statement(
     """
     SELECT id, number, kind, period_index, period_start, period_end, subtotal, credit_applied,
            amount, currency, status, attempt_count, next_attempt_at, paid_at, closed_at,
@@ -29,35 +30,36 @@ _INVOICES = text(
     FROM invoice WHERE subscription_id = :id ORDER BY id DESC LIMIT :limit
     """
 )
-_LINES = text(
+_LINES = Statement(
     """
     SELECT invoice_id, line_no, kind, description, quantity, unit_amount, amount, period_start,
            period_end, tax_inclusive
-    FROM invoice_line WHERE invoice_id = ANY(:ids) ORDER BY invoice_id, line_no
+    FROM invoice_line WHERE invoice_id = ANY(CAST(:ids AS text)::bigint[])
+    ORDER BY invoice_id, line_no
     """
 )
-_ATTEMPTS = text(
+_ATTEMPTS = Statement(
     """
     SELECT id, invoice_id, attempt_number, idempotency_key, source, outcome, amount, currency,
            decline_code, gateway_reference, error, requested_at, recorded_at
-    FROM payment_attempt WHERE invoice_id = ANY(:ids) ORDER BY id
+    FROM payment_attempt WHERE invoice_id = ANY(CAST(:ids AS text)::bigint[]) ORDER BY id
     """
 )
-_REFUNDS = text(
+_REFUNDS = Statement(
     """
     SELECT id, invoice_id, amount, currency, reason, status, error, requested_at, completed_at,
            credit_note_number
-    FROM refund WHERE invoice_id = ANY(:ids) ORDER BY id
+    FROM refund WHERE invoice_id = ANY(CAST(:ids AS text)::bigint[]) ORDER BY id
     """
 )
-_EVENTS = text(
+_EVENTS = Statement(
     """
     SELECT sequence, event_type, occurred_at, published_at, parked_at, last_error
     FROM outbox_event WHERE aggregate_id = :id ORDER BY sequence DESC LIMIT :limit
     """
 )
 # What an operator may type in the search box: a subscription id, a customer id or an invoice id.
-_FIND = text(
+_FIND = Statement(
     """
     SELECT 'subscription' AS found_by, id FROM subscription WHERE id = :n
     UNION ALL
@@ -89,42 +91,41 @@ class Match:
     subscription_id: int
 
 
-async def find(conn: AsyncConnection, number: int) -> list[Match]:
+async def find(conn: Db, number: int) -> list[Match]:
     """The subscriptions a number may mean: its own id, an invoice's, a customer's (each
     subscription once, by the first of these that matched)."""
     if not -(2**63) <= number < 2**63:
         return []
     matches: dict[int, Match] = {}
-    for r in await conn.execute(_FIND, {"n": number}):
-        matches.setdefault(int(r.id), Match(str(r.found_by), int(r.id)))
+    for r in await pg.fetch(conn, _FIND, {"n": number}):
+        matches.setdefault(int(r["id"]), Match(str(r["found_by"]), int(r["id"])))
     return list(matches.values())
 
 
 async def story(
-    conn: AsyncConnection, subscription_id: int, *, invoices: int = 50, events: int = 200
+    conn: Db, subscription_id: int, *, invoices: int = 50, events: int = 200
 ) -> SubscriptionStory | None:
     """The subscription with its latest ``invoices`` invoices (newest first, each with its
     lines, attempts and refunds in order) and its latest ``events`` events; None when it does
     not exist."""
-    row = (await conn.execute(_SUBSCRIPTION, {"id": subscription_id})).mappings().first()
+    row = await pg.fetchrow(conn, _SUBSCRIPTION, {"id": subscription_id})
     if row is None:
         return None
-    found = (await conn.execute(_INVOICES, {"id": subscription_id, "limit": invoices})).mappings()
+    found = await pg.fetch(conn, _INVOICES, {"id": subscription_id, "limit": invoices})
     stories = {int(r["id"]): InvoiceStory(dict(r)) for r in found}
-    ids = list(stories)
-    if ids:
-        for line in (await conn.execute(_LINES, {"ids": ids})).mappings():
+    if stories:
+        ids = {"ids": int_array(stories)}
+        for line in await pg.fetch(conn, _LINES, ids):
             stories[int(line["invoice_id"])].lines.append(dict(line))
-        for attempt in (await conn.execute(_ATTEMPTS, {"ids": ids})).mappings():
+        for attempt in await pg.fetch(conn, _ATTEMPTS, ids):
             stories[int(attempt["invoice_id"])].attempts.append(dict(attempt))
-        for refund in (await conn.execute(_REFUNDS, {"ids": ids})).mappings():
+        for refund in await pg.fetch(conn, _REFUNDS, ids):
             stories[int(refund["invoice_id"])].refunds.append(dict(refund))
-    published = await conn.execute(_EVENTS, {"id": subscription_id, "limit": events})
-    events_read = [dict(e) for e in published.mappings()]
-    return SubscriptionStory(dict(row), list(stories.values()), events_read)
+    published = await pg.fetch(conn, _EVENTS, {"id": subscription_id, "limit": events})
+    return SubscriptionStory(dict(row), list(stories.values()), [dict(e) for e in published])
 
 
-_CALLS = text(
+_CALLS = Statement(
     """
     SELECT floor(extract(epoch FROM recorded_at))::bigint AS second, count(*) AS calls
     FROM (SELECT recorded_at FROM payment_attempt WHERE source <> 'WEBHOOK'
@@ -136,11 +137,11 @@ _CALLS = text(
 
 
 async def gateway_answers_per_second(
-    conn: AsyncConnection, *, now: datetime, seconds: int, cap: int
+    conn: Db, *, now: datetime, seconds: int, cap: int
 ) -> dict[int, int]:
     """Gateway answers recorded per second (the collector's charges and look-ups; webhooks are
     not calls) over the last ``seconds``, from the newest ``cap`` attempts only, so the read stays
     bounded however large the table is (``cap`` should exceed the limit times ``seconds``)."""
     since = datetime.fromtimestamp(now.timestamp() - seconds, tz=now.tzinfo)
-    rows = await conn.execute(_CALLS, {"since": since, "cap": cap})
-    return {int(r.second): int(r.calls) for r in rows}
+    rows = await pg.fetch(conn, _CALLS, {"since": since, "cap": cap})
+    return {int(r["second"]): int(r["calls"]) for r in rows}

@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import insert, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db import tables as t
-from billing_core.db.pg import Connection
+from billing_core.db import pg
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.errors import DomainError
 from billing_core.domain.subscription import (
     Pause,
@@ -133,45 +132,6 @@ def domain_state(sub: Subscription) -> SubscriptionState:
     return subscription_state(vars(sub))
 
 
-_s = t.subscription
-_p = t.plan
-_sp = t.plan.alias("scheduled_plan")
-_SELECT = select(
-    _s.c.id,
-    _s.c.customer_id,
-    _s.c.status,
-    _s.c.time_zone,
-    _s.c.billing_anchor,
-    _s.c.period_index,
-    _s.c.current_period_start,
-    _s.c.current_period_end,
-    _s.c.cancel_at_period_end,
-    _s.c.canceled_at,
-    _s.c.credit_balance,
-    _s.c.version,
-    _s.c.created_at,
-    _s.c.updated_at,
-    _p.c.id.label("plan_id"),
-    _p.c.code.label("plan_code"),
-    _p.c.name.label("plan_name"),
-    _p.c.price_amount.label("plan_price_amount"),
-    _p.c.currency.label("plan_currency"),
-    _p.c.billing_interval.label("plan_interval"),
-    _s.c.trial_end,
-    _s.c.pause_behavior,
-    _s.c.paused_at,
-    _s.c.pause_resumes_at,
-    _sp.c.code.label("scheduled_plan_code"),
-    _sp.c.price_amount.label("scheduled_plan_price_amount"),
-    _sp.c.billing_interval.label("scheduled_plan_interval"),
-    _s.c.anchor_period_index,
-).select_from(
-    _s.join(_p, _p.c.id == _s.c.plan_id).outerjoin(_sp, _sp.c.id == _s.c.scheduled_plan_id)
-)
-# Subscriptions with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY to it).
-SELECT = _SELECT
-
-
 _PLAN_COLUMNS = {
     "plan_id": "p.id",
     "plan_code": "p.code",
@@ -183,24 +143,19 @@ _PLAN_COLUMNS = {
     "scheduled_plan_price_amount": "sp.price_amount",
     "scheduled_plan_interval": "sp.billing_interval",
 }
-# The same read as _SELECT, by hand for the driver: columns in Subscription's field order.
-_FETCH = (
+# Subscriptions (``s``) with their plan, as :class:`Subscription` rows (add WHERE / ORDER BY).
+SELECT_SQL = (
     "SELECT "
     + ", ".join(
         f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
         for f in fields(Subscription)
     )
     + " FROM subscription s JOIN plan p ON p.id = s.plan_id"
-    + " LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id WHERE s.id = $1"
+    + " LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id"
 )
-
-
-async def fetch(conn: Connection, subscription_id: int) -> Subscription:
-    """:func:`get` on a plain asyncpg connection (one prepared statement)."""
-    row = await conn.fetchrow(_FETCH, subscription_id)
-    if row is None:
-        raise SubscriptionNotFound(subscription_id)
-    return Subscription(*row)
+_GET = Statement(SELECT_SQL + " WHERE s.id = :subscription_id")
+_EXISTS = Statement("SELECT id FROM subscription WHERE id = :subscription_id")
+_VERSION = Statement("SELECT version FROM subscription WHERE id = :subscription_id")
 
 
 @dataclass(frozen=True)
@@ -222,40 +177,75 @@ def unknown_customer(exc: Exception, sub: Subscription) -> Exception:
     return exc
 
 
-async def get(session: AsyncSession, subscription_id: int) -> Subscription:
-    row = (await session.execute(_SELECT.where(_s.c.id == subscription_id))).mappings().first()
+async def get(conn: Db, subscription_id: int) -> Subscription:
+    row = await pg.fetchrow(conn, _GET, {"subscription_id": subscription_id})
     if row is None:
         raise SubscriptionNotFound(subscription_id)
     return Subscription(**row)
 
 
-async def get_at(
-    session: AsyncSession, subscription_id: int, expected_version: int | None
-) -> Subscription:
+async def get_at(conn: Db, subscription_id: int, expected_version: int | None) -> Subscription:
     """:func:`get`, refused with ``VersionConflict`` when the caller expects another version
     (``None``: any version)."""
-    sub = await get(session, subscription_id)
+    sub = await get(conn, subscription_id)
     if expected_version is not None and expected_version != sub.version:
         raise VersionConflict(subscription_id, expected_version, sub.version)
     return sub
 
 
 async def get_for_change(
-    session: AsyncSession, subscription_id: int, expected_version: int | None, now: datetime
+    conn: Db, subscription_id: int, expected_version: int | None, now: datetime
 ) -> tuple[Subscription, datetime]:
     """:func:`get_at`, and the instant a change asked for at ``now`` happens
     (``subscription.change_instant``: never before the row's last write)."""
-    sub = await get_at(session, subscription_id, expected_version)
+    sub = await get_at(conn, subscription_id, expected_version)
     return sub, change_instant(now, sub.updated_at)
 
 
-async def exists(session: AsyncSession, subscription_id: int) -> bool:
-    row = await session.execute(select(_s.c.id).where(_s.c.id == subscription_id))
-    return row.first() is not None
+async def exists(conn: Db, subscription_id: int) -> bool:
+    return await pg.fetchrow(conn, _EXISTS, {"subscription_id": subscription_id}) is not None
+
+
+# The columns a change may set (``update_versioned``'s values).
+_CHANGEABLE = frozenset(
+    {
+        "status",
+        "plan_id",
+        "scheduled_plan_id",
+        "billing_anchor",
+        "anchor_period_index",
+        "period_index",
+        "current_period_start",
+        "current_period_end",
+        "cancel_at_period_end",
+        "canceled_at",
+        "credit_balance",
+        "trial_end",
+        "pause_behavior",
+        "paused_at",
+        "pause_resumes_at",
+    }
+)
+
+
+@cache
+def _update_statement(columns: tuple[str, ...]) -> Statement:
+    unknown = set(columns) - _CHANGEABLE
+    if unknown:
+        raise ValueError(f"not a changeable subscription column: {sorted(unknown)}")
+    assignments = "".join(f"{c} = :set_{c}, " for c in columns)
+    return Statement(
+        f"""
+        UPDATE subscription
+        SET {assignments}version = version + 1, updated_at = :now
+        WHERE id = :subscription_id AND version = :expected_version
+        RETURNING version
+        """
+    )
 
 
 async def update_versioned(
-    session: AsyncSession,
+    conn: Db,
     subscription_id: int,
     *,
     expected_version: int,
@@ -267,25 +257,47 @@ async def update_versioned(
     Under READ COMMITTED an UPDATE that waited for a concurrent writer re-checks its WHERE
     clause against the committed row, so a version bumped meanwhile makes it match nothing.
     """
-    result = await session.execute(
-        update(_s)
-        .where(_s.c.id == subscription_id, _s.c.version == expected_version)
-        .values(**values, version=_s.c.version + 1, updated_at=now)
-        .returning(_s.c.version)
+    columns = tuple(sorted(values))
+    new_version = await pg.fetchval(
+        conn,
+        _update_statement(columns),
+        {
+            **{f"set_{c}": values[c] for c in columns},
+            "now": now,
+            "subscription_id": subscription_id,
+            "expected_version": expected_version,
+        },
     )
-    new_version = result.scalar_one_or_none()
     if new_version is not None:
         return int(new_version)
-    current = (
-        await session.execute(select(_s.c.version).where(_s.c.id == subscription_id))
-    ).scalar_one_or_none()
+    current = await pg.fetchval(conn, _VERSION, {"subscription_id": subscription_id})
     if current is None:
         raise SubscriptionNotFound(subscription_id)
     raise VersionConflict(subscription_id, expected_version, int(current))
 
 
+_ADD_CREDIT_ENTRY = Statement(
+    """
+    INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id, created_at)
+    VALUES (:subscription_id, :amount, :reason, :invoice_id, :now)
+    """
+)
+_CONSUME_CREDIT = Statement(
+    """
+    UPDATE subscription SET credit_balance = credit_balance - :amount, updated_at = :now
+    WHERE id = :subscription_id
+    """
+)
+_LOCK = Statement(
+    """
+    SELECT id FROM subscription WHERE id = ANY(CAST(:ids AS text)::bigint[])
+    ORDER BY id FOR UPDATE
+    """
+)
+
+
 async def add_credit_entry(
-    session: AsyncSession | AsyncConnection,
+    conn: Db,
     *,
     subscription_id: int,
     amount: int,
@@ -294,36 +306,28 @@ async def add_credit_entry(
     invoice_id: int | None = None,
 ) -> None:
     """Ledger line for credit granted (amount > 0) or consumed (amount < 0)."""
-    await session.execute(
-        insert(t.credit_entry).values(
-            subscription_id=subscription_id,
-            amount=amount,
-            reason=reason,
-            invoice_id=invoice_id,
-            created_at=now,
-        )
+    await pg.execute(
+        conn,
+        _ADD_CREDIT_ENTRY,
+        {
+            "subscription_id": subscription_id,
+            "amount": amount,
+            "reason": reason,
+            "invoice_id": invoice_id,
+            "now": now,
+        },
     )
 
 
-async def consume_credit(
-    session: AsyncSession | AsyncConnection, subscription_id: int, amount: int, *, now: datetime
-) -> None:
+async def consume_credit(conn: Db, subscription_id: int, amount: int, *, now: datetime) -> None:
     """Take ``amount`` off the balance (its INVOICE ledger lines are the caller's), in a
     transaction that already made its version-checked write to this subscription."""
-    await session.execute(
-        update(_s)
-        .where(_s.c.id == subscription_id)
-        .values(credit_balance=_s.c.credit_balance - amount, updated_at=now)
+    await pg.execute(
+        conn, _CONSUME_CREDIT, {"subscription_id": subscription_id, "amount": amount, "now": now}
     )
 
 
-async def lock_subscriptions(session: AsyncSession | AsyncConnection, ids: list[int]) -> None:
+async def lock_subscriptions(conn: Db, ids: list[int]) -> None:
     """Row-lock the subscriptions, in id order (the lock order of every writer)."""
     if ids:
-        await session.execute(
-            text(
-                "SELECT id FROM subscription WHERE id = ANY(CAST(:ids AS bigint[])) "
-                "ORDER BY id FOR UPDATE"
-            ),
-            {"ids": sorted(ids)},
-        )
+        await pg.fetch(conn, _LOCK, {"ids": int_array(sorted(ids))})

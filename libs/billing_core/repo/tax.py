@@ -7,15 +7,12 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db import pg
 from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.tax import TaxLocation, TaxRate
 
-Db = AsyncSession | AsyncConnection
-
-_RATES = text(
+_RATES = Statement(
     """
     SELECT l.subscription_id, l.country AS location_country, l.region AS location_region,
            r.country, r.region, r.rate_ppm, r.inclusive, r.name
@@ -29,7 +26,7 @@ _RATES = text(
     """
 )
 
-_SET_LOCATION = text(
+_SET_LOCATION = Statement(
     """
     INSERT INTO subscription_tax_location (subscription_id, country, region, updated_at)
     VALUES (:id, :country, :region, :now)
@@ -39,28 +36,33 @@ _SET_LOCATION = text(
 )
 
 
-async def rates_for(db: Db, subscription_ids: Sequence[int]) -> dict[int, TaxRate]:
+_RATE_COLUMNS = ("country", "region", "rate_ppm", "inclusive", "name")
+
+
+async def rates_for(conn: Db, subscription_ids: Sequence[int]) -> dict[int, TaxRate]:
     """The rate each subscription's invoices are taxed at (its region's, else its country's);
     a subscription without a location or without a rate is absent."""
     if not subscription_ids:
         return {}
-    rows = await db.execute(_RATES, {"ids": int_array(subscription_ids)})
+    rows = await pg.fetch(conn, _RATES, {"ids": int_array(subscription_ids)})
     rates: dict[tuple[Any, ...], TaxRate] = {}  # a batch has thousands of rows, few rates
     found: dict[int, TaxRate] = {}
-    for subscription_id, _, _, *columns in rows:
-        rate = rates.get(tuple(columns))
+    for row in rows:
+        columns = tuple(row[c] for c in _RATE_COLUMNS)
+        rate = rates.get(columns)
         if rate is None:
             country, region, rate_ppm, inclusive, name = columns
             rate = TaxRate(country, region or None, int(rate_ppm), bool(inclusive), name)
-            rates[tuple(columns)] = rate
-        found[int(subscription_id)] = rate
+            rates[columns] = rate
+        found[int(row["subscription_id"])] = rate
     return found
 
 
 async def set_location(
-    db: Db, subscription_id: int, location: TaxLocation, *, now: datetime
+    conn: Db, subscription_id: int, location: TaxLocation, *, now: datetime
 ) -> None:
-    await db.execute(
+    await pg.execute(
+        conn,
         _SET_LOCATION,
         {
             "id": subscription_id,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain import subscription as sub_domain
 from billing_core.repo import audit
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -14,7 +13,7 @@ from billing_core.usecases.voiding import void_open_invoices
 
 
 async def cancel(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     at_period_end: bool,
@@ -45,7 +44,7 @@ async def cancel(
         async def void(_version: int, decided: Outcome[bool]) -> Outcome[bool]:
             # After the subscription row (its lock): the lock order of recording a payment
             # result, so the two never deadlock.
-            voided = await void_open_invoices(session, subscription_id, now=now)
+            voided = await void_open_invoices(conn, subscription_id, now=now)
             return Outcome(decided.result, [*voided, *decided.events], decided.detail)
 
         values = {
@@ -57,7 +56,7 @@ async def cancel(
         return Decision(outcome, values, None if at_period_end else void)
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_CANCEL,
@@ -68,7 +67,7 @@ async def cancel(
 
 
 async def resume_renewal(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     now: datetime,
@@ -89,7 +88,7 @@ async def resume_renewal(
         return Decision(outcome, {"cancel_at_period_end": new_state.cancel_at_period_end})
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_RESUME_RENEWAL,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit
@@ -22,7 +21,7 @@ class Redeemed:
 
 
 async def apply_coupon(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     code: str,
@@ -38,7 +37,7 @@ async def apply_coupon(
             raise coupons_repo.SubscriptionCanceledForCoupon(
                 f"subscription {subscription_id} is canceled"
             )
-        coupon = await coupons_repo.redeem(session, code, currency=sub.plan_currency, now=now)
+        coupon = await coupons_repo.redeem(conn, code, currency=sub.plan_currency, now=now)
         first = sub.period_index + (0 if sub.status == SubscriptionStatus.TRIALING else 1)
         discount = coupon_rules.redeem(coupon, starting_period=first)
         detail = {
@@ -48,7 +47,7 @@ async def apply_coupon(
         }
 
         async def give(_version: int, decided: Outcome[Redeemed]) -> Outcome[Redeemed]:
-            await coupons_repo.set_discount(session, subscription_id, discount, now=now)
+            await coupons_repo.set_discount(conn, subscription_id, discount, now=now)
             return decided
 
         # The first discounted period was read from this version of the row: a renewal that
@@ -57,7 +56,7 @@ async def apply_coupon(
         return Decision(Outcome(Redeemed(coupon, discount), (), detail), {}, give)
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_APPLY_COUPON,

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain.events import DomainEvent
 from billing_core.repo import audit, outbox
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -50,7 +49,7 @@ Refresh = Callable[
 
 
 async def change_subscription(
-    session: AsyncSession,
+    conn: Db,
     decide: Decide[R],
     *,
     subscription_id: int,
@@ -64,22 +63,20 @@ async def change_subscription(
     date first, e.g. renewed when due) at the change's instant. With ``actor``, the request is
     recorded in ``audit_event`` (``action``, changed or not). Raises ``VersionConflict`` when
     the row is not at ``expected_version`` or changes before the write."""
-    sub, now = await subscriptions_repo.get_for_change(
-        session, subscription_id, expected_version, now
-    )
+    sub, now = await subscriptions_repo.get_for_change(conn, subscription_id, expected_version, now)
     if refresh is not None:
         sub = await refresh(sub, now)
     decision = await decide(sub, now)
     outcome, version = decision.outcome, sub.version
     if decision.values is not None:
         version = await subscriptions_repo.update_versioned(
-            session, sub.id, expected_version=sub.version, now=now, values=dict(decision.values)
+            conn, sub.id, expected_version=sub.version, now=now, values=dict(decision.values)
         )
         if decision.then is not None:
             outcome = await decision.then(version, outcome)
-        await outbox.append_events(session, outcome.events, now)
+        await outbox.append_events(conn, outcome.events, now)
     await audit.record_subscription_change(
-        session,
+        conn,
         actor,
         action,
         sub.id,

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain import events as ev
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.subscription import PauseBehavior
@@ -27,7 +26,7 @@ class ResumeConflict(Exception):
 
 
 async def pause(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     behavior: PauseBehavior,
@@ -48,7 +47,7 @@ async def pause(
         return Decision(Outcome(changed, events, detail), values)
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_PAUSE,
@@ -59,7 +58,7 @@ async def pause(
 
 
 async def resume(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     now: datetime,
@@ -76,7 +75,7 @@ async def resume(
         return Decision(Outcome(changed, events, {"changed": changed}), values)
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_RESUME,
@@ -86,18 +85,18 @@ async def resume(
     )
 
 
-async def resume_due_pauses(db: pauses_repo.Db, *, now: datetime, limit: int = 1000) -> int:
+async def resume_due_pauses(conn: Db, *, now: datetime, limit: int = 1000) -> int:
     """Resume the pauses whose ``resumesAt`` has come (the renewer, each tick, after its
     renewal batches); return how many. Exactly once: the claim locks the rows
     (``SKIP LOCKED``) and the write clears the pause with its SubscriptionResumed. A pause is
     resumed only once the renewer has invoiced every period that starts before its
     ``resumesAt`` (those are paused periods), so a late renewer never collects them."""
-    due = await pauses_repo.claim_due_resumes(db, now=now, limit=limit)
+    due = await pauses_repo.claim_due_resumes(conn, now=now, limit=limit)
     if not due:
         return 0
-    reserved = await pauses_repo.mark_resumed(db, [d.id for d in due], now=now)
+    reserved = await pauses_repo.mark_resumed(conn, [d.id for d in due], now=now)
     if len(reserved) != len(due):
         raise ResumeConflict(f"pauses changed under their row lock: {len(due) - len(reserved)}")
     events = [ev.subscription_resumed(d.id, d.paused_at, d.resumes_at, automatic=True) for d in due]
-    await outbox.insert_numbered_events(db, events, reserved, now)
+    await outbox.insert_numbered_events(conn, events, reserved, now)
     return len(events)

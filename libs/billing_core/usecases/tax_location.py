@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain.tax import TaxLocation, TaxRate
 from billing_core.repo import audit
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -16,7 +15,7 @@ Rate = TaxRate | None
 
 
 async def set_tax_location(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     location: TaxLocation,
@@ -28,8 +27,8 @@ async def set_tax_location(
 
     async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[Rate]:
         async def locate(_version: int, _decided: Outcome[Rate]) -> Outcome[Rate]:
-            await tax_repo.set_location(session, sub.id, location, now=now)
-            rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
+            await tax_repo.set_location(conn, sub.id, location, now=now)
+            rate = (await tax_repo.rates_for(conn, [sub.id])).get(sub.id)
             detail = {
                 "country": location.country,
                 "region": location.region,
@@ -40,7 +39,7 @@ async def set_tax_location(
         return Decision(Outcome(None), {}, locate)
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_SET_TAX_LOCATION,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.coupons import plan_period_lines
 from billing_core.domain.credit import apply_credit
@@ -21,7 +20,7 @@ from billing_core.usecases.subscribe import opened_invoice_events
 
 
 async def end_trial_now(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     now: datetime,
@@ -43,8 +42,8 @@ async def end_trial_now(
         state = subscriptions_repo.domain_state(sub)
         _new_state, events = sub_domain.end_trial(state, now, early=True)
         period = period_bounds(now, Interval(sub.plan_interval), 0, sub.time_zone)
-        rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
-        discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+        rate = (await tax_repo.rates_for(conn, [sub.id])).get(sub.id)
+        discount = (await coupons_repo.discounts_for(conn, [sub.id])).get(sub.id)
         priced = taxed_at(
             rate, plan_period_lines(sub.plan_code, sub.plan_price_amount, discount, 0, period)
         )
@@ -52,7 +51,7 @@ async def end_trial_now(
 
         async def invoice_it(_version: int, decided: Outcome[int]) -> Outcome[int]:
             invoice = await insert_period_invoice(
-                session,
+                conn,  # type: ignore[arg-type]  # until period_invoice takes a Db
                 sub,
                 period_index=0,
                 period=period,
@@ -78,7 +77,7 @@ async def end_trial_now(
         return Decision(Outcome(0, events), values, invoice_it)
 
     return await change_subscription(
-        session,
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_END_TRIAL,

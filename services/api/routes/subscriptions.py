@@ -111,7 +111,7 @@ async def create_subscription(
             await transaction.start()
             try:
                 plan = await ctx.plans.get(conn, body.plan_code)
-                coupon = await coupons_repo.redeem_on(
+                coupon = await coupons_repo.redeem(
                     conn, body.coupon_code, currency=plan.currency, now=now
                 )
                 discount = coupon_rules.redeem(coupon, starting_period=0)
@@ -119,9 +119,7 @@ async def create_subscription(
                 keyed = subscribe_uc.keyed(new, now=now, actor=write.actor, record=record(created))
                 (claimed,) = await subscription_groups.insert_unless_claimed(conn, [keyed])
                 if claimed.created:
-                    await coupons_repo.insert_discount_on(
-                        conn, new.subscription.id, discount, now=now
-                    )
+                    await coupons_repo.set_discount(conn, new.subscription.id, discount, now=now)
             except BaseException:
                 await transaction.rollback()
                 raise
@@ -141,7 +139,7 @@ async def get_subscription(
     request: Request, subscription_id: SubscriptionId, _client: Reader
 ) -> Response:
     async with get_context(request).pg.acquire() as conn:
-        sub = await subscriptions_repo.fetch(conn, subscription_id)
+        sub = await subscriptions_repo.get(conn, subscription_id)
     return json_response(SubscriptionOut.of(sub), ETag=etag(sub.version))
 
 
