@@ -25,13 +25,20 @@ cannot show, and expects no ``InvoicePaid`` event for it.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
-import asyncpg  # type: ignore[import-untyped]
-
+from billing_core.db.arrays import (
+    bool_array,
+    instant_array,
+    instant_sql,
+    int_array,
+    text_array,
+)
+from billing_core.db.pg import Connection, Db, Statement, execute, fetch
 from billing_core.domain import period as period_rules
 from billing_core.domain.subscription import SubscriptionStatus
 
@@ -98,43 +105,59 @@ class _Plan:
     interval: period_rules.Interval
 
 
-# Customers with the ids [$1, $2], each its id as external id (as the migrations gave customer
-# numbers in use before customers existed), with an address at domain $3 if given; ids taken
-# are left as they are.
-_CUSTOMERS = """
-INSERT INTO customer (id, external_id, email)
-SELECT g, g::text, 'customer-' || g || '@' || $3::text
-FROM generate_series($1::bigint, $2::bigint) AS g
-ON CONFLICT DO NOTHING
-"""
+# Customers with the ids [first_id, last_id], each its id as external id (as the migrations gave
+# customer numbers in use before customers existed), with an address at the domain if given;
+# ids taken are left as they are.
+_CUSTOMERS = Statement(
+    """
+    INSERT INTO customer (id, external_id, email)
+    SELECT g, g::text, 'customer-' || g || '@' || CAST(:email_domain AS text)
+    FROM generate_series(CAST(:first_id AS bigint), CAST(:last_id AS bigint)) AS g
+    ON CONFLICT DO NOTHING
+    """
+)
 
 # Customers created through the API take ids from the sequence: it moves past the seeded ones.
-_SEQUENCE_PAST_CUSTOMERS = """
-SELECT setval(pg_get_serial_sequence('customer', 'id'), top.id)
-FROM (SELECT max(id) AS id FROM customer) AS top, customer_id_seq AS seq
-WHERE top.id >= seq.last_value + CASE WHEN seq.is_called THEN 1 ELSE 0 END
-"""
+_SEQUENCE_PAST_CUSTOMERS = Statement(
+    """
+    SELECT setval(pg_get_serial_sequence('customer', 'id'), top.id)
+    FROM (SELECT max(id) AS id FROM customer) AS top, customer_id_seq AS seq
+    WHERE top.id >= seq.last_value + CASE WHEN seq.is_called THEN 1 ELSE 0 END
+    """
+)
+
+_PLANS = Statement(
+    """
+    SELECT id, price_amount, billing_interval FROM plan
+    WHERE active
+      AND (CAST(:codes AS text)::text[] IS NULL OR code = ANY(CAST(:codes AS text)::text[]))
+    ORDER BY id
+    """
+)
+
+# The seed of random() for the set-based statements that follow on the connection.
+_SET_SEED = Statement("SELECT setseed(CAST(:seed AS float8))")
 
 
 async def seed_customers(
-    conn: asyncpg.Connection, *, first_id: int, count: int, email_domain: str | None = None
+    conn: Db, *, first_id: int, count: int, email_domain: str | None = None
 ) -> int:
     """Customers ``first_id`` .. ``first_id + count - 1`` in one statement (those that exist
     are kept), each with the address ``customer-<id>@<email_domain>`` when a domain is given;
     the id sequence then moves past them. Returns how many were inserted."""
     if count <= 0:
         return 0
-    status: str = await conn.execute(_CUSTOMERS, first_id, first_id + count - 1, email_domain)
-    await conn.execute(_SEQUENCE_PAST_CUSTOMERS)
-    return _count(status)
-
-
-async def _plans(conn: asyncpg.Connection, codes: Sequence[str] | None) -> list[_Plan]:
-    rows = await conn.fetch(
-        "SELECT id, price_amount, billing_interval FROM plan WHERE active "
-        "AND ($1::text[] IS NULL OR code = ANY($1::text[])) ORDER BY id",
-        list(codes) if codes is not None else None,
+    inserted = await execute(
+        conn,
+        _CUSTOMERS,
+        {"first_id": first_id, "last_id": first_id + count - 1, "email_domain": email_domain},
     )
+    await execute(conn, _SEQUENCE_PAST_CUSTOMERS)
+    return inserted
+
+
+async def _plans(conn: Db, codes: Sequence[str] | None) -> list[_Plan]:
+    rows = await fetch(conn, _PLANS, {"codes": None if codes is None else text_array(codes)})
     if not rows:
         raise ValueError(f"no active plan matches {codes!r}")
     return [
@@ -185,9 +208,10 @@ def place(
 
 
 async def seed_subscriptions(
-    conn: asyncpg.Connection, spec: SeedSpec, *, progress: ProgressCallback | None = None
+    conn: Connection, spec: SeedSpec, *, progress: ProgressCallback | None = None
 ) -> SeedReport:
-    """Insert ``spec.count`` subscriptions with COPY, in chunks; ``progress(done, total)``."""
+    """Insert ``spec.count`` subscriptions with the driver's COPY, in chunks;
+    ``progress(done, total)``."""
     if spec.count < 0:
         raise ValueError("count must be >= 0")
     if spec.due_from.tzinfo is None:
@@ -258,74 +282,108 @@ SEED_TAX_RATES = (
 _SEED_LOCATIONS = ("FR", "", "DE", "", "US", "NY", "US", "OR")
 
 
+_TAX_RATES = Statement(
+    """
+    INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name)
+    SELECT * FROM unnest(
+        CAST(:countries AS text)::text[], CAST(:regions AS text)::text[],
+        CAST(:rates_ppm AS text)::int[], CAST(:inclusive AS text)::boolean[],
+        CAST(:names AS text)::text[])
+    ON CONFLICT DO NOTHING
+    """
+)
+
+# Subscription s gets the location at (s.id % 4) in the (country, region) pairs given.
+_TAX_LOCATIONS = Statement(
+    """
+    INSERT INTO subscription_tax_location (subscription_id, country, region, updated_at)
+    SELECT s.id, (CAST(:locations AS text)::text[])[1 + 2 * (s.id % 4)],
+           (CAST(:locations AS text)::text[])[2 + 2 * (s.id % 4)], now()
+    FROM subscription s
+    WHERE s.customer_id >= :first_customer_id AND random() < CAST(:share AS float8)
+    ON CONFLICT (subscription_id) DO NOTHING
+    """
+)
+
+
 async def seed_tax_mix(
-    conn: asyncpg.Connection, *, share: float, first_customer_id: int = 1, random_seed: float = 0.5
+    conn: Db, *, share: float, first_customer_id: int = 1, random_seed: float = 0.5
 ) -> int:
     """Give ``share`` of the subscriptions of customers from ``first_customer_id`` on a tax
     location (France, Germany, New York, Oregon in turn), and insert :data:`SEED_TAX_RATES`
     where absent. Returns how many locations were written."""
     if not 0 <= share <= 1:
         raise ValueError("share must be in [0, 1]")
-    await conn.executemany(
-        "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) "
-        "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
-        SEED_TAX_RATES,
+    await execute(
+        conn,
+        _TAX_RATES,
+        {
+            "countries": text_array(r[0] for r in SEED_TAX_RATES),
+            "regions": text_array(r[1] for r in SEED_TAX_RATES),
+            "rates_ppm": int_array(r[2] for r in SEED_TAX_RATES),
+            "inclusive": bool_array(r[3] for r in SEED_TAX_RATES),
+            "names": text_array(r[4] for r in SEED_TAX_RATES),
+        },
     )
-    await conn.execute("SELECT setseed($1::float8)", random_seed)
-    status: str = await conn.execute(
-        """
-        INSERT INTO subscription_tax_location (subscription_id, country, region, updated_at)
-        SELECT s.id, ($3::text[])[1 + 2 * (s.id % 4)], ($3::text[])[2 + 2 * (s.id % 4)], now()
-        FROM subscription s
-        WHERE s.customer_id >= $1 AND random() < $2
-        ON CONFLICT (subscription_id) DO NOTHING
-        """,
-        first_customer_id,
-        share,
-        list(_SEED_LOCATIONS),
+    await execute(conn, _SET_SEED, {"seed": random_seed})
+    return await execute(
+        conn,
+        _TAX_LOCATIONS,
+        {
+            "locations": text_array(_SEED_LOCATIONS),
+            "first_customer_id": first_customer_id,
+            "share": share,
+        },
     )
-    return int(status.rsplit(maxsplit=1)[-1])
 
 
-# The seeded lifecycle mix: the subscriptions of customers from $1 on that are plain ACTIVE
-# renewals (no cancel scheduled, no pause, no scheduled change), each picked with chance $2.
+# The seeded lifecycle mix: the subscriptions of customers from ``first_customer_id`` on that
+# are plain ACTIVE renewals (no cancel scheduled, no pause, no scheduled change), each picked
+# with ``chance``.
 _PLAIN = """
-    s.customer_id >= $1 AND s.status = 'ACTIVE' AND NOT s.cancel_at_period_end
-    AND s.pause_behavior IS NULL AND s.scheduled_plan_id IS NULL AND random() < $2
+    s.customer_id >= :first_customer_id AND s.status = 'ACTIVE' AND NOT s.cancel_at_period_end
+    AND s.pause_behavior IS NULL AND s.scheduled_plan_id IS NULL
+    AND random() < CAST(:chance AS float8)
 """
 
 # In a 14-day trial ending when its period was due (the trial end is the billing anchor: the
 # renewer invoices period 0 then), its SubscriptionTrialWillEnd already written 3 days before.
-_TRIALS = f"""
-UPDATE subscription s
-SET status = 'TRIALING', billing_anchor = s.current_period_end, period_index = 0,
-    current_period_start = s.current_period_end - interval '14 days',
-    trial_end = s.current_period_end,
-    trial_will_end_sent_at = s.current_period_end - interval '3 days'
-WHERE {_PLAIN}
-"""
+_TRIALS = Statement(
+    f"""
+    UPDATE subscription s
+    SET status = 'TRIALING', billing_anchor = s.current_period_end, period_index = 0,
+        current_period_start = s.current_period_end - interval '14 days',
+        trial_end = s.current_period_end,
+        trial_will_end_sent_at = s.current_period_end - interval '3 days'
+    WHERE {_PLAIN}
+    """
+)
 
 # Collection paused since its current period started, until resumed on request: half void,
 # half keep_as_draft (the renewer creates the next period's invoice VOID or DRAFT).
-_PAUSES = f"""
-UPDATE subscription s
-SET pause_behavior = CASE WHEN s.id % 2 = 0 THEN 'void' ELSE 'keep_as_draft' END,
-    paused_at = s.current_period_start
-WHERE {_PLAIN}
-"""
+_PAUSES = Statement(
+    f"""
+    UPDATE subscription s
+    SET pause_behavior = CASE WHEN s.id % 2 = 0 THEN 'void' ELSE 'keep_as_draft' END,
+        paused_at = s.current_period_start
+    WHERE {_PLAIN}
+    """
+)
 
 # A change to another plan of the same currency and interval, scheduled for the period end
 # (plans without such a neighbour are not picked).
-_SCHEDULED_CHANGES = f"""
-UPDATE subscription s
-SET scheduled_plan_id = alt.id
-FROM plan p,
-     LATERAL (SELECT p2.id FROM plan p2
-              WHERE p2.active AND p2.id <> p.id AND p2.currency = p.currency
-                AND p2.billing_interval = p.billing_interval
-              ORDER BY p2.id LIMIT 1) AS alt
-WHERE p.id = s.plan_id AND {_PLAIN}
-"""
+_SCHEDULED_CHANGES = Statement(
+    f"""
+    UPDATE subscription s
+    SET scheduled_plan_id = alt.id
+    FROM plan p,
+         LATERAL (SELECT p2.id FROM plan p2
+                  WHERE p2.active AND p2.id <> p.id AND p2.currency = p.currency
+                    AND p2.billing_interval = p.billing_interval
+                  ORDER BY p2.id LIMIT 1) AS alt
+    WHERE p.id = s.plan_id AND {_PLAIN}
+    """
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +394,7 @@ class LifecycleMix:
 
 
 async def seed_lifecycle_mix(
-    conn: asyncpg.Connection,
+    conn: Db,
     *,
     trial_share: float,
     pause_share: float,
@@ -351,19 +409,48 @@ async def seed_lifecycle_mix(
     shares = (trial_share, pause_share, scheduled_change_share)
     if any(not 0 <= share <= 1 for share in shares) or sum(shares) > 1:
         raise ValueError("shares must be in [0, 1] and add up to at most 1")
-    await conn.execute("SELECT setseed($1::float8)", random_seed)
+    await execute(conn, _SET_SEED, {"seed": random_seed})
     done: list[int] = []
     left = 1.0
-    for sql, share in zip((_TRIALS, _PAUSES, _SCHEDULED_CHANGES), shares, strict=True):
+    for statement, share in zip((_TRIALS, _PAUSES, _SCHEDULED_CHANGES), shares, strict=True):
         # Each group is picked among what the earlier ones left: its chance there is larger.
         chance = 0.0 if left <= 0 else min(1.0, share / left)
-        done.append(_count(await conn.execute(sql, first_customer_id, chance)))
+        params = {"first_customer_id": first_customer_id, "chance": chance}
+        done.append(await execute(conn, statement, params))
         left -= share
     return LifecycleMix(*done)
 
 
+# ``count`` UTC monthly subscriptions due in the window, customers from ``first_customer_id`` on.
+_FILLER = Statement(
+    """
+    WITH p AS (
+        SELECT array_agg(id ORDER BY id) AS ids FROM plan
+        WHERE active AND billing_interval = 'MONTH'
+    ),
+    g AS (
+        SELECT g AS i,
+               date_trunc('second', (CAST(:due_from AS timestamptz) AT TIME ZONE 'UTC')
+                   + random() * CAST(:due_window AS interval)) AS due_local,
+               (random() * 11)::int AS n
+        FROM generate_series(0, CAST(:count AS int) - 1) AS g
+    ),
+    a AS (
+        SELECT i, n, due_local - make_interval(months => n + 1) AS anchor_local FROM g
+    )
+    INSERT INTO subscription (customer_id, plan_id, status, time_zone, billing_anchor,
+                              period_index, current_period_start, current_period_end)
+    SELECT CAST(:first_customer_id AS bigint) + a.i, p.ids[1 + a.i % array_length(p.ids, 1)],
+           'ACTIVE', 'UTC', a.anchor_local AT TIME ZONE 'UTC', a.n,
+           (a.anchor_local + make_interval(months => a.n)) AT TIME ZONE 'UTC',
+           (a.anchor_local + make_interval(months => a.n + 1)) AT TIME ZONE 'UTC'
+    FROM a, p
+    """
+)
+
+
 async def seed_filler_sql(
-    conn: asyncpg.Connection,
+    conn: Db,
     *,
     count: int,
     due_from: datetime,
@@ -376,80 +463,22 @@ async def seed_filler_sql(
     if count <= 0:
         return 0
     await seed_customers(conn, first_id=first_customer_id, count=count)
-    await conn.execute("SELECT setseed($1::float8)", random_seed)
-    status = await conn.execute(
-        """
-        WITH p AS (
-            SELECT array_agg(id ORDER BY id) AS ids FROM plan
-            WHERE active AND billing_interval = 'MONTH'
-        ),
-        g AS (
-            SELECT g AS i,
-                   date_trunc('second', ($2::timestamptz AT TIME ZONE 'UTC')
-                       + random() * $3::interval) AS due_local,
-                   (random() * 11)::int AS n
-            FROM generate_series(0, $1 - 1) AS g
-        ),
-        a AS (
-            SELECT i, n, due_local - make_interval(months => n + 1) AS anchor_local FROM g
-        )
-        INSERT INTO subscription (customer_id, plan_id, status, time_zone, billing_anchor,
-                                  period_index, current_period_start, current_period_end)
-        SELECT $4 + a.i, p.ids[1 + a.i % array_length(p.ids, 1)], 'ACTIVE', 'UTC',
-               a.anchor_local AT TIME ZONE 'UTC', a.n,
-               (a.anchor_local + make_interval(months => a.n)) AT TIME ZONE 'UTC',
-               (a.anchor_local + make_interval(months => a.n + 1)) AT TIME ZONE 'UTC'
-        FROM a, p
-        """,
-        count,
-        due_from,
-        due_window,
-        first_customer_id,
+    await execute(conn, _SET_SEED, {"seed": random_seed})
+    return await execute(
+        conn,
+        _FILLER,
+        {
+            "count": count,
+            "due_from": due_from,
+            "due_window": due_window,
+            "first_customer_id": first_customer_id,
+        },
     )
-    return int(status.rsplit(maxsplit=1)[-1])
 
 
-# The current period's invoice of each seeded subscription that has none, PAID at its start, and
-# its one line (the period) and its imported payment (only for the invoices written here:
-# RETURNING, not a search).
-_CURRENT_PERIOD = """
-WITH inv AS (
-    INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
-                         period_end, subtotal, amount, currency, status, paid_at, closed_at)
-    SELECT s.id, s.customer_id, 'RENEWAL', s.period_index, s.current_period_start,
-           s.current_period_end, p.price_amount, p.price_amount, p.currency, 'PAID',
-           s.current_period_start, s.current_period_start
-    FROM subscription s JOIN plan p ON p.id = s.plan_id
-    WHERE s.customer_id >= $1
-      AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id)
-    RETURNING id, amount, currency, paid_at, period_start, period_end
-)
-"""
-
-# Earlier periods (a subscription placed at period n > 0 was paid for 0..n-1 too).
-_PAST_PERIODS = """
-SELECT s.id, s.customer_id, s.billing_anchor, s.time_zone, s.period_index, p.billing_interval,
-       p.price_amount, p.currency
-FROM subscription s JOIN plan p ON p.id = s.plan_id
-WHERE s.customer_id >= $1 AND s.period_index > 0
-  AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id
-                  AND i.kind = 'RENEWAL' AND i.period_index < s.period_index)
-ORDER BY s.id
-"""
-
-_PAST_INVOICES = """
-WITH inv AS (
-    INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
-                         period_end, subtotal, amount, currency, status, paid_at, closed_at)
-    SELECT t.sub, t.customer, 'RENEWAL', t.n, t.start_at, t.end_at, t.price, t.price,
-           t.currency, 'PAID', t.start_at, t.start_at
-    FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::timestamptz[], $5::timestamptz[],
-                $6::bigint[], $7::text[])
-         AS t(sub, customer, n, start_at, end_at, price, currency)
-    RETURNING id, amount, currency, paid_at, period_start, period_end
-)
-"""
-
+# What a statement that creates PAID invoices (CTE ``inv``) adds to each: its one line (the
+# period) and its imported payment (only for the invoices written there: RETURNING, not a
+# search).
 _IMPORTED_PAYMENT = """
 , lines AS (
     INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
@@ -463,12 +492,64 @@ INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source
 SELECT id, 0, 'import-inv-' || id, 'IMPORT', 'SUCCESS', amount, currency, paid_at FROM inv
 """
 
-_CREDIT = """
-INSERT INTO credit_entry (subscription_id, amount, reason)
-SELECT s.id, s.credit_balance, 'ADJUSTMENT' FROM subscription s
-WHERE s.customer_id >= $1 AND s.credit_balance > 0
-  AND NOT EXISTS (SELECT 1 FROM credit_entry c WHERE c.subscription_id = s.id)
-"""
+# The current period's invoice of each seeded subscription that has none, PAID at its start.
+_CURRENT_PERIOD = Statement(
+    """
+    WITH inv AS (
+        INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                             period_end, subtotal, amount, currency, status, paid_at, closed_at)
+        SELECT s.id, s.customer_id, 'RENEWAL', s.period_index, s.current_period_start,
+               s.current_period_end, p.price_amount, p.price_amount, p.currency, 'PAID',
+               s.current_period_start, s.current_period_start
+        FROM subscription s JOIN plan p ON p.id = s.plan_id
+        WHERE s.customer_id >= :first_customer_id
+          AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id)
+        RETURNING id, amount, currency, paid_at, period_start, period_end
+    )
+    """
+    + _IMPORTED_PAYMENT
+)
+
+# Earlier periods (a subscription placed at period n > 0 was paid for 0..n-1 too).
+_PAST_PERIODS = Statement(
+    """
+    SELECT s.id, s.customer_id, s.billing_anchor, s.time_zone, s.period_index,
+           p.billing_interval, p.price_amount, p.currency
+    FROM subscription s JOIN plan p ON p.id = s.plan_id
+    WHERE s.customer_id >= :first_customer_id AND s.period_index > 0
+      AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id
+                      AND i.kind = 'RENEWAL' AND i.period_index < s.period_index)
+    ORDER BY s.id
+    """
+)
+
+_PAST_INVOICES = Statement(
+    f"""
+    WITH inv AS (
+        INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                             period_end, subtotal, amount, currency, status, paid_at, closed_at)
+        SELECT t.sub, t.customer, 'RENEWAL', t.n, {instant_sql("t.start_at")},
+               {instant_sql("t.end_at")}, t.price, t.price, t.currency, 'PAID',
+               {instant_sql("t.start_at")}, {instant_sql("t.start_at")}
+        FROM unnest(CAST(:subscription_ids AS text)::bigint[],
+                    CAST(:customer_ids AS text)::bigint[], CAST(:period_indexes AS text)::int[],
+                    CAST(:starts AS text)::bigint[], CAST(:ends AS text)::bigint[],
+                    CAST(:prices AS text)::bigint[], CAST(:currencies AS text)::text[])
+             AS t(sub, customer, n, start_at, end_at, price, currency)
+        RETURNING id, amount, currency, paid_at, period_start, period_end
+    )
+    """
+    + _IMPORTED_PAYMENT
+)
+
+_CREDIT = Statement(
+    """
+    INSERT INTO credit_entry (subscription_id, amount, reason)
+    SELECT s.id, s.credit_balance, 'ADJUSTMENT' FROM subscription s
+    WHERE s.customer_id >= :first_customer_id AND s.credit_balance > 0
+      AND NOT EXISTS (SELECT 1 FROM credit_entry c WHERE c.subscription_id = s.id)
+    """
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,42 +558,40 @@ class HistoryReport:
     credit_entries: int
 
 
-async def seed_history(conn: asyncpg.Connection, *, first_customer_id: int) -> HistoryReport:
+async def seed_history(conn: Db, *, first_customer_id: int) -> HistoryReport:
     """The paid history of the subscriptions of customers from ``first_customer_id`` on that
     have none yet: a PAID RENEWAL invoice for each period 0..current (bounds from the domain's
     period functions), each with a SUCCESS payment attempt of source IMPORT, and an ADJUSTMENT
-    credit entry for a seeded credit balance. One transaction."""
-    async with conn.transaction():
-        current = _count(await conn.execute(_CURRENT_PERIOD + _IMPORTED_PAYMENT, first_customer_id))
-        rows = [
-            (
-                r["id"],
-                r["customer_id"],
-                n,
-                bounds.start,
-                bounds.end,
-                r["price_amount"],
-                r["currency"],
-            )
-            for r in await conn.fetch(_PAST_PERIODS, first_customer_id)
-            for n, bounds in _past_periods(r)
-        ]
-        past = 0
-        if rows:
-            columns = [list(column) for column in zip(*rows, strict=True)]
-            past = _count(await conn.execute(_PAST_INVOICES + _IMPORTED_PAYMENT, *columns))
-        credit = _count(await conn.execute(_CREDIT, first_customer_id))
-    return HistoryReport(invoices=current + past, credit_entries=credit)
+    credit entry for a seeded credit balance. In the caller's transaction."""
+    seeded = {"first_customer_id": first_customer_id}
+    current = await execute(conn, _CURRENT_PERIOD, seeded)
+    past = [
+        (r, n, bounds)
+        for r in await fetch(conn, _PAST_PERIODS, seeded)
+        for n, bounds in _past_periods(r)
+    ]
+    written = 0
+    if past:
+        written = await execute(
+            conn,
+            _PAST_INVOICES,
+            {
+                "subscription_ids": int_array(r["id"] for r, _, _ in past),
+                "customer_ids": int_array(r["customer_id"] for r, _, _ in past),
+                "period_indexes": int_array(n for _, n, _ in past),
+                "starts": instant_array(bounds.start for _, _, bounds in past),
+                "ends": instant_array(bounds.end for _, _, bounds in past),
+                "prices": int_array(r["price_amount"] for r, _, _ in past),
+                "currencies": text_array(r["currency"] for r, _, _ in past),
+            },
+        )
+    credit = await execute(conn, _CREDIT, seeded)
+    return HistoryReport(invoices=current + written, credit_entries=credit)
 
 
-def _past_periods(r: asyncpg.Record) -> list[tuple[int, period_rules.Period]]:
+def _past_periods(r: Mapping[str, Any]) -> list[tuple[int, period_rules.Period]]:
     interval = period_rules.Interval(r["billing_interval"])
     return [
         (n, period_rules.period_bounds(r["billing_anchor"], interval, n, r["time_zone"]))
         for n in range(r["period_index"])
     ]
-
-
-def _count(status: str) -> int:
-    """The row count of an asyncpg command status (``INSERT 0 12``)."""
-    return int(status.rsplit(maxsplit=1)[-1])

@@ -56,7 +56,8 @@ async def seed(
                 conn, spec, progress=lambda done, total: progress.update(task, completed=done)
             )
         # Their paid periods (imported payments: no gateway charge, no event) and their credit.
-        await seed_history(conn, first_customer_id=first_customer_id)
+        async with conn.transaction():
+            await seed_history(conn, first_customer_id=first_customer_id)
         return int(report.inserted)
     finally:
         await conn.close()

@@ -132,6 +132,16 @@ async def execute(db: Db, statement: Statement, params: Mapping[str, Any] | None
     return int(last) if last.isdigit() else 0
 
 
+_ANSWERS = Statement("SELECT 1")
+
+
+async def database_answers(pool: Pool) -> bool:
+    """The readiness check every process shares: PostgreSQL answers a trivial query on a
+    connection of ``pool``."""
+    async with pool.acquire() as conn:
+        return bool(await fetchval(conn, _ANSWERS) == 1)
+
+
 @asynccontextmanager
 async def transaction(pool: Pool) -> AsyncIterator[Connection]:
     """One unit of work: a connection of ``pool`` in a transaction, committed when the block

@@ -36,17 +36,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array, text_array
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 from billing_core.invariants.topic import PlanChangeSeen
 
-_COUNT = text("SELECT count(*) FROM invoice")
+_COUNT = Statement("SELECT count(*) FROM invoice")
 
 # Every SubscriptionPlanChanged known: the outbox's and the topic's (unnest of parallel arrays),
 # one row per event.
-_CHANGES = """
+_CHANGES = f"""
     changes AS (
         SELECT DISTINCT ON (event_id) event_id, subscription_id, sequence, changed_at, old_code,
                new_code, at_period_end
@@ -60,17 +59,21 @@ _CHANGES = """
                        AS at_period_end
             FROM outbox_event WHERE event_type = 'SubscriptionPlanChanged'
             UNION ALL
-            SELECT * FROM unnest(
-                CAST(:event_ids AS text[]), CAST(:subscription_ids AS bigint[]),
-                CAST(:sequences AS bigint[]), CAST(:changed_ats AS timestamptz[]),
-                CAST(:old_codes AS text[]), CAST(:new_codes AS text[]),
-                CAST(:at_period_ends AS boolean[]))
+            SELECT t.event_id, t.subscription_id, t.sequence, {instant_sql("t.changed_at")},
+                   t.old_code, t.new_code, t.at_period_end
+            FROM unnest(
+                CAST(:event_ids AS text)::text[], CAST(:subscription_ids AS text)::bigint[],
+                CAST(:sequences AS text)::bigint[], CAST(:changed_ats AS text)::bigint[],
+                CAST(:old_codes AS text)::text[], CAST(:new_codes AS text)::text[],
+                CAST(:at_period_ends AS text)::boolean[])
+                AS t(event_id, subscription_id, sequence, changed_at, old_code, new_code,
+                     at_period_end)
         ) c
         ORDER BY event_id
     )
 """
 
-_WRONG_SUBTOTAL = text(
+_WRONG_SUBTOTAL = Statement(
     "WITH"
     + _CHANGES
     + """,
@@ -137,7 +140,7 @@ _WRONG_SUBTOTAL = text(
     """
 )
 
-_OUT_OF_ORDER = text(
+_OUT_OF_ORDER = Statement(
     "WITH"
     + _CHANGES
     + """
@@ -153,7 +156,7 @@ _OUT_OF_ORDER = text(
     """
 )
 
-_WRONG_AMOUNT = text(
+_WRONG_AMOUNT = Statement(
     """
     SELECT id, subtotal, credit_applied, amount FROM invoice
     WHERE amount <> subtotal - credit_applied OR amount < 0 OR credit_applied < 0
@@ -161,7 +164,7 @@ _WRONG_AMOUNT = text(
     """
 )
 
-_CREDIT = text(
+_CREDIT = Statement(
     """
     SELECT s.id, s.credit_balance, coalesce(c.total, 0) AS ledger
     FROM subscription s
@@ -172,7 +175,7 @@ _CREDIT = text(
     """
 )
 
-_CREDIT_USE = text(
+_CREDIT_USE = Statement(
     """
     SELECT coalesce(i.id, c.invoice_id) AS id, i.credit_applied, coalesce(-c.used, 0) AS used
     FROM (SELECT id, credit_applied FROM invoice WHERE credit_applied <> 0) i
@@ -185,64 +188,62 @@ _CREDIT_USE = text(
 )
 
 
-async def check_amounts(
-    conn: AsyncConnection, *, plan_changes: Sequence[PlanChangeSeen] = ()
-) -> Check:
+async def check_amounts(conn: Db, *, plan_changes: Sequence[PlanChangeSeen] = ()) -> Check:
     check = Check("amounts", "subtotal = plan price of the period, amount = subtotal - credit")
-    check.checked = int((await conn.execute(_COUNT)).scalar_one())
+    check.checked = int(await fetchval(conn, _COUNT))
     params = {
-        "event_ids": [c.event_id for c in plan_changes],
-        "subscription_ids": [c.subscription_id for c in plan_changes],
-        "sequences": [c.sequence for c in plan_changes],
-        "changed_ats": [c.changed_at for c in plan_changes],
-        "old_codes": [c.old_plan_code for c in plan_changes],
-        "new_codes": [c.new_plan_code for c in plan_changes],
-        "at_period_ends": [c.prices_period_at_change for c in plan_changes],
+        "event_ids": text_array(c.event_id for c in plan_changes),
+        "subscription_ids": int_array(c.subscription_id for c in plan_changes),
+        "sequences": int_array(c.sequence for c in plan_changes),
+        "changed_ats": instant_array(c.changed_at for c in plan_changes),
+        "old_codes": text_array(c.old_plan_code for c in plan_changes),
+        "new_codes": text_array(c.new_plan_code for c in plan_changes),
+        "at_period_ends": bool_array(c.prices_period_at_change for c in plan_changes),
     }
     seen: set[int] = set()
-    for r in await conn.execute(_WRONG_SUBTOTAL, params):
-        if r.id in seen:
+    for r in await fetch(conn, _WRONG_SUBTOTAL, params):
+        if r["id"] in seen:
             continue
-        seen.add(r.id)
+        seen.add(r["id"])
         expected = (
-            f"plan {r.code} is unknown"
-            if r.price_amount is None
-            else f"plan {r.code} costs {r.price_amount} {r.plan_currency}"
+            f"plan {r['code']} is unknown"
+            if r["price_amount"] is None
+            else f"plan {r['code']} costs {r['price_amount']} {r['plan_currency']}"
         )
         check.add(
             "wrong_subtotal",
             "invoice",
-            r.id,
-            f"subscription {r.subscription_id} period {r.period_index}: subtotal "
-            f"{r.subtotal} {r.currency}, {expected}",
+            r["id"],
+            f"subscription {r['subscription_id']} period {r['period_index']}: subtotal "
+            f"{r['subtotal']} {r['currency']}, {expected}",
         )
-    for r in await conn.execute(_OUT_OF_ORDER, params):
+    for r in await fetch(conn, _OUT_OF_ORDER, params):
         check.add(
             "plan_change_out_of_order",
             "subscription",
-            r.subscription_id,
-            f"plan change #{r.sequence} at {r.changed_at.isoformat()} is before an earlier "
-            f"change's {r.earlier_latest.isoformat()}",
+            r["subscription_id"],
+            f"plan change #{r['sequence']} at {r['changed_at'].isoformat()} is before an earlier "
+            f"change's {r['earlier_latest'].isoformat()}",
         )
-    for r in await conn.execute(_WRONG_AMOUNT):
+    for r in await fetch(conn, _WRONG_AMOUNT):
         check.add(
             "wrong_amount",
             "invoice",
-            r.id,
-            f"amount {r.amount} != subtotal {r.subtotal} - credit {r.credit_applied}",
+            r["id"],
+            f"amount {r['amount']} != subtotal {r['subtotal']} - credit {r['credit_applied']}",
         )
-    for r in await conn.execute(_CREDIT):
+    for r in await fetch(conn, _CREDIT):
         check.add(
             "credit_mismatch",
             "subscription",
-            r.id,
-            f"credit balance {r.credit_balance}, credit entries sum to {r.ledger}",
+            r["id"],
+            f"credit balance {r['credit_balance']}, credit entries sum to {r['ledger']}",
         )
-    for r in await conn.execute(_CREDIT_USE):
+    for r in await fetch(conn, _CREDIT_USE):
         check.add(
             "credit_use_mismatch",
             "invoice",
-            r.id,
-            f"credit applied {r.credit_applied or 0}, its credit entries consumed {r.used}",
+            r["id"],
+            f"credit applied {r['credit_applied'] or 0}, its credit entries consumed {r['used']}",
         )
     return check

@@ -33,32 +33,31 @@ checked whatever their time.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.report import Check
 
-_INVOICES = text("SELECT count(*) FROM invoice")
+_INVOICES = Statement("SELECT count(*) FROM invoice")
 
 _RECONCILED = """
     reconciled AS (
         SELECT CAST(payload ->> 'invoiceId' AS bigint) AS invoice_id FROM outbox_event
         WHERE event_type = 'PaymentReconciliationNeeded'
         UNION
-        SELECT unnest(CAST(:reconciled AS bigint[]))
+        SELECT unnest(CAST(:reconciled AS text)::bigint[])
     )
 """
 
-_AGAINST_LEDGER = text(
+_AGAINST_LEDGER = Statement(
     f"""
     WITH ledger AS (
-        SELECT * FROM unnest(CAST(:invoice_ids AS bigint[]), CAST(:counts AS int[]))
+        SELECT * FROM unnest(CAST(:invoice_ids AS text)::bigint[], CAST(:counts AS text)::int[])
             AS l(invoice_id, n)
     ),
     imported AS (
@@ -87,7 +86,7 @@ _AGAINST_LEDGER = text(
     """
 )
 
-_PAID_WITHOUT_ATTEMPT = text(
+_PAID_WITHOUT_ATTEMPT = Statement(
     """
     SELECT i.id, i.amount FROM invoice i
     WHERE i.status = 'PAID' AND i.amount > 0
@@ -100,15 +99,15 @@ _PAID_WITHOUT_ATTEMPT = text(
 )
 
 # Invoices whose extra charges are all given back: the gateway's duplicate audit lists them too.
-_REFUNDED = text(
+_REFUNDED = Statement(
     """
     SELECT i.id FROM invoice i
-    WHERE i.id = ANY(CAST(:ids AS bigint[])) AND i.status = 'PAID'
+    WHERE i.id = ANY(CAST(:ids AS text)::bigint[]) AND i.status = 'PAID'
       AND EXISTS (SELECT 1 FROM refund f WHERE f.invoice_id = i.id AND f.status <> 'FAILED')
     """
 )
 
-_IMPORTED = text(
+_IMPORTED = Statement(
     "SELECT count(DISTINCT invoice_id) FROM payment_attempt "
     "WHERE source = 'IMPORT' AND outcome = 'SUCCESS'"
 )
@@ -118,7 +117,7 @@ _IMPORTED = text(
 # a success held for a person (a reconciliation item of its key, e.g. a report of another
 # customer, or of an attempt the invoice only reached later) or whose charge is refunded is not
 # one the invoice kept either.
-_TWO_KEYS = text(
+_TWO_KEYS = Statement(
     """
     SELECT a.invoice_id, array_agg(DISTINCT a.idempotency_key) AS keys
     FROM payment_attempt a JOIN invoice i ON i.id = a.invoice_id
@@ -135,47 +134,51 @@ _TWO_KEYS = text(
 )
 
 
-def _judge_against_ledger(check: Check, rows: Iterable[Any], now: datetime) -> tuple[int, int, int]:
+def _judge_against_ledger(
+    check: Check, rows: Iterable[Mapping[str, Any]], now: datetime
+) -> tuple[int, int, int]:
     """Each invoice the gateway charged (or PAID here) against what the database says; return
     how many are in flight (charged, result being recorded), tolerated (reconciled) and
     refunded (a charge it could not keep is being or was given back)."""
     in_flight = tolerated = refunded = 0
     for r in rows:
-        kept = r.charges - r.refunds  # a refund (requested or made) gives one charge back
-        if r.refunds and r.status is not None and kept <= (1 if r.status == "PAID" else 0):
+        kept = r["charges"] - r["refunds"]  # a refund (requested or made) gives one charge back
+        if r["refunds"] and r["status"] is not None and kept <= (1 if r["status"] == "PAID" else 0):
             refunded += 1  # a refunded duplicate, or money refunded for a closed invoice
             continue
         if kept > 1:
-            how = f"{r.n} successful charges at the gateway"
-            if r.imported:
-                how = f"imported as paid, and {r.n} successful charge(s) at the gateway"
-            if r.refunds:
-                how += f", {r.refunds} refunded"
-            check.add("double_charge", "invoice", r.id, how)
-        elif r.status is None:
-            check.add("charge_unknown_invoice", "invoice", r.id, "charged, unknown to the DB")
-        elif r.charges == 0:
-            check.add("paid_without_charge", "invoice", r.id, f"PAID ({r.amount}), never charged")
-        elif r.reconciled:
+            how = f"{r['n']} successful charges at the gateway"
+            if r["imported"]:
+                how = f"imported as paid, and {r['n']} successful charge(s) at the gateway"
+            if r["refunds"]:
+                how += f", {r['refunds']} refunded"
+            check.add("double_charge", "invoice", r["id"], how)
+        elif r["status"] is None:
+            check.add("charge_unknown_invoice", "invoice", r["id"], "charged, unknown to the DB")
+        elif r["charges"] == 0:
+            check.add(
+                "paid_without_charge", "invoice", r["id"], f"PAID ({r['amount']}), never charged"
+            )
+        elif r["reconciled"]:
             tolerated += 1
         elif (
-            r.status == InvoiceStatus.OPEN
-            and r.next_attempt_at is not None
-            and r.next_attempt_at > now
+            r["status"] == InvoiceStatus.OPEN
+            and r["next_attempt_at"] is not None
+            and r["next_attempt_at"] > now
         ):
             in_flight += 1
         else:
-            paid = "paid by an imported payment" if r.imported else "charged"
+            paid = "paid by an imported payment" if r["imported"] else "charged"
             check.add(
                 "charged_not_paid",
                 "invoice",
-                r.id,
-                f"{r.status} but {paid}, with no refund and no reconciliation item",
+                r["id"],
+                f"{r['status']} but {paid}, with no refund and no reconciliation item",
             )
     return in_flight, tolerated, refunded
 
 
-_PAID_IN = text(
+_PAID_IN = Statement(
     """
     SELECT count(*) FROM invoice i
     WHERE i.status = 'PAID' AND i.amount > 0 AND i.paid_at < :until
@@ -185,24 +188,24 @@ _PAID_IN = text(
 
 
 async def _check_paid_against_attempts(
-    check: Check, conn: AsyncConnection, *, since: datetime | None, until: datetime | None
+    check: Check, conn: Db, *, since: datetime | None, until: datetime | None
 ) -> int:
     """PAID invoices (paid in ``[since, until)``) need a SUCCESS payment attempt; return how
     many PAID invoices that window holds when it is bounded."""
-    for r in await conn.execute(_PAID_WITHOUT_ATTEMPT, {"since": since, "until": until}):
+    for r in await fetch(conn, _PAID_WITHOUT_ATTEMPT, {"since": since, "until": until}):
         check.add(
             "paid_without_charge",
             "invoice",
-            r.id,
-            f"PAID ({r.amount}) with no SUCCESS payment attempt",
+            r["id"],
+            f"PAID ({r['amount']}) with no SUCCESS payment attempt",
         )
     if until is None:
         return 0
-    return int((await conn.execute(_PAID_IN, {"since": since, "until": until})).scalar_one())
+    return int(await fetchval(conn, _PAID_IN, {"since": since, "until": until}))
 
 
 async def check_charges(
-    conn: AsyncConnection,
+    conn: Db,
     ledger: LedgerEvidence | None,
     *,
     now: datetime,
@@ -210,13 +213,13 @@ async def check_charges(
     since: datetime | None = None,
 ) -> Check:
     check = Check("charges", "at most one successful charge per invoice; PAID iff charged")
-    check.checked = int((await conn.execute(_INVOICES)).scalar_one())
-    for r in await conn.execute(_TWO_KEYS):
+    check.checked = int(await fetchval(conn, _INVOICES))
+    for r in await fetch(conn, _TWO_KEYS):
         check.add(
             "double_charge_recorded",
             "invoice",
-            r.invoice_id,
-            f"payment attempts record a success under {len(r.keys)} keys: {sorted(r.keys)}",
+            r["invoice_id"],
+            f"payment attempts record a success under {len(r['keys'])} keys: {sorted(r['keys'])}",
         )
     if ledger is None:
         check.notes.append("no gateway ledger: PAID checked against the payment attempts")
@@ -236,24 +239,25 @@ async def check_charges(
             )
     invoice_ids = sorted(ledger.successes)
     params = {
-        "invoice_ids": invoice_ids,
-        "counts": [ledger.successes[i] for i in invoice_ids],
-        "reconciled": sorted(reconciled),
+        "invoice_ids": int_array(invoice_ids),
+        "counts": int_array(ledger.successes[i] for i in invoice_ids),
+        "reconciled": int_array(sorted(reconciled)),
         "since": ledger_since,
     }
     in_flight, tolerated, refunded = _judge_against_ledger(
-        check, await conn.execute(_AGAINST_LEDGER, params), now
+        check, await fetch(conn, _AGAINST_LEDGER, params), now
     )
     reported = set(check.ids("double_charge"))
     given_back = {
-        int(r[0]) for r in await conn.execute(_REFUNDED, {"ids": ledger.duplicate_success_invoices})
+        int(r["id"])
+        for r in await fetch(conn, _REFUNDED, {"ids": int_array(ledger.duplicate_success_invoices)})
     }
     for invoice_id in ledger.duplicate_success_invoices:
         if invoice_id not in reported and invoice_id not in given_back:
             check.add("double_charge", "invoice", invoice_id, "in the gateway's duplicate audit")
     check.checked += len(invoice_ids)
     check.notes.append(f"{len(invoice_ids)} invoices charged at the gateway")
-    imported = int((await conn.execute(_IMPORTED)).scalar_one())
+    imported = int(await fetchval(conn, _IMPORTED))
     if imported:
         check.notes.append(f"{imported} invoices paid by an imported payment (history)")
     if tolerated:

@@ -20,11 +20,13 @@ holes at the start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.arrays import int_array, text_array
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 from billing_core.invariants.topic import TopicEvidence, read_topic
 
@@ -32,7 +34,7 @@ __all__ = ["TopicEvidence", "check_events", "check_sequences", "read_topic"]
 
 # State without its event on the topic, and not waiting in the outbox either.
 _UNTOLD = """
-    WITH told AS (SELECT unnest(CAST(:told AS bigint[])) AS id),
+    WITH told AS (SELECT unnest(CAST(:told AS text)::bigint[]) AS id),
     pending AS (
         SELECT CAST(payload ->> :key AS bigint) AS id FROM outbox_event
         WHERE published_at IS NULL AND event_type = :event_type
@@ -46,16 +48,16 @@ _UNTOLD = """
 """
 _COUNT = "SELECT count(*) FROM {table} WHERE status = :status"
 
-_LOST = text(
+_LOST = Statement(
     """
     SELECT o.event_id, o.aggregate_id, o.sequence, o.event_type FROM outbox_event o
-    LEFT JOIN unnest(CAST(:ids AS uuid[])) AS t(id) ON t.id = o.event_id
+    LEFT JOIN unnest(CAST(:ids AS text)::uuid[]) AS t(id) ON t.id = o.event_id
     WHERE o.published_at IS NOT NULL AND t.id IS NULL
     ORDER BY o.aggregate_id, o.sequence
     """
 )
 
-_STALE = text(
+_STALE = Statement(
     """
     SELECT event_id, aggregate_id, sequence, event_type, created_at, parked_at, last_error
     FROM outbox_event
@@ -67,28 +69,55 @@ _STALE = text(
 # Invoices paid by an imported payment were never announced.
 _NOT_IMPORTED = """AND NOT EXISTS (SELECT 1 FROM payment_attempt a WHERE a.invoice_id = st.id
                    AND a.source = 'IMPORT' AND a.outcome = 'SUCCESS')"""
-_IMPORTED = text(
+_IMPORTED = Statement(
     "SELECT count(DISTINCT a.invoice_id) FROM payment_attempt a JOIN invoice i "
     "ON i.id = a.invoice_id WHERE i.status = 'PAID' AND a.source = 'IMPORT' "
     "AND a.outcome = 'SUCCESS'"
 )
 
+
+@dataclass(frozen=True)
+class _Told:
+    """A state whose every row must have its event on the topic (or pending in the outbox)."""
+
+    table: str
+    status: str
+    event_type: str
+    key: str  # the payload field naming the row
+    attribute: str  # the ``TopicEvidence`` counter of the rows told
+    count: Statement
+    untold: Statement
+
+
+def _told(
+    table: str, at: str, status: str, event_type: str, key: str, attribute: str, given: str = ""
+) -> _Told:
+    return _Told(
+        table,
+        status,
+        event_type,
+        key,
+        attribute,
+        Statement(_COUNT.format(table=table)),
+        Statement(_UNTOLD.format(table=table, at=at, given=given)),
+    )
+
+
 _TOLD = (
-    ("invoice", "paid_at", "PAID", "InvoicePaid", "invoiceId", "paid_invoices", _NOT_IMPORTED),
-    (
+    _told("invoice", "paid_at", "PAID", "InvoicePaid", "invoiceId", "paid_invoices", _NOT_IMPORTED),
+    _told(
         "subscription",
         "canceled_at",
         "CANCELED",
         "SubscriptionCanceled",
         "subscriptionId",
         "canceled_subscriptions",
-        "",
     ),
 )
 
 
 async def check_events(
-    conn: AsyncConnection,
+    conn: Db,
     evidence: TopicEvidence,
     *,
     now: datetime,
@@ -96,54 +125,55 @@ async def check_events(
     since: datetime | None = None,
 ) -> Check:
     check = Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled on Kafka")
-    for table, at, status, event_type, key, attribute, given in _TOLD:
-        told = getattr(evidence, attribute)
-        check.checked += int(
-            (await conn.execute(text(_COUNT.format(table=table)), {"status": status})).scalar_one()
-        )
-        check.duplicates += evidence.duplicates_by_type[event_type]
+    for state in _TOLD:
+        told = getattr(evidence, state.attribute)
+        check.checked += int(await fetchval(conn, state.count, {"status": state.status}))
+        check.duplicates += evidence.duplicates_by_type[state.event_type]
         check.duplicates += sum(n - 1 for n in told.values())
         pending = 0
-        rows = await conn.execute(
-            text(_UNTOLD.format(table=table, at=at, given=given)),
+        rows = await fetch(
+            conn,
+            state.untold,
             {
-                "told": sorted(told),
-                "key": key,
-                "event_type": event_type,
-                "status": status,
+                "told": int_array(sorted(told)),
+                "key": state.key,
+                "event_type": state.event_type,
+                "status": state.status,
                 "since": since,
             },
         )
         for r in rows:
-            if r.pending:
+            if r["pending"]:
                 pending += 1
             else:
                 check.add(
-                    f"missing_{event_type}", table, r.id, f"{status} but no {event_type} event"
+                    f"missing_{state.event_type}",
+                    state.table,
+                    r["id"],
+                    f"{state.status} but no {state.event_type} event",
                 )
         if pending:
-            check.notes.append(f"{pending} {event_type} events still in the outbox")
-    imported = int((await conn.execute(_IMPORTED)).scalar_one())
+            check.notes.append(f"{pending} {state.event_type} events still in the outbox")
+    imported = int(await fetchval(conn, _IMPORTED))
     if imported:
         check.notes.append(f"{imported} PAID by an imported payment: no InvoicePaid expected")
-    for r in await conn.execute(_LOST, {"ids": sorted(evidence.ids)}):
+    for r in await fetch(conn, _LOST, {"ids": text_array(sorted(evidence.ids))}):
         check.add(
             "lost_event",
             "event",
-            str(r.event_id),
-            f"{r.event_type} #{r.sequence} of subscription {r.aggregate_id} published, not on "
-            "the topic",
+            str(r["event_id"]),
+            f"{_event(r)} published, not on the topic",
         )
-    for r in await conn.execute(_STALE, {"cutoff": now - publish_bound}):
-        if r.parked_at is not None:
-            why = f"parked since {r.parked_at}: {r.last_error}"
+    for r in await fetch(conn, _STALE, {"cutoff": now - publish_bound}):
+        if r["parked_at"] is not None:
+            why = f"parked since {r['parked_at']}: {r['last_error']}"
         else:
-            why = f"unpublished since {r.created_at}"
+            why = f"unpublished since {r['created_at']}"
         check.add(
-            "parked_event" if r.parked_at is not None else "unpublished_event",
+            "parked_event" if r["parked_at"] is not None else "unpublished_event",
             "event",
-            str(r.event_id),
-            f"{r.event_type} #{r.sequence} of subscription {r.aggregate_id} {why}",
+            str(r["event_id"]),
+            f"{_event(r)} {why}",
         )
     for where in evidence.invalid:
         check.add("invalid_record", "record", where.split(":", 1)[0], where.split(": ", 1)[-1])
@@ -152,6 +182,10 @@ async def check_events(
         f"{evidence.duplicates} redelivered"
     )
     return check
+
+
+def _event(r: Mapping[str, Any]) -> str:
+    return f"{r['event_type']} #{r['sequence']} of subscription {r['aggregate_id']}"
 
 
 def check_sequences(evidence: TopicEvidence) -> Check:

@@ -8,14 +8,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 
-_COUNT = text("SELECT count(*) FROM invoice")
+_COUNT = Statement("SELECT count(*) FROM invoice")
 
-_MISMATCHED = text(
+_MISMATCHED = Statement(
     """
     SELECT i.id, i.amount, i.credit_applied, l.total, l.credit, l.lines
     FROM invoice i
@@ -30,18 +28,18 @@ _MISMATCHED = text(
 )
 
 
-async def check_lines(conn: AsyncConnection) -> Check:
+async def check_lines(conn: Db) -> Check:
     check = Check("lines", "invoice amount = sum of its lines, credit = its credit lines")
-    check.checked = int((await conn.execute(_COUNT)).scalar_one())
-    for r in await conn.execute(_MISMATCHED):
-        if r.lines is None:
-            check.add("no_lines", "invoice", r.id, f"amount {r.amount} and no line")
+    check.checked = int(await fetchval(conn, _COUNT))
+    for r in await fetch(conn, _MISMATCHED):
+        if r["lines"] is None:
+            check.add("no_lines", "invoice", r["id"], f"amount {r['amount']} and no line")
         else:
             check.add(
                 "lines_mismatch",
                 "invoice",
-                r.id,
-                f"amount {r.amount}, credit {r.credit_applied}; its {r.lines} lines sum to "
-                f"{r.total}, credit {r.credit}",
+                r["id"],
+                f"amount {r['amount']}, credit {r['credit_applied']}; its {r['lines']} lines "
+                f"sum to {r['total']}, credit {r['credit']}",
             )
     return check

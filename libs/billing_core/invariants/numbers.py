@@ -10,13 +10,11 @@ the check's notes count them.
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.domain.numbering import DocumentKind, format_number, number_prefix, series
 from billing_core.invariants.report import Check
 
-_DOCUMENTS = text(
+_DOCUMENTS = Statement(
     """
     SELECT 'INVOICE' AS kind, id, number, created_at AS issued_at FROM invoice
     WHERE number IS NOT NULL
@@ -25,25 +23,27 @@ _DOCUMENTS = text(
     WHERE credit_note_number IS NOT NULL
     """
 )
-_COUNTERS = text("SELECT series, last_number FROM document_series")
-_UNNUMBERED = text(
+_COUNTERS = Statement("SELECT series, last_number FROM document_series")
+_UNNUMBERED = Statement(
     "SELECT (SELECT count(*) FROM invoice WHERE number IS NULL) + "
     "(SELECT count(*) FROM refund WHERE status = 'SUCCEEDED' AND credit_note_number IS NULL)"
 )
 
 
-async def check_numbers(conn: AsyncConnection) -> Check:
+async def check_numbers(conn: Db) -> Check:
     check = Check("numbers", "each document series numbered 1..n, no gap, no repeat")
     given: dict[str, list[str]] = {}
-    for r in await conn.execute(_DOCUMENTS):
-        kind = DocumentKind(r.kind)
-        name = series(kind, r.issued_at)
+    for r in await fetch(conn, _DOCUMENTS):
+        kind = DocumentKind(r["kind"])
+        name = series(kind, r["issued_at"])
         check.checked += 1
-        if not r.number.startswith(number_prefix(name)):
+        if not r["number"].startswith(number_prefix(name)):
             subject = "invoice" if kind == DocumentKind.INVOICE else "refund"
-            check.add("misnumbered", subject, r.id, f"number {r.number} is not of series {name}")
-        given.setdefault(name, []).append(r.number)
-    counters = {r.series: int(r.last_number) for r in await conn.execute(_COUNTERS)}
+            check.add(
+                "misnumbered", subject, r["id"], f"number {r['number']} is not of series {name}"
+            )
+        given.setdefault(name, []).append(r["number"])
+    counters = {r["series"]: int(r["last_number"]) for r in await fetch(conn, _COUNTERS)}
     for name in sorted(given.keys() | counters.keys()):
         last = counters.get(name, 0)
         numbers = sorted(given.get(name, []))
@@ -57,7 +57,7 @@ async def check_numbers(conn: AsyncConnection) -> Check:
                 f"counter at {last}, {len(numbers)} documents numbered, "
                 f"{len(missing)} numbers missing {missing[:5]}",
             )
-    unnumbered = int((await conn.execute(_UNNUMBERED)).scalar_one())
+    unnumbered = int(await fetchval(conn, _UNNUMBERED))
     if unnumbered:
         check.notes.append(f"{unnumbered} documents not numbered yet")
     return check

@@ -23,16 +23,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 
 DEFAULT_PAUSE_GRACE = timedelta(minutes=5)
 
-_COUNT = text("SELECT count(*) FROM subscription WHERE paused_at IS NOT NULL")
+_COUNT = Statement("SELECT count(*) FROM subscription WHERE paused_at IS NOT NULL")
 
-_PAUSED_PERIODS = text(
+_PAUSED_PERIODS = Statement(
     """
     SELECT i.id, i.subscription_id, i.period_index, i.status, s.paused_at, s.pause_resumes_at
     FROM subscription s
@@ -44,7 +42,7 @@ _PAUSED_PERIODS = text(
     """
 )
 
-_DRAFTS = text(
+_DRAFTS = Statement(
     """
     SELECT i.id, i.next_attempt_at,
            (SELECT count(*) FROM payment_attempt a WHERE a.invoice_id = i.id) AS attempts
@@ -55,7 +53,7 @@ _DRAFTS = text(
     """
 )
 
-_CHARGED = text(
+_CHARGED = Statement(
     """
     SELECT a.invoice_id, a.id AS attempt_id, a.outcome, a.recorded_at, s.id AS subscription_id,
            s.paused_at
@@ -69,33 +67,33 @@ _CHARGED = text(
 )
 
 
-async def check_pauses(conn: AsyncConnection, *, grace: timedelta = DEFAULT_PAUSE_GRACE) -> Check:
+async def check_pauses(conn: Db, *, grace: timedelta = DEFAULT_PAUSE_GRACE) -> Check:
     check = Check(
         "pauses", "no paused period collectible, no DRAFT charged, no charge while paused"
     )
-    check.checked = int((await conn.execute(_COUNT)).scalar_one())
+    check.checked = int(await fetchval(conn, _COUNT))
     check.notes.append(f"{check.checked} subscriptions paused")
-    for r in await conn.execute(_PAUSED_PERIODS):
+    for r in await fetch(conn, _PAUSED_PERIODS):
         check.add(
             "paused_period_collectible",
             "invoice",
-            r.id,
-            f"subscription {r.subscription_id} paused since {r.paused_at} (until "
-            f"{r.pause_resumes_at}), period {r.period_index}'s renewal is {r.status}",
+            r["id"],
+            f"subscription {r['subscription_id']} paused since {r['paused_at']} (until "
+            f"{r['pause_resumes_at']}), period {r['period_index']}'s renewal is {r['status']}",
         )
-    for r in await conn.execute(_DRAFTS):
+    for r in await fetch(conn, _DRAFTS):
         check.add(
             "draft_collected",
             "invoice",
-            r.id,
-            f"DRAFT, next attempt {r.next_attempt_at}, {r.attempts} payment attempts",
+            r["id"],
+            f"DRAFT, next attempt {r['next_attempt_at']}, {r['attempts']} payment attempts",
         )
-    for r in await conn.execute(_CHARGED, {"grace_s": grace.total_seconds()}):
+    for r in await fetch(conn, _CHARGED, {"grace_s": grace.total_seconds()}):
         check.add(
             "charged_while_paused",
             "invoice",
-            r.invoice_id,
-            f"subscription {r.subscription_id} paused since {r.paused_at}: attempt "
-            f"{r.attempt_id} ({r.outcome}) recorded {r.recorded_at}",
+            r["invoice_id"],
+            f"subscription {r['subscription_id']} paused since {r['paused_at']}: attempt "
+            f"{r['attempt_id']} ({r['outcome']}) recorded {r['recorded_at']}",
         )
     return check

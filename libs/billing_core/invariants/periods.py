@@ -38,23 +38,22 @@ ACTIVE one whose period ended (or a TRIALING one whose trial ended) longer ago t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.arrays import instant_array, instant_sql, int_array
+from billing_core.db.pg import Db, Statement, fetch
 from billing_core.invariants.report import Check
 from billing_core.invariants.topic import PlanChangeSeen
 
-_COUNTS = text(
-    "SELECT (SELECT count(*) FROM subscription), "
-    "(SELECT count(*) FROM invoice WHERE kind = 'RENEWAL')"
+_COUNTS = Statement(
+    "SELECT (SELECT count(*) FROM subscription) AS subscriptions, "
+    "(SELECT count(*) FROM invoice WHERE kind = 'RENEWAL') AS renewals"
 )
 
 # Two renewals for one period, whether they agree on its start (the unique index) or not.
-_DUPLICATES = text(
+_DUPLICATES = Statement(
     """
     SELECT subscription_id, 'period ' || period_index AS period, array_agg(id ORDER BY id) AS ids
     FROM invoice WHERE kind = 'RENEWAL'
@@ -70,16 +69,17 @@ _DUPLICATES = text(
 # Consecutive renewals (by period index) that skip an index or leave a hole or an overlap; a
 # period that starts inside the one before at a change to another interval (a restart: from the
 # outbox, the topic, or the subscription's moved anchor) cuts that one short and is no overlap.
-_DISCONTINUITIES = text(
-    """
+_DISCONTINUITIES = Statement(
+    f"""
     WITH restarts AS (
         SELECT aggregate_id AS subscription_id,
                CAST(payload ->> 'newPeriodStart' AS timestamptz) AS at
         FROM outbox_event
         WHERE event_type = 'SubscriptionPlanChanged' AND payload ->> 'newPeriodStart' IS NOT NULL
         UNION
-        SELECT * FROM unnest(CAST(:restart_subscriptions AS bigint[]),
-                             CAST(:restart_ats AS timestamptz[]))
+        SELECT x.id, {instant_sql("x.at")}
+        FROM unnest(CAST(:restart_subscriptions AS text)::bigint[],
+                    CAST(:restart_ats AS text)::bigint[]) AS x(id, at)
         UNION
         SELECT id, billing_anchor FROM subscription WHERE anchor_period_index > 0
     )
@@ -102,7 +102,7 @@ _DISCONTINUITIES = text(
 )
 
 # Each subscription against its renewals: from period 0 to its current period, current bounds.
-_COVERAGE = text(
+_COVERAGE = Statement(
     """
     SELECT s.id, s.status, s.period_index, s.current_period_start, s.current_period_end,
            r.first, r.last, r.n, c.period_start AS cur_start, c.period_end AS cur_end,
@@ -130,7 +130,7 @@ _COVERAGE = text(
     """
 )
 
-_OVERDUE = text(
+_OVERDUE = Statement(
     """
     SELECT id, status, period_index, current_period_end FROM subscription
     WHERE status IN ('ACTIVE', 'TRIALING') AND current_period_end < :cutoff
@@ -140,7 +140,7 @@ _OVERDUE = text(
 
 
 async def check_periods(
-    conn: AsyncConnection,
+    conn: Db,
     *,
     now: datetime,
     renewal_tolerance: timedelta,
@@ -150,80 +150,80 @@ async def check_periods(
         "periods",
         "one RENEWAL invoice per period 0..current, contiguous; no ACTIVE renewal overdue",
     )
-    subscriptions, renewals = (await conn.execute(_COUNTS)).one()
-    check.checked = int(subscriptions)
-    check.notes.append(f"{renewals} renewal invoices")
+    counts = (await fetch(conn, _COUNTS))[0]
+    check.checked = int(counts["subscriptions"])
+    check.notes.append(f"{counts['renewals']} renewal invoices")
 
-    for r in await conn.execute(_DUPLICATES):
+    for r in await fetch(conn, _DUPLICATES):
         check.add(
             "duplicate_renewal",
             "subscription",
-            r.subscription_id,
-            f"{len(r.ids)} renewal invoices for {r.period}: {list(r.ids)}",
+            r["subscription_id"],
+            f"{len(r['ids'])} renewal invoices for {r['period']}: {list(r['ids'])}",
         )
     restarts = [c for c in plan_changes if c.new_period_start is not None]
     params = {
-        "restart_subscriptions": [c.subscription_id for c in restarts],
-        "restart_ats": [c.new_period_start for c in restarts],
+        "restart_subscriptions": int_array(c.subscription_id for c in restarts),
+        "restart_ats": instant_array(c.new_period_start for c in restarts),
     }
-    for r in await conn.execute(_DISCONTINUITIES, params):
-        if r.period_index != r.prev_index + 1:
-            missing = f"periods {r.prev_index + 1}..{r.period_index - 1} have no invoice"
-            check.add("period_gap", "subscription", r.subscription_id, missing)
-        elif r.period_start > r.prev_end:
+    for r in await fetch(conn, _DISCONTINUITIES, params):
+        if r["period_index"] != r["prev_index"] + 1:
+            missing = f"periods {r['prev_index'] + 1}..{r['period_index'] - 1} have no invoice"
+            check.add("period_gap", "subscription", r["subscription_id"], missing)
+        elif r["period_start"] > r["prev_end"]:
             check.add(
                 "period_gap",
                 "subscription",
-                r.subscription_id,
-                f"period {r.prev_index} ends {r.prev_end}, period {r.period_index} starts "
-                f"{r.period_start}",
+                r["subscription_id"],
+                f"period {r['prev_index']} ends {r['prev_end']}, period {r['period_index']} starts "
+                f"{r['period_start']}",
             )
         else:
             check.add(
                 "period_overlap",
                 "subscription",
-                r.subscription_id,
-                f"period {r.period_index} starts {r.period_start}, before period "
-                f"{r.prev_index} ends ({r.prev_end})",
+                r["subscription_id"],
+                f"period {r['period_index']} starts {r['period_start']}, before period "
+                f"{r['prev_index']} ends ({r['prev_end']})",
             )
     seen: set[int] = set()
-    for r in await conn.execute(_COVERAGE):
-        if r.id in seen:  # several invoices for the current period: reported above
+    for r in await fetch(conn, _COVERAGE):
+        if r["id"] in seen:  # several invoices for the current period: reported above
             continue
-        seen.add(r.id)
+        seen.add(r["id"])
         _coverage(check, r)
     cutoff = now - renewal_tolerance
-    for r in await conn.execute(_OVERDUE, {"cutoff": cutoff}):
+    for r in await fetch(conn, _OVERDUE, {"cutoff": cutoff}):
         check.add(
             "renewal_overdue",
             "subscription",
-            r.id,
-            f"{r.status}, period {r.period_index} ended {r.current_period_end}, "
+            r["id"],
+            f"{r['status']}, period {r['period_index']} ended {r['current_period_end']}, "
             f"not renewed within {renewal_tolerance}",
         )
     return check
 
 
-def _coverage(check: Check, r: Row[Any]) -> None:
-    sub: int = r.id
-    index: int = r.period_index
-    first, last, n = r.first, r.last, r.n
-    if r.in_trial:
+def _coverage(check: Check, r: Mapping[str, Any]) -> None:
+    sub: int = r["id"]
+    index: int = r["period_index"]
+    first, last, n = r["first"], r["last"], r["n"]
+    if r["in_trial"]:
         check.add(
             "trial_invoiced",
             "subscription",
             sub,
-            f"{r.status} in its trial (until {r.current_period_end}), but renewal invoices "
+            f"{r['status']} in its trial (until {r['current_period_end']}), but renewal invoices "
             f"exist for periods {first}..{last}",
         )
         return
-    if r.status == "TRIALING":
+    if r["status"] == "TRIALING":
         check.add(
             "trial_mismatch",
             "subscription",
             sub,
             f"TRIALING, but its current period {index} "
-            f"({r.current_period_start}..{r.current_period_end}) is not its trial",
+            f"({r['current_period_start']}..{r['current_period_end']}) is not its trial",
         )
         return
     if n is None:
@@ -241,12 +241,12 @@ def _coverage(check: Check, r: Row[Any]) -> None:
             f"current period {index}, but a renewal invoice exists for period {last}",
         )
     if last == index and (
-        r.cur_start != r.current_period_start or r.cur_end != r.current_period_end
+        r["cur_start"] != r["current_period_start"] or r["cur_end"] != r["current_period_end"]
     ):
         check.add(
             "period_mismatch",
             "subscription",
             sub,
-            f"current period {index} is {r.current_period_start}..{r.current_period_end}, "
-            f"its invoice {r.cur_start}..{r.cur_end}",
+            f"current period {index} is {r['current_period_start']}..{r['current_period_end']}, "
+            f"its invoice {r['cur_start']}..{r['cur_end']}",
         )

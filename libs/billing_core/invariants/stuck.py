@@ -16,18 +16,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 
 DEFAULT_RETRY_BOUND = timedelta(minutes=15) + timedelta(seconds=120)
 
-_OPEN = text("SELECT count(*) FROM invoice WHERE status = 'OPEN'")
-_STUCK = text(
+_OPEN = Statement("SELECT count(*) FROM invoice WHERE status = 'OPEN'")
+_STUCK = Statement(
     """
     SELECT i.id, i.next_attempt_at, i.leased_at, i.attempt_count,
-           (i.id = ANY(CAST(:reconciled AS bigint[])) OR EXISTS (
+           (i.id = ANY(CAST(:reconciled AS text)::bigint[]) OR EXISTS (
                 SELECT 1 FROM outbox_event o
                 WHERE o.aggregate_id = i.subscription_id
                   AND o.event_type = 'PaymentReconciliationNeeded'
@@ -42,28 +41,28 @@ _STUCK = text(
 
 
 async def check_stuck(
-    conn: AsyncConnection,
+    conn: Db,
     *,
     now: datetime,
     retry_bound: timedelta,
     reconciled: Collection[int] = (),
 ) -> Check:
     check = Check("stuck", f"no OPEN invoice overdue by more than {retry_bound}")
-    check.checked = int((await conn.execute(_OPEN)).scalar_one())
+    check.checked = int(await fetchval(conn, _OPEN))
     held = 0
-    params = {"cutoff": now - retry_bound, "reconciled": sorted(reconciled)}
-    for r in await conn.execute(_STUCK, params):
-        if r.next_attempt_at is None and r.reconciled:
+    params = {"cutoff": now - retry_bound, "reconciled": int_array(sorted(reconciled))}
+    for r in await fetch(conn, _STUCK, params):
+        if r["next_attempt_at"] is None and r["reconciled"]:
             held += 1  # held on purpose, announced by PaymentReconciliationNeeded
-        elif r.next_attempt_at is None:
-            check.add("unscheduled_invoice", "invoice", r.id, "OPEN with no next attempt")
+        elif r["next_attempt_at"] is None:
+            check.add("unscheduled_invoice", "invoice", r["id"], "OPEN with no next attempt")
         else:
             check.add(
                 "stuck_invoice",
                 "invoice",
-                r.id,
-                f"OPEN, due since {r.next_attempt_at} (last leased {r.leased_at}, "
-                f"{r.attempt_count} declines)",
+                r["id"],
+                f"OPEN, due since {r['next_attempt_at']} (last leased {r['leased_at']}, "
+                f"{r['attempt_count']} declines)",
             )
     if held:
         check.notes.append(f"{held} OPEN invoices held for reconciliation (uncertain results)")
