@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from billing_core.db.pg import Connection
+from billing_core.db.pg import Db
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.events import DomainEvent
@@ -15,7 +15,7 @@ from billing_core.repo import invoices as invoices_repo
 
 
 async def void_open_invoices(
-    db: invoices_repo.Db | Connection,
+    conn: Db,
     subscription_id: int,
     *,
     now: datetime,
@@ -31,23 +31,23 @@ async def void_open_invoices(
     voided: list[invoices_repo.CancelableInvoice] = []
     requested: list[int] = []
     for invoice in await invoices_repo.lock_open_invoices(
-        db, subscription_id, now=now, keep_invoice_id=keep_invoice_id
+        conn, subscription_id, now=now, keep_invoice_id=keep_invoice_id
     ):
         after = invoice_rules.cancel(invoice.state, now, call_in_flight=invoice.call_in_flight)
         if after.status == InvoiceStatus.VOID:
             voided.append(invoice)
         elif after.void_requested and not invoice.state.void_requested:
             requested.append(invoice.state.id)
-    await invoices_repo.void_invoices(db, [v.state.id for v in voided], now=now)
-    await invoices_repo.request_voids(db, requested, now=now)
+    await invoices_repo.void_invoices(conn, [v.state.id for v in voided], now=now)
+    await invoices_repo.request_voids(conn, requested, now=now)
     await give_back_credit(
-        db, [(subscription_id, v.state.id, v.credit_applied) for v in voided], now=now
+        conn, [(subscription_id, v.state.id, v.credit_applied) for v in voided], now=now
     )
     return [ev.invoice_voided(subscription_id, v.state.id, now) for v in voided]
 
 
 async def give_back_credit(
-    db: invoices_repo.Db | Connection,
+    conn: Db,
     voided: Sequence[tuple[int, int, int]],
     *,
     now: datetime,
@@ -60,4 +60,4 @@ async def give_back_credit(
         for subscription_id, invoice_id, applied in voided
         if (credit := invoice_rules.credit_returned_by_void(applied))
     ]
-    await invoices_repo.return_credits(db, returns, now=now)
+    await invoices_repo.return_credits(conn, returns, now=now)

@@ -41,6 +41,7 @@ class UseCase(Protocol[T_co]):
     def __call__(
         self,
         session: AsyncSession,
+        /,
         *,
         subscription_id: int,
         now: datetime,
