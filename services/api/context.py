@@ -107,7 +107,7 @@ class PlanCatalogue:
     async def get(self, conn: Connection, code: str) -> Plan:
         """The active plan ``code`` (PlanNotFound otherwise), on ``conn`` when not cached."""
         if time.monotonic() >= self._expires:
-            plans = await plans_repo.fetch_active(conn)
+            plans = await plans_repo.list_active(conn)
             self._by_code = {plan.code: plan for plan in plans}
             self._expires = time.monotonic() + self._ttl
         return self._plan(code)

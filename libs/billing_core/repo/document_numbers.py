@@ -11,13 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db.arrays import int_array, text_array
+from billing_core.db.pg import Db, Statement, execute, fetch, fetchval
 from billing_core.repo.limits import require_positive_limit
-
-Db = AsyncSession | AsyncConnection
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +24,7 @@ class Unnumbered:
     issued_at: datetime
 
 
-_PENDING_INVOICES = text(
+_PENDING_INVOICES = Statement(
     """
     SELECT id, created_at AS issued_at FROM invoice
     WHERE number IS NULL
@@ -36,7 +34,7 @@ _PENDING_INVOICES = text(
     """
 )
 
-_PENDING_CREDIT_NOTES = text(
+_PENDING_CREDIT_NOTES = Statement(
     """
     SELECT id, coalesce(completed_at, updated_at) AS issued_at FROM refund
     WHERE status = 'SUCCEEDED' AND credit_note_number IS NULL
@@ -46,15 +44,15 @@ _PENDING_CREDIT_NOTES = text(
     """
 )
 
-_ENSURE_SERIES = text(
+_ENSURE_SERIES = Statement(
     """
     INSERT INTO document_series (series, last_number)
-    SELECT unnest(CAST(:series AS text[])), 0
+    SELECT unnest(CAST(:series AS text)::text[]), 0
     ON CONFLICT (series) DO NOTHING
     """
 )
 
-_ADVANCE = text(
+_ADVANCE = Statement(
     """
     UPDATE document_series SET last_number = last_number + :count
     WHERE series = :series
@@ -62,67 +60,63 @@ _ADVANCE = text(
     """
 )
 
-_NUMBER_INVOICES = text(
+_NUMBER_INVOICES = Statement(
     """
     UPDATE invoice i SET number = u.number
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:numbers AS text[])) AS u(id, number)
+    FROM unnest(CAST(:ids AS text)::bigint[], CAST(:numbers AS text)::text[]) AS u(id, number)
     WHERE i.id = u.id AND i.number IS NULL
     """
 )
 
-_NUMBER_CREDIT_NOTES = text(
+_NUMBER_CREDIT_NOTES = Statement(
     """
     UPDATE refund r SET credit_note_number = u.number
-    FROM unnest(CAST(:ids AS bigint[]), CAST(:numbers AS text[])) AS u(id, number)
+    FROM unnest(CAST(:ids AS text)::bigint[], CAST(:numbers AS text)::text[]) AS u(id, number)
     WHERE r.id = u.id AND r.credit_note_number IS NULL
     """
 )
 
 
-def _rows(result: object) -> list[Unnumbered]:
-    return [Unnumbered(int(r.id), r.issued_at) for r in result]  # type: ignore[attr-defined]
+def _rows(rows: Sequence[Mapping[str, Any]]) -> list[Unnumbered]:
+    return [Unnumbered(int(r["id"]), r["issued_at"]) for r in rows]
 
 
-async def lock_unnumbered_invoices(db: Db, *, limit: int) -> list[Unnumbered]:
+async def lock_unnumbered_invoices(conn: Db, *, limit: int) -> list[Unnumbered]:
     """Up to ``limit`` invoices without a number, oldest first, locked (others' locked rows are
     skipped)."""
     require_positive_limit(limit)
-    return _rows(await db.execute(_PENDING_INVOICES, {"limit": limit}))
+    return _rows(await fetch(conn, _PENDING_INVOICES, {"limit": limit}))
 
 
-async def lock_unnumbered_credit_notes(db: Db, *, limit: int) -> list[Unnumbered]:
+async def lock_unnumbered_credit_notes(conn: Db, *, limit: int) -> list[Unnumbered]:
     """Up to ``limit`` succeeded refunds without a credit note number, oldest first, locked."""
     require_positive_limit(limit)
-    return _rows(await db.execute(_PENDING_CREDIT_NOTES, {"limit": limit}))
+    return _rows(await fetch(conn, _PENDING_CREDIT_NOTES, {"limit": limit}))
 
 
-async def reserve(db: Db, counts: Mapping[str, int]) -> dict[str, int]:
+async def reserve(conn: Db, counts: Mapping[str, int]) -> dict[str, int]:
     """Advance each series by its count, in series order (a fixed lock order); return, for each,
     the last number given before (the run reserved is ``before + 1 .. before + count``)."""
     if not counts:
         return {}
-    await db.execute(_ENSURE_SERIES, {"series": sorted(counts)})
+    await execute(conn, _ENSURE_SERIES, {"series": text_array(sorted(counts))})
     before: dict[str, int] = {}
     for name in sorted(counts):
-        row = (await db.execute(_ADVANCE, {"series": name, "count": counts[name]})).one()
-        before[name] = int(row.before)
+        before[name] = int(await fetchval(conn, _ADVANCE, {"series": name, "count": counts[name]}))
     return before
 
 
-async def number_invoices(db: Db, numbers: Sequence[tuple[int, str]]) -> int:
-    if not numbers:
-        return 0
-    result = await db.execute(
-        _NUMBER_INVOICES, {"ids": [n[0] for n in numbers], "numbers": [n[1] for n in numbers]}
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+def _numbers(numbers: Sequence[tuple[int, str]]) -> dict[str, str]:
+    return {"ids": int_array(n[0] for n in numbers), "numbers": text_array(n[1] for n in numbers)}
 
 
-async def number_credit_notes(db: Db, numbers: Sequence[tuple[int, str]]) -> int:
+async def number_invoices(conn: Db, numbers: Sequence[tuple[int, str]]) -> int:
     if not numbers:
         return 0
-    result = await db.execute(
-        _NUMBER_CREDIT_NOTES,
-        {"ids": [n[0] for n in numbers], "numbers": [n[1] for n in numbers]},
-    )
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return await execute(conn, _NUMBER_INVOICES, _numbers(numbers))
+
+
+async def number_credit_notes(conn: Db, numbers: Sequence[tuple[int, str]]) -> int:
+    if not numbers:
+        return 0
+    return await execute(conn, _NUMBER_CREDIT_NOTES, _numbers(numbers))

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
+from billing_core.db.pg import Db, Statement, fetchrow
 from billing_core.documents.invoice_view import (
     InvoiceDocument,
     InvoiceFacts,
@@ -18,9 +16,7 @@ from billing_core.documents.invoice_view import (
 )
 from billing_core.repo import invoice_lines as invoice_lines_repo
 
-Db = AsyncSession | AsyncConnection
-
-_READ = text(
+_READ = Statement(
     """
     SELECT i.id, i.kind, i.status, i.currency, i.subtotal, i.credit_applied, i.amount,
            i.period_start, i.period_end, i.created_at, i.paid_at, i.number,
@@ -54,12 +50,12 @@ class Recipient:
         return Party(name, tuple(details))
 
 
-async def load(db: Db, invoice_id: int, *, seller: Party) -> InvoiceDocument | None:
+async def load(conn: Db, invoice_id: int, *, seller: Party) -> InvoiceDocument | None:
     """The document of invoice ``invoice_id``, or None when there is no such invoice: its lines
     and tax lines from its line items, its document number once it has one. (An invoice without
     lines, which the checker reports, gets one line naming the subscription's plan as it is
     now.)"""
-    row = (await db.execute(_READ, {"invoice_id": invoice_id})).mappings().first()
+    row = await fetchrow(conn, _READ, {"invoice_id": invoice_id})
     if row is None:
         return None
     customer = Recipient(
@@ -69,7 +65,7 @@ async def load(db: Db, invoice_id: int, *, seller: Party) -> InvoiceDocument | N
         email=row["customer_email"],
     )
     facts = InvoiceFacts(**{name: row[name] for name in _FACTS})
-    lines = (await invoice_lines_repo.lines_of(db, [invoice_id])).get(invoice_id)
+    lines = (await invoice_lines_repo.lines_of(conn, [invoice_id])).get(invoice_id)
     if lines:
         return from_lines(
             facts, lines, number=row["number"], seller=seller, customer=customer.party()

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
 from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array, text_array
+from billing_core.db.pg import Db, Statement, fetch
 from billing_core.domain.invoice_lines import InvoiceLine, InvoiceTotalMismatch, LineKind
 
-Db = AsyncSession | AsyncConnection
-
-
-_INSERT = text(
+_INSERT = Statement(
     f"""
     WITH ins AS (
         INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
@@ -51,21 +46,22 @@ _INSERT = text(
 
 # Lines added to an invoice that has some (credit applied later): numbered after its last line,
 # then the invoice checked against all of its lines, in the same statement.
-_APPEND = text(
-    """
+_APPEND = Statement(
+    f"""
     WITH ins AS (
         INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
                                   amount, period_start, period_end, tax_inclusive)
         SELECT :invoice_id,
                coalesce((SELECT max(line_no) FROM invoice_line WHERE invoice_id = :invoice_id),
                         0) + u.n,
-               u.kind, u.description, u.quantity, u.unit_amount, u.amount, u.period_start,
-               u.period_end, u.tax_inclusive
+               u.kind, u.description, u.quantity, u.unit_amount, u.amount,
+               {instant_sql("u.period_start")}, {instant_sql("u.period_end")}, u.tax_inclusive
         FROM unnest(
-            CAST(:kinds AS text[]), CAST(:descriptions AS text[]), CAST(:quantities AS int[]),
-            CAST(:unit_amounts AS bigint[]), CAST(:amounts AS bigint[]),
-            CAST(:period_starts AS timestamptz[]), CAST(:period_ends AS timestamptz[]),
-            CAST(:tax_inclusives AS boolean[])) WITH ORDINALITY
+            CAST(:kinds AS text)::text[], CAST(:descriptions AS text)::text[],
+            CAST(:quantities AS text)::int[], CAST(:unit_amounts AS text)::bigint[],
+            CAST(:amounts AS text)::bigint[],
+            CAST(:period_starts AS text)::bigint[], CAST(:period_ends AS text)::bigint[],
+            CAST(:tax_inclusives AS text)::boolean[]) WITH ORDINALITY
             AS u(kind, description, quantity, unit_amount, amount, period_start, period_end,
                  tax_inclusive, n)
         RETURNING invoice_id, kind, amount
@@ -82,17 +78,17 @@ _APPEND = text(
     """
 )
 
-_SELECT = text(
+_SELECT = Statement(
     """
     SELECT invoice_id, line_no, kind, description, quantity, unit_amount, amount, period_start,
            period_end, tax_inclusive
-    FROM invoice_line WHERE invoice_id = ANY(CAST(:ids AS bigint[]))
+    FROM invoice_line WHERE invoice_id = ANY(CAST(:ids AS text)::bigint[])
     ORDER BY invoice_id, line_no
     """
 )
 
 
-async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]]) -> None:
+async def insert_lines(conn: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]]) -> None:
     """Write each ``(invoice_id, lines)`` pair's lines, numbered from 1, in one statement.
 
     Raises :class:`InvoiceTotalMismatch` if a written invoice's amount or credit is not the sum
@@ -100,7 +96,8 @@ async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]
     rows = [(invoice_id, n, line) for invoice_id, ls in lines for n, line in enumerate(ls, 1)]
     if not rows:
         return
-    result = await db.execute(
+    wrong = await fetch(
+        conn,
         _INSERT,
         {
             "invoice_ids": int_array(r[0] for r in rows),
@@ -115,12 +112,12 @@ async def insert_lines(db: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]
             "tax_inclusives": bool_array(r[2].tax_inclusive for r in rows),
         },
     )
-    wrong = sorted(int(r[0]) for r in result)
     if wrong:
-        raise InvoiceTotalMismatch(f"invoices whose lines do not add up: {wrong[:10]}")
+        ids = sorted(int(r["id"]) for r in wrong)
+        raise InvoiceTotalMismatch(f"invoices whose lines do not add up: {ids[:10]}")
 
 
-async def append_lines(db: Db, invoice_id: int, lines: Sequence[InvoiceLine]) -> None:
+async def append_lines(conn: Db, invoice_id: int, lines: Sequence[InvoiceLine]) -> None:
     """Add ``lines`` to an invoice after its last line (credit applied to it later), in one
     statement that also checks its amount and credit against all of its lines.
 
@@ -128,30 +125,31 @@ async def append_lines(db: Db, invoice_id: int, lines: Sequence[InvoiceLine]) ->
     then roll back)."""
     if not lines:
         return
-    result = await db.execute(
+    wrong = await fetch(
+        conn,
         _APPEND,
         {
             "invoice_id": invoice_id,
-            "kinds": [str(line.kind) for line in lines],
-            "descriptions": [line.description for line in lines],
-            "quantities": [line.quantity for line in lines],
-            "unit_amounts": [line.unit_amount for line in lines],
-            "amounts": [line.amount for line in lines],
-            "period_starts": [line.period_start for line in lines],
-            "period_ends": [line.period_end for line in lines],
-            "tax_inclusives": [line.tax_inclusive for line in lines],
+            "kinds": text_array(line.kind.value for line in lines),
+            "descriptions": text_array(line.description for line in lines),
+            "quantities": int_array(line.quantity for line in lines),
+            "unit_amounts": int_array(line.unit_amount for line in lines),
+            "amounts": int_array(line.amount for line in lines),
+            "period_starts": instant_array(line.period_start for line in lines),
+            "period_ends": instant_array(line.period_end for line in lines),
+            "tax_inclusives": bool_array(line.tax_inclusive for line in lines),
         },
     )
-    if result.first() is not None:
+    if wrong:
         raise InvoiceTotalMismatch(f"invoice {invoice_id}: its lines do not add up")
 
 
-async def lines_of(db: Db, invoice_ids: Sequence[int]) -> dict[int, list[InvoiceLine]]:
+async def lines_of(conn: Db, invoice_ids: Sequence[int]) -> dict[int, list[InvoiceLine]]:
     """The lines of each invoice, in order (an id without lines is absent)."""
     if not invoice_ids:
         return {}
     out: dict[int, list[InvoiceLine]] = {}
-    for r in (await db.execute(_SELECT, {"ids": list(invoice_ids)})).mappings():
+    for r in await fetch(conn, _SELECT, {"ids": int_array(invoice_ids)}):
         out.setdefault(int(r["invoice_id"]), []).append(
             InvoiceLine(
                 kind=LineKind(r["kind"]),

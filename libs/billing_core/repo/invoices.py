@@ -6,16 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db import tables as t
-from billing_core.db.pg import Connection, Statement, execute, fetch
+from billing_core.db.arrays import int_array
+from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice import InvoiceStatus
-
-Db = AsyncSession | AsyncConnection
 
 
 class InvoiceNotFound(DomainError):
@@ -47,39 +42,37 @@ class Invoice:
     number: str | None = None
 
 
-_i = t.invoice
-_COLUMNS = (
-    _i.c.id,
-    _i.c.subscription_id,
-    _i.c.customer_id,
-    _i.c.kind,
-    _i.c.period_index,
-    _i.c.period_start,
-    _i.c.period_end,
-    _i.c.subtotal,
-    _i.c.credit_applied,
-    _i.c.amount,
-    _i.c.currency,
-    _i.c.status,
-    _i.c.attempt_count,
-    _i.c.next_attempt_at,
-    _i.c.paid_at,
-    _i.c.closed_at,
-    _i.c.created_at,
-    _i.c.void_requested_at,
-    _i.c.number,
+_COLUMNS = """
+    id, subscription_id, customer_id, kind, period_index, period_start, period_end, subtotal,
+    credit_applied, amount, currency, status, attempt_count, next_attempt_at, paid_at, closed_at,
+    created_at, void_requested_at, number
+"""
+
+_GET = Statement(f"SELECT {_COLUMNS} FROM invoice WHERE id = :invoice_id")
+
+_INSERT = Statement(
+    f"""
+    INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
+                         period_end, subtotal, credit_applied, amount, currency, status,
+                         attempt_count, next_attempt_at, paid_at, closed_at, created_at,
+                         updated_at)
+    VALUES (:subscription_id, :customer_id, :kind, :period_index, :period_start, :period_end,
+            :subtotal, :credit_applied, :amount, :currency, :status, 0, :next_attempt_at,
+            :paid_at, :paid_at, :now, :now)
+    RETURNING {_COLUMNS}
+    """
 )
 
 
-async def get_invoice(db: Db, invoice_id: int) -> Invoice:
-    row = (await db.execute(select(*_COLUMNS).where(_i.c.id == invoice_id))).mappings().first()
+async def get_invoice(conn: Db, invoice_id: int) -> Invoice:
+    row = await fetchrow(conn, _GET, {"invoice_id": invoice_id})
     if row is None:
         raise InvoiceNotFound(invoice_id)
     return Invoice(**row)
 
 
 async def insert_invoice(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     customer_id: int,
@@ -95,30 +88,27 @@ async def insert_invoice(
     """Insert an invoice; OPEN and due now, or PAID at once when credit covers all of it."""
     amount = subtotal - credit_applied
     start = invoice_rules.opening(amount, now)
-    result = await session.execute(
-        insert(_i)
-        .values(
-            subscription_id=subscription_id,
-            customer_id=customer_id,
-            kind=kind,
-            period_index=period_index,
-            period_start=period_start,
-            period_end=period_end,
-            subtotal=subtotal,
-            credit_applied=credit_applied,
-            amount=amount,
-            currency=currency,
-            status=str(start.status),
-            attempt_count=0,
-            next_attempt_at=start.next_attempt_at,
-            paid_at=start.paid_at,
-            closed_at=start.paid_at,
-            created_at=now,
-            updated_at=now,
-        )
-        .returning(*_COLUMNS)
+    (row,) = await fetch(
+        conn,
+        _INSERT,
+        {
+            "subscription_id": subscription_id,
+            "customer_id": customer_id,
+            "kind": kind,
+            "period_index": period_index,
+            "period_start": period_start,
+            "period_end": period_end,
+            "subtotal": subtotal,
+            "credit_applied": credit_applied,
+            "amount": amount,
+            "currency": currency,
+            "status": start.status.value,
+            "next_attempt_at": start.next_attempt_at,
+            "paid_at": start.paid_at,
+            "now": now,
+        },
     )
-    return Invoice(**result.mappings().one())
+    return Invoice(**row)
 
 
 @dataclass(frozen=True)
@@ -154,11 +144,11 @@ _OPEN_FOR_CANCEL = Statement(
 
 
 async def lock_open_invoices(
-    db: Db | Connection, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
+    conn: Db, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
 ) -> list[CancelableInvoice]:
     """Row-lock the subscription's OPEN invoices (but ``keep_invoice_id``), in id order."""
     rows = await fetch(
-        db,
+        conn,
         _OPEN_FOR_CANCEL,
         {"subscription_id": subscription_id, "now": now, "keep": keep_invoice_id},
     )
@@ -188,29 +178,29 @@ _VOID = Statement(
     UPDATE invoice
     SET status = 'VOID', next_attempt_at = NULL, leased_at = NULL, closed_at = :now,
         updated_at = :now
-    WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'OPEN'
+    WHERE id = ANY(CAST(:ids AS text)::bigint[]) AND status = 'OPEN'
     """
 )
 
 _REQUEST_VOID = Statement(
     """
     UPDATE invoice SET void_requested_at = :now, updated_at = :now
-    WHERE id = ANY(CAST(:ids AS bigint[])) AND status = 'OPEN' AND void_requested_at IS NULL
+    WHERE id = ANY(CAST(:ids AS text)::bigint[]) AND status = 'OPEN' AND void_requested_at IS NULL
     """
 )
 
 
-async def void_invoices(db: Db | Connection, ids: list[int], *, now: datetime) -> None:
+async def void_invoices(conn: Db, ids: list[int], *, now: datetime) -> None:
     """VOID the (locked, OPEN) invoices: the state ``domain.invoice.void`` gives, no lease."""
     if ids:
-        await execute(db, _VOID, {"ids": ids, "now": now})
+        await execute(conn, _VOID, {"ids": int_array(ids), "now": now})
 
 
-async def request_voids(db: Db | Connection, ids: list[int], *, now: datetime) -> None:
+async def request_voids(conn: Db, ids: list[int], *, now: datetime) -> None:
     """Record that the (locked, OPEN) invoices are to be voided once their call's result (or
     the end of its lease) is known."""
     if ids:
-        await execute(db, _REQUEST_VOID, {"ids": ids, "now": now})
+        await execute(conn, _REQUEST_VOID, {"ids": int_array(ids), "now": now})
 
 
 @dataclass(frozen=True)
@@ -226,8 +216,8 @@ _RETURN_CREDITS = Statement(
     """
     WITH r AS (
         SELECT * FROM unnest(
-            CAST(:subscription_ids AS bigint[]), CAST(:invoice_ids AS bigint[]),
-            CAST(:amounts AS bigint[])
+            CAST(:subscription_ids AS text)::bigint[], CAST(:invoice_ids AS text)::bigint[],
+            CAST(:amounts AS text)::bigint[]
         ) AS r(subscription_id, invoice_id, amount)
     ),
     balances AS (
@@ -241,27 +231,36 @@ _RETURN_CREDITS = Statement(
 )
 
 
-async def return_credits(
-    db: Db | Connection, returns: Sequence[CreditReturn], *, now: datetime
-) -> None:
+async def return_credits(conn: Db, returns: Sequence[CreditReturn], *, now: datetime) -> None:
     """Give back credit voided invoices consumed (balance + a VOID_REFUND ledger line each), in
     a transaction that has already made its version-checked write to each subscription (it
     holds the row locks and bumped each version once for the whole change)."""
     if returns:
         await execute(
-            db,
+            conn,
             _RETURN_CREDITS,
             {
-                "subscription_ids": [r.subscription_id for r in returns],
-                "invoice_ids": [r.invoice_id for r in returns],
-                "amounts": [r.amount for r in returns],
+                "subscription_ids": int_array(r.subscription_id for r in returns),
+                "invoice_ids": int_array(r.invoice_id for r in returns),
+                "amounts": int_array(r.amount for r in returns),
                 "now": now,
             },
         )
 
 
+_PAGE = Statement(
+    f"""
+    SELECT {_COLUMNS} FROM invoice
+    WHERE subscription_id = :subscription_id
+      AND (CAST(:before_id AS bigint) IS NULL OR id < :before_id)
+    ORDER BY id DESC
+    LIMIT :limit OFFSET :offset
+    """
+)
+
+
 async def list_for_subscription(
-    session: AsyncSession,
+    conn: Db,
     subscription_id: int,
     *,
     limit: int,
@@ -269,11 +268,17 @@ async def list_for_subscription(
     offset: int = 0,
 ) -> list[Invoice]:
     """Newest first (by id). Keyset pagination with ``before_id``; ``offset`` also works."""
-    query = select(*_COLUMNS).where(_i.c.subscription_id == subscription_id)
-    if before_id is not None:
-        query = query.where(_i.c.id < before_id)
-    query = query.order_by(_i.c.id.desc()).limit(limit).offset(offset)
-    return [Invoice(**row) for row in (await session.execute(query)).mappings()]
+    rows = await fetch(
+        conn,
+        _PAGE,
+        {
+            "subscription_id": subscription_id,
+            "before_id": before_id,
+            "limit": limit,
+            "offset": offset,
+        },
+    )
+    return [Invoice(**row) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -284,31 +289,34 @@ class CreditApplied:
     currency: str
 
 
-_UNTOUCHED_OPEN = text(
+_UNTOUCHED_OPEN = Statement(
     """
     SELECT id, amount, currency FROM invoice
-    WHERE subscription_id = :s AND status = 'OPEN' AND leased_at IS NULL
+    WHERE subscription_id = :subscription_id AND status = 'OPEN' AND leased_at IS NULL
       AND void_requested_at IS NULL AND amount > 0
     ORDER BY id
     FOR UPDATE
     """
 )
 
-_APPLY_CREDIT = text(
+_APPLY_CREDIT = Statement(
     """
-    UPDATE invoice SET credit_applied = credit_applied + :used, amount = amount - :used,
-           status = CASE WHEN amount = :used THEN 'PAID' ELSE status END,
-           paid_at = CASE WHEN amount = :used THEN CAST(:now AS timestamptz) ELSE paid_at END,
-           closed_at = CASE WHEN amount = :used THEN CAST(:now AS timestamptz) ELSE closed_at END,
-           next_attempt_at = CASE WHEN amount = :used THEN NULL ELSE next_attempt_at END,
-           updated_at = :now
-    WHERE id = :id
+    UPDATE invoice i
+    SET credit_applied = i.credit_applied + u.used, amount = i.amount - u.used,
+        status = CASE WHEN i.amount = u.used THEN 'PAID' ELSE i.status END,
+        paid_at = CASE WHEN i.amount = u.used THEN CAST(:now AS timestamptz) ELSE i.paid_at END,
+        closed_at = CASE WHEN i.amount = u.used THEN CAST(:now AS timestamptz)
+                         ELSE i.closed_at END,
+        next_attempt_at = CASE WHEN i.amount = u.used THEN NULL ELSE i.next_attempt_at END,
+        updated_at = :now
+    FROM unnest(CAST(:ids AS text)::bigint[], CAST(:used AS text)::bigint[]) AS u(id, used)
+    WHERE i.id = u.id
     """
 )
 
 
 async def apply_credit_to_open(
-    db: Db, subscription_id: int, credit: int, *, now: datetime
+    conn: Db, subscription_id: int, credit: int, *, now: datetime
 ) -> list[CreditApplied]:
     """Pay up to ``credit`` of the subscription's OPEN invoices whose collection never started
     (never leased: no gateway call was ever made for them, so no charge for the old amount can
@@ -317,11 +325,22 @@ async def apply_credit_to_open(
     entries."""
     applied: list[CreditApplied] = []
     left = credit
-    for row in (await db.execute(_UNTOUCHED_OPEN, {"s": subscription_id})).all():
+    for row in await fetch(conn, _UNTOUCHED_OPEN, {"subscription_id": subscription_id}):
         if left <= 0:
             break
-        used = min(left, int(row.amount))
-        await db.execute(_APPLY_CREDIT, {"used": used, "now": now, "id": row.id})
-        applied.append(CreditApplied(int(row.id), used, int(row.amount) - used, row.currency))
+        used = min(left, int(row["amount"]))
+        applied.append(
+            CreditApplied(int(row["id"]), used, int(row["amount"]) - used, row["currency"])
+        )
         left -= used
+    if applied:
+        await execute(
+            conn,
+            _APPLY_CREDIT,
+            {
+                "ids": int_array(a.invoice_id for a in applied),
+                "used": int_array(a.used for a in applied),
+                "now": now,
+            },
+        )
     return applied

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from billing_core.db import tables as t
-from billing_core.db.pg import Connection
+from billing_core.db.pg import Db, Statement, fetch, fetchrow
 from billing_core.domain.errors import DomainError
 
 
@@ -31,42 +27,24 @@ class Plan:
     trial_days: int = 0
 
 
-_COLUMNS = (
-    t.plan.c.id,
-    t.plan.c.code,
-    t.plan.c.name,
-    t.plan.c.price_amount,
-    t.plan.c.currency,
-    t.plan.c.billing_interval,
-    t.plan.c.active,
-    t.plan.c.trial_days,
+_COLUMNS = "id, code, name, price_amount, currency, billing_interval, active, trial_days"
+
+_ACTIVE = Statement(f"SELECT {_COLUMNS} FROM plan WHERE active ORDER BY id")
+
+_BY_CODE = Statement(
+    f"""
+    SELECT {_COLUMNS} FROM plan
+    WHERE code = :code AND (active OR NOT CAST(:active_only AS boolean))
+    """
 )
 
 
-async def list_active(session: AsyncSession) -> list[Plan]:
-    rows = await session.execute(
-        select(*_COLUMNS).where(t.plan.c.active.is_(True)).order_by(t.plan.c.id)
-    )
-    return [Plan(**row) for row in rows.mappings()]
+async def list_active(conn: Db) -> list[Plan]:
+    return [Plan(**row) for row in await fetch(conn, _ACTIVE)]
 
 
-async def get_by_code(session: AsyncSession, code: str, *, active_only: bool = True) -> Plan:
-    query = select(*_COLUMNS).where(t.plan.c.code == code)
-    if active_only:
-        query = query.where(t.plan.c.active.is_(True))
-    row = (await session.execute(query)).mappings().first()
+async def get_by_code(conn: Db, code: str, *, active_only: bool = True) -> Plan:
+    row = await fetchrow(conn, _BY_CODE, {"code": code, "active_only": active_only})
     if row is None:
         raise PlanNotFound(code)
     return Plan(**row)
-
-
-_ACTIVE = (
-    "SELECT id, code, name, price_amount, currency, billing_interval, active, trial_days "
-    "FROM plan "
-    "WHERE active ORDER BY id"
-)
-
-
-async def fetch_active(conn: Connection) -> list[Plan]:
-    """:func:`list_active` on a driver connection."""
-    return [Plan(*row) for row in await conn.fetch(_ACTIVE)]

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain import events as ev
 from billing_core.domain import interval_change as interval_rules
 from billing_core.domain import invoice_lines
@@ -73,7 +72,7 @@ class PlanChange:
 
 
 async def _renewed_if_due(
-    session: AsyncSession, sub: subscriptions_repo.Subscription, now: datetime
+    conn: Db, sub: subscriptions_repo.Subscription, now: datetime
 ) -> subscriptions_repo.Subscription:
     """``sub`` renewed first when its period (or its trial) ended and the renewer has not run
     yet (with the renewer's own code), so the change is prorated in the period it falls in: a
@@ -82,9 +81,9 @@ async def _renewed_if_due(
     if not due or sub.current_period_end > now:
         return sub
     if sub.status == SubscriptionStatus.TRIALING:  # its notice comes first, as in the renewer
-        await send_trial_notices(session, now=now, limit=1, only_id=sub.id)
-    await renew_due_batch(session, now=now, batch_size=1, max_periods=MAX_CATCH_UP, only_id=sub.id)
-    return await subscriptions_repo.get(session, sub.id)
+        await send_trial_notices(conn, now=now, limit=1, only_id=sub.id)
+    await renew_due_batch(conn, now=now, batch_size=1, max_periods=MAX_CATCH_UP, only_id=sub.id)
+    return await subscriptions_repo.get(conn, sub.id)  # type: ignore[arg-type]  # until get takes a Db
 
 
 def _proration(
@@ -111,7 +110,7 @@ def _proration(
 
 
 async def change_plan(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     plan_code: str,
@@ -135,7 +134,7 @@ async def change_plan(
     """
 
     async def decide(sub: subscriptions_repo.Subscription, now: datetime) -> Decision[PlanChange]:
-        new_plan = await plans_repo.get_by_code(session, plan_code)
+        new_plan = await plans_repo.get_by_code(conn, plan_code)
         if effective == EFFECTIVE_PERIOD_END:
             return _schedule(sub, new_plan, now)
         state = subscriptions_repo.domain_state(sub)
@@ -146,21 +145,21 @@ async def change_plan(
         if sub.status == SubscriptionStatus.CANCELED:
             sub_domain.change_plan(state, new_plan.code, now)  # raises SubscriptionCanceledError
         _require_same_currency(sub, new_plan)
-        discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+        discount = (await coupons_repo.discounts_for(conn, [sub.id])).get(sub.id)
         in_trial = sub.status == SubscriptionStatus.TRIALING
         if new_plan.billing_interval != sub.plan_interval and not in_trial:
             # In a trial nothing was charged and the trial ends at the anchor: the new plan's
             # interval simply counts from there. Otherwise a new period starts now.
-            return await _change_interval(session, sub, new_plan, now, proration_behavior, discount)
-        return await _prorate(session, sub, new_plan, now, proration_behavior, discount)
+            return await _change_interval(conn, sub, new_plan, now, proration_behavior, discount)
+        return await _prorate(conn, sub, new_plan, now, proration_behavior, discount)
 
     async def renewed_if_due(
         sub: subscriptions_repo.Subscription, now: datetime
     ) -> subscriptions_repo.Subscription:
-        return await _renewed_if_due(session, sub, now)
+        return await _renewed_if_due(conn, sub, now)
 
     return await change_subscription(
-        session,
+        conn,  # type: ignore[arg-type]  # until change_subscription takes a Db
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE
@@ -174,7 +173,7 @@ async def change_plan(
 
 
 async def _prorate(
-    session: AsyncSession,
+    conn: Db,
     sub: subscriptions_repo.Subscription,
     new_plan: plans_repo.Plan,
     now: datetime,
@@ -190,7 +189,7 @@ async def _prorate(
     if proration.due > 0:
         # The change's lines, taxed at the subscription's rate (if it has a tax location);
         # the credit balance pays the taxed amount.
-        rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
+        rate = (await tax_repo.rates_for(conn, [sub.id])).get(sub.id)
         priced = taxed_at(
             rate,
             invoice_lines.proration_lines(
@@ -211,20 +210,18 @@ async def _prorate(
         events = list(decided.events)
         invoice: invoices_repo.Invoice | None = None
         if priced is not None:
-            invoice = await _insert_proration_invoice(
-                session, sub, new_plan, priced, credit_used, now
-            )
+            invoice = await _insert_proration_invoice(conn, sub, new_plan, priced, credit_used, now)
             events += opened_invoice_events(invoice, priced.tax)
         elif credit_granted:
             await subscriptions_repo.add_credit_entry(
-                session,
+                conn,
                 subscription_id=sub.id,
                 amount=credit_granted,
                 reason="DOWNGRADE",
                 now=now,
             )
             if behavior == PRORATION_ALWAYS:
-                events += await _apply_credit_now(session, sub.id, credit_granted, now)
+                events += await _apply_credit_now(conn, sub.id, credit_granted, now)
         change = PlanChange(
             changed=True,
             due=proration.due,
@@ -239,7 +236,7 @@ async def _prorate(
 
 
 async def _insert_proration_invoice(
-    session: AsyncSession,
+    conn: Db,
     sub: subscriptions_repo.Subscription,
     new_plan: plans_repo.Plan,
     priced: TaxedLines,
@@ -249,7 +246,7 @@ async def _insert_proration_invoice(
     """The PRORATION invoice of an upgrade for [now, period end), its lines checked, and the
     credit it consumed on the ledger."""
     invoice = await invoices_repo.insert_invoice(
-        session,
+        conn,
         subscription_id=sub.id,
         customer_id=sub.customer_id,
         kind="PRORATION",
@@ -268,10 +265,10 @@ async def _insert_proration_invoice(
         credit_applied=invoice.credit_applied,
         amount=invoice.amount,
     )
-    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
+    await invoice_lines_repo.insert_lines(conn, [(invoice.id, lines)])
     if credit_used:
         await subscriptions_repo.add_credit_entry(
-            session,
+            conn,
             subscription_id=sub.id,
             amount=-credit_used,
             reason="INVOICE",
@@ -282,20 +279,20 @@ async def _insert_proration_invoice(
 
 
 async def _apply_credit_now(
-    session: AsyncSession, subscription_id: int, credit: int, now: datetime
+    conn: Db, subscription_id: int, credit: int, now: datetime
 ) -> list[ev.DomainEvent]:
     """``always_invoice`` on a downgrade: the credit just granted pays the OPEN invoices whose
     collection never started, at once (the subscription row is already locked and versioned by
     this change); each gets a CREDIT_APPLIED line for the credit it took (its amount still the
     sum of its lines, checked as they are written); InvoicePaid for each one paid in full."""
-    applied = await invoices_repo.apply_credit_to_open(session, subscription_id, credit, now=now)
+    applied = await invoices_repo.apply_credit_to_open(conn, subscription_id, credit, now=now)
     events: list[ev.DomainEvent] = []
     for use in applied:
         await invoice_lines_repo.append_lines(
-            session, use.invoice_id, invoice_lines.credit_line(use.used)
+            conn, use.invoice_id, invoice_lines.credit_line(use.used)
         )
         await subscriptions_repo.add_credit_entry(
-            session,
+            conn,
             subscription_id=subscription_id,
             amount=-use.used,
             reason="INVOICE",
@@ -306,7 +303,7 @@ async def _apply_credit_now(
             events.append(ev.invoice_paid(subscription_id, use.invoice_id, 0, use.currency, now))
     used = sum(use.used for use in applied)
     if used:
-        await subscriptions_repo.consume_credit(session, subscription_id, used, now=now)
+        await subscriptions_repo.consume_credit(conn, subscription_id, used, now=now)
     return events
 
 
@@ -319,7 +316,7 @@ def _require_same_currency(sub: subscriptions_repo.Subscription, new_plan: plans
 
 
 async def _change_interval(
-    session: AsyncSession,
+    conn: Db,
     sub: subscriptions_repo.Subscription,
     new_plan: plans_repo.Plan,
     now: datetime,
@@ -355,7 +352,7 @@ async def _change_interval(
         credit_unused=behavior != PRORATION_NONE,
     )
     period, index = change.new_period, change.anchor_period_index
-    rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
+    rate = (await tax_repo.rates_for(conn, [sub.id])).get(sub.id)
     priced = taxed_at(
         rate, plan_period_lines(new_plan.code, new_plan.price_amount, discount, index, period)
     )
@@ -364,10 +361,10 @@ async def _change_interval(
     async def write(_version: int, decided: Outcome[PlanChange]) -> Outcome[PlanChange]:
         if change.credit:
             await subscriptions_repo.add_credit_entry(
-                session, subscription_id=sub.id, amount=change.credit, reason="DOWNGRADE", now=now
+                conn, subscription_id=sub.id, amount=change.credit, reason="DOWNGRADE", now=now
             )
         invoice = await insert_period_invoice(
-            session,
+            conn,
             sub,
             period_index=index,
             period=period,
@@ -378,7 +375,7 @@ async def _change_interval(
         )
         events = [*decided.events, *opened_invoice_events(invoice, priced.tax)]
         if behavior == PRORATION_ALWAYS and split.credit_remaining:
-            events += await _apply_credit_now(session, sub.id, split.credit_remaining, now)
+            events += await _apply_credit_now(conn, sub.id, split.credit_remaining, now)
         result = PlanChange(
             changed=True,
             due=-change.credit,
@@ -426,7 +423,7 @@ def _schedule(
 
 
 async def cancel_scheduled_change(
-    session: AsyncSession,
+    conn: Db,
     *,
     subscription_id: int,
     now: datetime,
@@ -439,7 +436,7 @@ async def cancel_scheduled_change(
         return _schedule(sub, None, now)
 
     change = await change_subscription(
-        session,
+        conn,  # type: ignore[arg-type]  # until change_subscription takes a Db
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from billing_core.db.pg import Db
 from billing_core.domain import numbering as rules
 from billing_core.domain.numbering import DocumentKind
 from billing_core.repo import document_numbers as repo
@@ -41,26 +42,26 @@ def assign(
 
 
 async def _number(
-    db: repo.Db,
+    conn: Db,
     kind: DocumentKind,
     docs: Sequence[repo.Unnumbered],
-    write: Callable[[repo.Db, Sequence[tuple[int, str]]], Awaitable[int]],
+    write: Callable[[Db, Sequence[tuple[int, str]]], Awaitable[int]],
 ) -> int:
     if not docs:
         return 0
     counts = Counter(rules.series(kind, d.issued_at) for d in docs)
-    before = await repo.reserve(db, counts)
+    before = await repo.reserve(conn, counts)
     numbers = assign(kind, docs, before)
-    written = await write(db, numbers)
+    written = await write(conn, numbers)
     if written != len(numbers):  # the rows were locked: this cannot happen but by a bug
         raise RuntimeError(f"{kind} numbering wrote {written} of {len(numbers)} numbers")
     return written
 
 
-async def number_documents(db: repo.Db, *, limit: int) -> NumberingResult:
+async def number_documents(conn: Db, *, limit: int) -> NumberingResult:
     """Number up to ``limit`` invoices and ``limit`` credit notes."""
-    invoices = await repo.lock_unnumbered_invoices(db, limit=limit)
-    n_invoices = await _number(db, DocumentKind.INVOICE, invoices, repo.number_invoices)
-    refunds = await repo.lock_unnumbered_credit_notes(db, limit=limit)
-    n_notes = await _number(db, DocumentKind.CREDIT_NOTE, refunds, repo.number_credit_notes)
+    invoices = await repo.lock_unnumbered_invoices(conn, limit=limit)
+    n_invoices = await _number(conn, DocumentKind.INVOICE, invoices, repo.number_invoices)
+    refunds = await repo.lock_unnumbered_credit_notes(conn, limit=limit)
+    n_notes = await _number(conn, DocumentKind.CREDIT_NOTE, refunds, repo.number_credit_notes)
     return NumberingResult(n_invoices, n_notes)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain.credit import CreditSplit
 from billing_core.domain.period import Period
@@ -17,7 +16,7 @@ from billing_core.repo import subscriptions as subscriptions_repo
 
 
 async def insert_period_invoice(
-    session: AsyncSession,
+    conn: Db,
     sub: subscriptions_repo.Subscription,
     *,
     period_index: int,
@@ -31,7 +30,7 @@ async def insert_period_invoice(
     takes, their total checked against the invoice's), and the credit taken from the balance
     (``split``: the subscription row already holds what is left)."""
     invoice = await invoices_repo.insert_invoice(
-        session,
+        conn,
         subscription_id=sub.id,
         customer_id=sub.customer_id,
         kind="RENEWAL",
@@ -50,10 +49,10 @@ async def insert_period_invoice(
         credit_applied=invoice.credit_applied,
         amount=invoice.amount,
     )
-    await invoice_lines_repo.insert_lines(session, [(invoice.id, lines)])
+    await invoice_lines_repo.insert_lines(conn, [(invoice.id, lines)])
     if split.credit_used:
         await subscriptions_repo.add_credit_entry(
-            session,
+            conn,
             subscription_id=sub.id,
             amount=-split.credit_used,
             reason="INVOICE",

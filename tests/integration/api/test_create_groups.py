@@ -50,7 +50,7 @@ async def _item(
     conn: Connection, client_id: int, customer_id: int, key: str, *, trial: bool = False
 ) -> KeyedNew:
     ((subscription_id, invoice_id),) = await ids_repo.draw(conn, subscribe_uc.ID_SEQUENCES, 1)
-    plan = next(p for p in await plans.fetch_active(conn) if p.code == "PRO_MONTHLY")
+    plan = next(p for p in await plans.list_active(conn) if p.code == "PRO_MONTHLY")
     new = subscribe_uc.new_subscription(
         plan,
         subscription_id=subscription_id,
