@@ -27,6 +27,7 @@ from billing_core.usecases import subscribe as subscribe_uc
 from services.api import openapi, problems
 from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
 from services.api.console import routes as console_routes
+from services.api.console import web as console_web
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
 from services.api.idempotency import purge_loop
 from services.api.middleware import RequestContextMiddleware
@@ -77,7 +78,7 @@ CREATE_GROUP_SIZE = 32
 
 
 class UnsafeSettings(RuntimeError):
-    """The API refuses to start: a webhook secret is missing, a placeholder, or a development
+    """The API refuses to be made: a webhook secret is missing, a placeholder, or a development
     one outside the development profile."""
 
 
@@ -174,8 +175,8 @@ async def close_context(context: AppContext) -> None:
 
 
 def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
-    """The API application; it refuses to start (:func:`refuse_unsafe`) with unsafe webhook
-    secrets."""
+    """The API application; refused (:func:`refuse_unsafe`) with unsafe webhook secrets."""
+    refuse_unsafe(settings)
     context = AppContext(
         settings=settings,
         clock=clock,
@@ -190,7 +191,6 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        refuse_unsafe(settings)
         await open_context(context, settings, clock)
         internal = internal_server(app, context)
         await internal.start()
@@ -223,7 +223,7 @@ def create_app(settings: ApiSettings, clock: Clock) -> FastAPI:
         openapi_url="/openapi.json" if settings.api_public_docs else None,
     )
     app.state.context = context
-    problems.install(app)
+    problems.install(app, console_web.ERROR_PAGES if settings.console_enabled else None)
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_body_bytes)
     # The routes join the application's own router, in this order: a request is matched
     # against one list, where each included router would be one more level walked per request.

@@ -15,9 +15,11 @@ rotation chain, so that a retry sent with the key that replaced it finds the sam
   replaced; the API process also deletes expired records every
   ``idempotency_purge_interval_seconds`` (:func:`purge_loop`).
 
-A write on a session claims the key with its own statements (:meth:`IdempotentWrite.run`); a
-new subscription's create statement claims it for each of its rows
-(:meth:`IdempotentWrite.create`). Either way one method decides the key's answer.
+A write claims the key with the claim of ``repo.idempotency`` (:meth:`IdempotentWrite.run`); a
+new subscription's create statement makes the same claim for each of its rows
+(:meth:`IdempotentWrite.create`). Either way one method decides the key's answer. A first
+request that committed while a second one ran (unseen by the claim's snapshot) makes the
+second one's writes fail on its stored response: the second runs again and replays it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Annotated, Any
 
 from asyncpg import UniqueViolationError  # type: ignore[import-untyped]
 from fastapi import Depends, Header, Request
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
@@ -143,16 +146,19 @@ class IdempotentWrite:
         concurrent one on the same subscription (``VersionConflict``: a renewal, a payment
         result) runs again, in a new transaction on the row as it now is; at most
         ``CONFLICT_ATTEMPTS`` times."""
-        retry_conflicts = expected_version is None
         attempt = 1
         while True:
             try:
                 return await self._run_once(work)
             except subscriptions_repo.VersionConflict:
-                if not retry_conflicts or attempt >= CONFLICT_ATTEMPTS:
+                if expected_version is not None or attempt >= CONFLICT_ATTEMPTS:
                     raise
-                attempt += 1
-                log.info("write_retried_after_version_conflict", attempt=attempt)
+                log.info("write_retried_after_version_conflict", attempt=attempt + 1)
+            except (UniqueViolationError, IntegrityError) as exc:
+                if not _stored_meanwhile(exc) or attempt >= CONFLICT_ATTEMPTS:
+                    raise
+                log.info("write_ran_again_after_a_first_request_committed", attempt=attempt + 1)
+            attempt += 1
 
     async def _run_once(self, work: Work) -> Response:
         ctx = self._ctx
@@ -172,16 +178,10 @@ class IdempotentWrite:
     async def _claim(
         self, session: AsyncSession, fingerprint: bytes, now: datetime
     ) -> Response | None:
-        """Take the key's lock and look it up, in ``session``'s transaction (an expired
-        response is deleted): the answer the key already has, if any."""
+        """Claim the key in ``session``'s transaction: the answer it already has, if any."""
         assert self.key is not None
-        owner = self.client.chain_id
-        locked = await idempotency_repo.try_lock(session, owner, self.key)
-        stored = await idempotency_repo.find(session, owner, self.key) if locked else None
-        if stored is not None and stored.expires_at <= now:
-            await idempotency_repo.delete_key(session, owner, self.key)
-            stored = None
-        return self._claimed(locked, stored, fingerprint)
+        claim = await idempotency_repo.claim(session, self.client.chain_id, self.key, now=now)
+        return self._claimed(claim.locked, claim.stored, fingerprint)
 
     def _claimed(
         self, locked: bool, stored: StoredResponse | None, fingerprint: bytes
@@ -211,7 +211,7 @@ class IdempotentWrite:
             except DomainError as refused:
                 return await self._refused(refused, fingerprint)
             except UniqueViolationError as exc:
-                if exc.constraint_name != STORED_KEY_CONSTRAINT or attempt >= CONFLICT_ATTEMPTS:
+                if not _stored_meanwhile(exc) or attempt >= CONFLICT_ATTEMPTS:
                     raise
                 attempt += 1
                 log.info("create_ran_again_after_a_first_request_committed", attempt=attempt)
@@ -272,6 +272,15 @@ class IdempotentWrite:
             status_code=stored.status,
             headers={**stored.headers, REPLAYED_HEADER: "true"},
         )
+
+
+def _stored_meanwhile(exc: Exception) -> bool:
+    """Did a first request with the key commit its stored response while this one ran (the
+    claim's snapshot predates the key's lock)?"""
+    cause = exc.orig.__cause__ if isinstance(exc, IntegrityError) and exc.orig else exc
+    return (
+        isinstance(cause, UniqueViolationError) and cause.constraint_name == STORED_KEY_CONSTRAINT
+    )
 
 
 def _headers(outcome: Outcome) -> dict[str, str]:

@@ -9,7 +9,7 @@ from billing_core.clock import clock_from_offset
 from billing_core.logging import configure_logging
 from billing_core.runtime import build_info
 from billing_core.runtime.garbage_collection import quiet_garbage_collector
-from services.api.app import UnsafeSettings, create_app, refuse_unsafe
+from services.api.app import UnsafeSettings, create_app
 from services.api.settings import ApiSettings
 
 
@@ -18,10 +18,9 @@ def main() -> None:
     configure_logging(settings.process_name, settings.log_level, settings.log_json)
     build_info.publish("api")
     try:
-        refuse_unsafe(settings)
+        app = create_app(settings, clock_from_offset(settings.clock_offset_seconds))
     except UnsafeSettings:
         raise SystemExit(2) from None  # logged, naming the settings
-    app = create_app(settings, clock_from_offset(settings.clock_offset_seconds))
     # The app, its routes and models live as long as the process: never scanned again, and
     # full collections made rare (a full collection stalls every request in flight).
     quiet_garbage_collector()

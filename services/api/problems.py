@@ -1,4 +1,5 @@
-"""Every error answer is ``application/problem+json`` (RFC 9457), built here and only here.
+"""Every error answer of the API is ``application/problem+json`` (RFC 9457), built here and only
+here; :func:`install` registers its handlers with the console's HTML error pages.
 
 Each problem has a stable ``type`` URI (``urn:problem-type:billing:<slug>``), a short ``title``,
 the HTTP ``status``, a ``detail`` for humans, the ``instance`` (request path) and the
@@ -10,7 +11,7 @@ one table that knows about status codes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,8 +266,17 @@ async def _on_domain_error(request: Request, exc: Exception) -> Response:
     return _for_request(request, kind, str(exc) or None, extensions=extensions)
 
 
-def install(app: FastAPI) -> None:
-    app.add_exception_handler(RequestValidationError, _on_validation)
-    app.add_exception_handler(StarletteHTTPException, _on_http)
-    app.add_exception_handler(ApiProblem, _on_api_problem)
-    app.add_exception_handler(domain_errors.DomainError, _on_domain_error)
+ErrorHandler = Callable[[Request, Exception], Awaitable[Response]]
+_HANDLERS: Mapping[type[Exception], ErrorHandler] = {
+    RequestValidationError: _on_validation,
+    StarletteHTTPException: _on_http,
+    ApiProblem: _on_api_problem,
+    domain_errors.DomainError: _on_domain_error,
+}
+
+
+def install(app: FastAPI, pages: Mapping[type[Exception], ErrorHandler] | None = None) -> None:
+    """Every error answer of ``app``, in its one registry of handlers: the API's problems and
+    ``pages``, the HTML error pages of the console (``console.web.ERROR_PAGES``)."""
+    for error, handler in {**_HANDLERS, **(pages or {})}.items():
+        app.add_exception_handler(error, handler)

@@ -49,15 +49,23 @@ async def test_an_entry_and_rows_of_a_relation_are_written_alike(engine: AsyncEn
                     AS r(id, detail)
             )
         """
-        values = (
-            ":at", "'CLI'", "NULL", ":action", ":subject_type",
-            "r.id", "r.id", "r.id + 1", "NULL", "r.detail",
-        )  # fmt: skip
+        values = {
+            "occurred_at": ":at",
+            "source": "'CLI'",
+            "client_id": "NULL",
+            "action": ":action",
+            "subject_type": ":subject_type",
+            "subject_id": "r.id",
+            "version_before": "r.id",
+            "version_after": "r.id + 1",
+            "request_id": "NULL",
+            "detail": "r.detail",
+        }
         await conn.execute(
             text(relation + audit.insert_select_sql(values, rows="r")),
             {
                 "ids": [e.subject_id for e in entries],
-                "details": [audit.parameters(e, NOW)[-1] for e in entries],
+                "details": [audit.parameters(e, NOW)["detail"] for e in entries],
                 "at": NOW,
                 "action": audit.SUBSCRIPTION_CANCEL,
                 "subject_type": audit.SUBSCRIPTION,

@@ -15,15 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import func, insert, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-
-from billing_core.db import tables as t
+from billing_core.db import pg
+from billing_core.db.arrays import text_array
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.errors import DomainError
 from billing_core.domain.scopes import Scope
 
 KEY_PREFIX = "bk_"
-_c = t.api_client
 # last_used_at is written by the look-up at most this often per key (a hot key would otherwise
 # rewrite its row on every cache miss of every replica).
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -113,16 +111,8 @@ def _scopes(values: Sequence[str]) -> tuple[Scope, ...]:
 
 
 _INFO_COLUMNS = (
-    _c.c.id,
-    _c.c.name,
-    _c.c.key_prefix,
-    _c.c.scopes,
-    _c.c.created_at,
-    _c.c.last_used_at,
-    _c.c.expires_at,
-    _c.c.revoked_at,
-    _c.c.rate_limit_per_minute,
-    _c.c.rotated_from_id,
+    "id, name, key_prefix, scopes, created_at, last_used_at, expires_at, revoked_at, "
+    "rate_limit_per_minute, rotated_from_id"
 )
 
 
@@ -132,8 +122,19 @@ def _info(row: Any) -> ApiKeyInfo:
     return ApiKeyInfo(**values)
 
 
+_CREATE = Statement(
+    f"""
+    INSERT INTO api_client (name, key_prefix, key_hash, created_at, scopes, expires_at,
+                            rate_limit_per_minute, rotated_from_id)
+    VALUES (:name, :key_prefix, :key_hash, :created_at, CAST(:scopes AS text)::text[],
+            :expires_at, :rate_limit_per_minute, :rotated_from_id)
+    RETURNING {_INFO_COLUMNS}
+    """
+)
+
+
 async def create(
-    session: AsyncSession,
+    conn: Db,
     *,
     name: str,
     now: datetime,
@@ -146,32 +147,27 @@ async def create(
     if not scopes:
         raise ValueError("an API key needs at least one scope")
     key = new_key()
-    row = (
-        (
-            await session.execute(
-                insert(_c)
-                .values(
-                    name=name,
-                    key_prefix=display_prefix(key),
-                    key_hash=hash_key(key),
-                    created_at=now,
-                    scopes=[str(s) for s in _scopes([str(s) for s in scopes])],
-                    expires_at=expires_at,
-                    rate_limit_per_minute=rate_limit_per_minute,
-                    rotated_from_id=rotated_from_id,
-                )
-                .returning(*_INFO_COLUMNS)
-            )
-        )
-        .mappings()
-        .one()
+    row = await pg.fetchrow(
+        conn,
+        _CREATE,
+        {
+            "name": name,
+            "key_prefix": display_prefix(key),
+            "key_hash": hash_key(key),
+            "created_at": now,
+            "scopes": text_array(str(s) for s in _scopes([str(s) for s in scopes])),
+            "expires_at": expires_at,
+            "rate_limit_per_minute": rate_limit_per_minute,
+            "rotated_from_id": rotated_from_id,
+        },
     )
+    assert row is not None
     return _info(row), key
 
 
 # The verification of a key, the first key of its rotation chain, and its last use noted (at
 # most once per LAST_USED_RESOLUTION), in one statement.
-_FIND_ACTIVE = text(
+_FIND_ACTIVE = Statement(
     """
 WITH RECURSIVE k AS (
     SELECT id, name, key_prefix, scopes, expires_at, rate_limit_per_minute, last_used_at,
@@ -193,16 +189,11 @@ FROM k
 )
 
 
-async def find_active_by_key(session: AsyncSession, key: str, *, now: datetime) -> ApiClient | None:
-    row = (
-        (
-            await session.execute(
-                _FIND_ACTIVE,
-                {"hash": hash_key(key), "now": now, "stale": now - LAST_USED_RESOLUTION},
-            )
-        )
-        .mappings()
-        .first()
+async def find_active_by_key(conn: Db, key: str, *, now: datetime) -> ApiClient | None:
+    row = await pg.fetchrow(
+        conn,
+        _FIND_ACTIVE,
+        {"hash": hash_key(key), "now": now, "stale": now - LAST_USED_RESOLUTION},
     )
     if row is None:
         return None
@@ -217,7 +208,7 @@ async def find_active_by_key(session: AsyncSession, key: str, *, now: datetime) 
     )
 
 
-_STILL_HOLDS = text(
+_STILL_HOLDS = Statement(
     """
     SELECT 1 FROM api_client
     WHERE id = :id AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
@@ -226,42 +217,48 @@ _STILL_HOLDS = text(
 )
 
 
-async def still_holds(
-    db: AsyncSession | AsyncConnection, client_id: int, scope: Scope, *, now: datetime
-) -> bool:
+async def still_holds(conn: Db, client_id: int, scope: Scope, *, now: datetime) -> bool:
     """Is this client still active (not revoked, not expired) and does it still hold ``scope``?"""
-    found = await db.execute(_STILL_HOLDS, {"id": client_id, "scope": str(scope), "now": now})
-    return found.first() is not None
+    found = await pg.fetchrow(
+        conn, _STILL_HOLDS, {"id": client_id, "scope": str(scope), "now": now}
+    )
+    return found is not None
 
 
-async def list_all(
-    session: AsyncSession, *, include_inactive: bool, now: datetime
-) -> list[ApiKeyInfo]:
-    query = select(*_INFO_COLUMNS).order_by(_c.c.id)
-    if not include_inactive:
-        query = query.where(
-            _c.c.revoked_at.is_(None), (_c.c.expires_at.is_(None)) | (_c.c.expires_at > now)
-        )
-    return [_info(row) for row in (await session.execute(query)).mappings()]
+_LIST_ALL = Statement(f"SELECT {_INFO_COLUMNS} FROM api_client ORDER BY id")
+_LIST_ACTIVE = Statement(
+    f"""
+    SELECT {_INFO_COLUMNS} FROM api_client
+    WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > :now)
+    ORDER BY id
+    """
+)
 
 
-async def lock_by_prefix(session: AsyncSession, prefix: str) -> ApiKeyInfo:
+async def list_all(conn: Db, *, include_inactive: bool, now: datetime) -> list[ApiKeyInfo]:
+    if include_inactive:
+        rows = await pg.fetch(conn, _LIST_ALL)
+    else:
+        rows = await pg.fetch(conn, _LIST_ACTIVE, {"now": now})
+    return [_info(row) for row in rows]
+
+
+_LOCK_BY_PREFIX = Statement(
+    f"""
+    SELECT {_INFO_COLUMNS} FROM api_client
+    WHERE starts_with(key_prefix, :prefix)
+    ORDER BY id
+    LIMIT 2
+    FOR UPDATE
+    """
+)
+
+
+async def lock_by_prefix(conn: Db, prefix: str) -> ApiKeyInfo:
     """The key whose prefix starts with ``prefix``, row-locked until the end of the transaction."""
     if len(prefix) < 6:
         raise ApiKeyAmbiguous(prefix)
-    rows = (
-        (
-            await session.execute(
-                select(*_INFO_COLUMNS)
-                .where(func.starts_with(_c.c.key_prefix, prefix))
-                .order_by(_c.c.id)
-                .limit(2)
-                .with_for_update()
-            )
-        )
-        .mappings()
-        .all()
-    )
+    rows = await pg.fetch(conn, _LOCK_BY_PREFIX, {"prefix": prefix})
     if not rows:
         raise ApiKeyNotFound(prefix)
     if len(rows) > 1:
@@ -269,25 +266,25 @@ async def lock_by_prefix(session: AsyncSession, prefix: str) -> ApiKeyInfo:
     return _info(rows[0])
 
 
-async def revoke(session: AsyncSession, client_id: int, *, now: datetime) -> bool:
-    result = await session.execute(
-        update(_c)
-        .where(_c.c.id == client_id, _c.c.revoked_at.is_(None))
-        .values(revoked_at=now)
-        .returning(_c.c.id)
-    )
-    return result.first() is not None
+_REVOKE = Statement("UPDATE api_client SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL")
 
 
-async def revoke_by_prefix(session: AsyncSession, prefix: str, *, now: datetime) -> ApiKeyInfo:
+async def revoke(conn: Db, client_id: int, *, now: datetime) -> bool:
+    return await pg.execute(conn, _REVOKE, {"id": client_id, "now": now}) > 0
+
+
+async def revoke_by_prefix(conn: Db, prefix: str, *, now: datetime) -> ApiKeyInfo:
     """Revoke the key (already revoked: unchanged); return it as it is now."""
-    found = await lock_by_prefix(session, prefix)
-    await revoke(session, found.id, now=now)
-    return await lock_by_prefix(session, found.key_prefix)
+    found = await lock_by_prefix(conn, prefix)
+    await revoke(conn, found.id, now=now)
+    return await lock_by_prefix(conn, found.key_prefix)
+
+
+_SHORTEN = Statement("UPDATE api_client SET expires_at = :expires_at WHERE id = :id")
 
 
 async def rotate(
-    session: AsyncSession,
+    conn: Db,
     prefix: str,
     *,
     now: datetime,
@@ -296,15 +293,15 @@ async def rotate(
 ) -> tuple[ApiKeyInfo, ApiKeyInfo, str]:
     """A new key like the active key ``prefix`` (name, scopes, limit); the old one stays valid
     for ``grace`` more (or until it expires, if sooner). Returns (old, new, the new key)."""
-    old = await lock_by_prefix(session, prefix)
+    old = await lock_by_prefix(conn, prefix)
     if old.status_at(now) != "active":
         raise ApiKeyInactive(old.key_prefix)
     old_ends = now + grace
     if old.expires_at is not None and old.expires_at < old_ends:
         old_ends = old.expires_at
-    await session.execute(update(_c).where(_c.c.id == old.id).values(expires_at=old_ends))
+    await pg.execute(conn, _SHORTEN, {"id": old.id, "expires_at": old_ends})
     new, key = await create(
-        session,
+        conn,
         name=old.name,
         now=now,
         scopes=old.scopes,
@@ -312,4 +309,4 @@ async def rotate(
         rate_limit_per_minute=old.rate_limit_per_minute,
         rotated_from_id=old.id,
     )
-    return await lock_by_prefix(session, old.key_prefix), new, key
+    return await lock_by_prefix(conn, old.key_prefix), new, key

@@ -7,13 +7,13 @@ the action, the subject, its version before and after, and the request id of the
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
 # Actions (audit_event.action).
 SUBSCRIPTION_CREATE = "subscription.create"
@@ -40,29 +40,20 @@ RECONCILIATION_ITEM = "reconciliation_item"
 CUSTOMER = "customer"
 COUPON = "coupon"
 
-_COLUMNS = (
-    "occurred_at",
-    "source",
-    "client_id",
-    "action",
-    "subject_type",
-    "subject_id",
-    "version_before",
-    "version_after",
-    "request_id",
-    "detail",
-)
-# The values of :func:`parameters`, by name, with their SQL types (``detail``: JSON text).
-ENTRY_COLUMNS = (
+# An audit row's columns, in insert order, with their SQL types (for a statement that takes
+# them as arrays); ``detail`` is JSON text, cast by the INSERT.
+COLUMNS = (
     ("occurred_at", "timestamptz"),
     ("source", "varchar"),
     ("client_id", "bigint"),
     ("action", "varchar"),
     ("subject_type", "varchar"),
+    ("subject_id", "bigint"),
+    ("version_before", "bigint"),
+    ("version_after", "bigint"),
     ("request_id", "text"),
     ("detail", "text"),
 )
-_NAMED_ENTRY = tuple(name for name, _ in ENTRY_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -93,23 +84,12 @@ class AuditEntry:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
-async def record(
-    session: AsyncSession | AsyncConnection, entry: AuditEntry, *, now: datetime
-) -> None:
-    values = dict(zip(_NAMED_ENTRY, parameters(entry, now), strict=True))
-    await session.execute(
-        _RECORD,
-        {
-            **values,
-            "subject_id": entry.subject_id,
-            "version_before": entry.version_before,
-            "version_after": entry.version_after,
-        },
-    )
+async def record(conn: Db, entry: AuditEntry, *, now: datetime) -> None:
+    await pg.execute(conn, _RECORD, parameters(entry, now))
 
 
 async def record_subscription_change(
-    session: AsyncSession | AsyncConnection,
+    conn: Db,
     actor: Actor | None,
     action: str,
     subscription_id: int,
@@ -131,53 +111,38 @@ async def record_subscription_change(
         version_after=after,
         detail=detail,
     )
-    await record(session, entry, now=now)
+    await record(conn, entry, now=now)
 
 
-def insert_select_sql(values: Sequence[str], rows: str = "") -> str:
-    """The one ``INSERT`` of audit rows: ``values`` are the SQL expressions of the columns, in
-    order (occurred_at, source, client_id, action, subject_type, subject_id, version_before,
-    version_after, request_id, detail as JSON text), read from ``rows`` (a relation of the
+def insert_select_sql(values: Mapping[str, str], rows: str = "") -> str:
+    """The one ``INSERT`` of audit rows: ``values`` holds the SQL expression of each of the
+    :data:`COLUMNS` by name (``detail`` as JSON text), read from ``rows`` (a relation of the
     caller's statement, one row each; none: one row)."""
-    if len(values) != len(_COLUMNS):
-        raise ValueError(f"{len(_COLUMNS)} audit values expected, got {len(values)}")
-    *plain, detail = values
+    if set(values) != {c for c, _ in COLUMNS}:
+        raise ValueError(f"audit values for {sorted(values)}, not the columns {COLUMNS}")
+    value = dict(values)
+    value["detail"] = f"CAST({value['detail']} AS jsonb)"
     source = f" FROM {rows}" if rows else ""
     return (
-        f"INSERT INTO audit_event ({', '.join(_COLUMNS)}) "
-        f"SELECT {', '.join(plain)}, CAST({detail} AS jsonb){source}"
+        f"INSERT INTO audit_event ({', '.join(c for c, _ in COLUMNS)}) "
+        f"SELECT {', '.join(value[c] for c, _ in COLUMNS)}{source}"
     )
 
 
-_RECORD = text(
-    insert_select_sql(
-        (
-            *(f":{c}" for c in _NAMED_ENTRY[:5]),
-            ":subject_id",
-            ":version_before",
-            ":version_after",
-            *(f":{c}" for c in _NAMED_ENTRY[5:]),
-        )
-    )
-)
+_RECORD = Statement(insert_select_sql({c: f":{c}" for c, _ in COLUMNS}))
 
 
-def insert_sql(first: int, *, subject: str, version_after: str) -> str:
-    """``INSERT`` of an :class:`AuditEntry` as one part of a caller's statement: one row per row
-    of the CTE ``subject`` (its ``id`` is the subject id), ``version_after`` an expression of
-    it; the other values are parameters from ``$first`` (:func:`parameters`)."""
-    p = [f"${first + i}" for i in range(7)]
-    return insert_select_sql((*p[:5], f"{subject}.id", "NULL", version_after, *p[5:]), rows=subject)
-
-
-def parameters(entry: AuditEntry, now: datetime) -> tuple[object, ...]:
-    """The entry's values but the subject id and versions, in :data:`ENTRY_COLUMNS` order."""
-    return (
-        now,
-        entry.actor.source,
-        entry.actor.client_id,
-        entry.action,
-        entry.subject_type,
-        entry.actor.request_id,
-        json.dumps(dict(entry.detail), separators=(",", ":")),
-    )
+def parameters(entry: AuditEntry, now: datetime) -> dict[str, object]:
+    """The entry's values by the name of their column (:data:`COLUMNS`)."""
+    return {
+        "occurred_at": now,
+        "source": entry.actor.source,
+        "client_id": entry.actor.client_id,
+        "action": entry.action,
+        "subject_type": entry.subject_type,
+        "subject_id": entry.subject_id,
+        "version_before": entry.version_before,
+        "version_after": entry.version_after,
+        "request_id": entry.actor.request_id,
+        "detail": json.dumps(dict(entry.detail), separators=(",", ":")),
+    }

@@ -3,23 +3,14 @@ any) subscriptions. Functions take a session or connection and never commit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from functools import cache
-
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from itertools import product
 
 from billing_core.db import pg
-from billing_core.db import tables as t
-from billing_core.db.pg import Statement
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.errors import DomainError
 from billing_core.repo import subscriptions as subscriptions_repo
-
-Db = AsyncSession | AsyncConnection
-
-_c = t.customer
 
 
 class CustomerNotFound(DomainError):
@@ -58,63 +49,112 @@ class NewCustomer:
     currency: str | None
 
 
-async def insert_customer(db: Db, new: NewCustomer, *, now: datetime) -> Customer:
+_COLUMNS = ", ".join(f.name for f in fields(Customer))
+
+_INSERT = Statement(
+    f"""
+    INSERT INTO customer (external_id, email, name, time_zone, currency, created_at, updated_at)
+    VALUES (:external_id, :email, :name, :time_zone, :currency, :now, :now)
+    ON CONFLICT (external_id) DO NOTHING
+    RETURNING {_COLUMNS}
+    """
+)
+_GET = Statement(f"SELECT {_COLUMNS} FROM customer WHERE id = :id")
+_GET_BY_EXTERNAL_ID = Statement(f"SELECT {_COLUMNS} FROM customer WHERE external_id = :external_id")
+_PAGE = Statement(f"SELECT {_COLUMNS} FROM customer ORDER BY id DESC LIMIT :limit")
+_PAGE_BEFORE = Statement(
+    f"SELECT {_COLUMNS} FROM customer WHERE id < :before_id ORDER BY id DESC LIMIT :limit"
+)
+
+
+async def insert_customer(conn: Db, new: NewCustomer, *, now: datetime) -> Customer:
     """Insert ``new``; :class:`CustomerExists` when its external id is taken (nothing written,
     the transaction stays usable)."""
-    statement = (
-        insert(_c)
-        .values(
-            external_id=new.external_id,
-            email=new.email,
-            name=new.name,
-            time_zone=new.time_zone,
-            currency=new.currency,
-            created_at=now,
-            updated_at=now,
-        )
-        .on_conflict_do_nothing(index_elements=[_c.c.external_id])
-        .returning(*_c.c)
+    row = await pg.fetchrow(
+        conn,
+        _INSERT,
+        {
+            "external_id": new.external_id,
+            "email": new.email,
+            "name": new.name,
+            "time_zone": new.time_zone,
+            "currency": new.currency,
+            "now": now,
+        },
     )
-    row = (await db.execute(statement)).mappings().first()
     if row is None:
-        existing = await get_by_external_id(db, new.external_id)
+        existing = await get_by_external_id(conn, new.external_id)
         raise CustomerExists(new.external_id, existing.id if existing else 0)
     return Customer(**row)
 
 
-async def get(db: Db, customer_id: int) -> Customer:
-    row = (await db.execute(select(_c).where(_c.c.id == customer_id))).mappings().first()
+async def get(conn: Db, customer_id: int) -> Customer:
+    row = await pg.fetchrow(conn, _GET, {"id": customer_id})
     if row is None:
         raise CustomerNotFound(customer_id)
     return Customer(**row)
 
 
-async def get_by_external_id(db: Db, external_id: str) -> Customer | None:
-    row = (await db.execute(select(_c).where(_c.c.external_id == external_id))).mappings().first()
+async def get_by_external_id(conn: Db, external_id: str) -> Customer | None:
+    row = await pg.fetchrow(conn, _GET_BY_EXTERNAL_ID, {"external_id": external_id})
     return None if row is None else Customer(**row)
 
 
-async def page(db: Db, *, limit: int, before_id: int | None = None) -> list[Customer]:
+async def page(conn: Db, *, limit: int, before_id: int | None = None) -> list[Customer]:
     """Up to ``limit`` customers, newest (highest id) first, below ``before_id`` if given."""
-    query = select(_c).order_by(_c.c.id.desc()).limit(limit)
-    if before_id is not None:
-        query = query.where(_c.c.id < before_id)
-    return [Customer(**row) for row in (await db.execute(query)).mappings()]
+    if before_id is None:
+        rows = await pg.fetch(conn, _PAGE, {"limit": limit})
+    else:
+        rows = await pg.fetch(conn, _PAGE_BEFORE, {"limit": limit, "before_id": before_id})
+    return [Customer(**row) for row in rows]
 
 
-@cache
-def _subscriptions_page(customer: bool, status: bool, before: bool) -> Statement:
-    where = [
-        *(["s.customer_id = :customer_id"] if customer else []),
-        *(["s.status = :status"] if status else []),
-        *(["s.id < :before_id"] if before else []),
-    ]
-    conditions = f" WHERE {' AND '.join(where)}" if where else ""
-    return Statement(f"{subscriptions_repo.SELECT_SQL}{conditions} ORDER BY s.id DESC LIMIT :limit")
+_PLAN_COLUMNS = {
+    "plan_id": "p.id",
+    "plan_code": "p.code",
+    "plan_name": "p.name",
+    "plan_price_amount": "p.price_amount",
+    "plan_currency": "p.currency",
+    "plan_interval": "p.billing_interval",
+    "scheduled_plan_code": "sp.code",
+    "scheduled_plan_price_amount": "sp.price_amount",
+    "scheduled_plan_interval": "sp.billing_interval",
+}
+_SUBSCRIPTION_FILTERS = (
+    "s.customer_id = :customer_id",
+    "s.status = :status",
+    "s.id < :before_id",
+)
+
+
+def _subscriptions_page(filters: tuple[bool, ...]) -> Statement:
+    """The page of subscriptions under the filters chosen (in :data:`_SUBSCRIPTION_FILTERS`
+    order): one statement per choice, so that each plan uses the indexes it can."""
+    selected = ", ".join(
+        f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
+        for f in fields(subscriptions_repo.Subscription)
+    )
+    where = " AND ".join(c for c, on in zip(_SUBSCRIPTION_FILTERS, filters, strict=True) if on)
+    return Statement(
+        f"""
+        SELECT {selected}
+        FROM subscription s JOIN plan p ON p.id = s.plan_id
+            LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id
+        {f"WHERE {where}" if where else ""}
+        ORDER BY s.id DESC
+        LIMIT :limit
+        """
+    )
+
+
+_SUBSCRIPTIONS_PAGES = {
+    filters: _subscriptions_page(filters)
+    for filters in product((False, True), repeat=len(_SUBSCRIPTION_FILTERS))
+}
 
 
 async def subscriptions_page(
-    db: Db,
+    conn: Db,
     *,
     limit: int,
     customer_id: int | None = None,
@@ -123,8 +163,8 @@ async def subscriptions_page(
 ) -> list[subscriptions_repo.Subscription]:
     """Up to ``limit`` subscriptions (with their plan), newest first, optionally only one
     customer's and/or in one status, below ``before_id`` if given."""
-    filters = {"customer_id": customer_id, "status": status, "before_id": before_id}
-    statement = _subscriptions_page(*(value is not None for value in filters.values()))
-    params = {name: value for name, value in filters.items() if value is not None}
-    rows = await pg.fetch(db, statement, {**params, "limit": limit})
+    given = {"customer_id": customer_id, "status": status, "before_id": before_id}
+    statement = _SUBSCRIPTIONS_PAGES[tuple(v is not None for v in given.values())]
+    params = {name: v for name, v in given.items() if v is not None}
+    rows = await pg.fetch(conn, statement, {"limit": limit, **params})
     return [subscriptions_repo.Subscription(**row) for row in rows]

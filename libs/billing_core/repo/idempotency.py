@@ -4,6 +4,13 @@ A record is written in the same transaction as the request's effects, so it exis
 those effects were committed. While a request runs, it holds a transaction-scoped advisory lock
 on a hash of (client, key): a concurrent request with the same key fails to take it and is told
 to retry later instead of running the work twice.
+
+A key is claimed by the CTEs of :func:`claim_sql` — the lock taken without waiting, the stored
+response looked up, an expired one deleted — in :func:`claim` for one request and in the create
+statement of ``subscription_groups`` for each request of a group. The look-up's snapshot
+predates the lock: a first request that committed in between is not seen, and its stored
+response makes the second one's insert fail (``pk_idempotency_key``): the caller runs the
+request again, and the claim then finds it.
 """
 
 from __future__ import annotations
@@ -15,12 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, text, tuple_
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from billing_core.db import tables as t
-
-_k = t.idempotency_key
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
 
 @dataclass(frozen=True)
@@ -34,50 +37,18 @@ class StoredResponse:
     expires_at: datetime
 
 
+@dataclass(frozen=True)
+class Claim:
+    """A key claimed: whether its lock was taken, and the live response stored under it."""
+
+    locked: bool
+    stored: StoredResponse | None
+
+
 def lock_id(client_id: int, key: str) -> int:
     """A signed 64-bit advisory-lock id for (client, key)."""
     digest = hashlib.sha256(f"idempotency:{client_id}:{key}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-async def try_lock(session: AsyncSession, client_id: int, key: str) -> bool:
-    """Take the (client, key) lock until the end of the transaction, without waiting."""
-    result = await session.execute(
-        text("SELECT pg_try_advisory_xact_lock(:id)"), {"id": lock_id(client_id, key)}
-    )
-    return bool(result.scalar_one())
-
-
-async def find(session: AsyncSession, client_id: int, key: str) -> StoredResponse | None:
-    row = (
-        await session.execute(
-            select(
-                _k.c.request_method,
-                _k.c.request_path,
-                _k.c.request_hash,
-                _k.c.response_status,
-                _k.c.response_headers,
-                _k.c.response_body,
-                _k.c.expires_at,
-            ).where(_k.c.client_id == client_id, _k.c.key == key)
-        )
-    ).first()
-    if row is None:
-        return None
-    method, path, req_hash, status, headers, body, expires_at = row
-    return StoredResponse(
-        method,
-        path,
-        bytes(req_hash),
-        int(status or 0),
-        dict(headers or {}),
-        bytes(body or b""),
-        expires_at,
-    )
-
-
-async def delete_key(session: AsyncSession, client_id: int, key: str) -> None:
-    await session.execute(delete(_k).where(_k.c.client_id == client_id, _k.c.key == key))
 
 
 @dataclass(frozen=True)
@@ -110,6 +81,70 @@ RECORD_COLUMNS = (
     ("completed_at", "timestamptz"),
     ("expires_at", "timestamptz"),
 )
+# What a claim reads of a stored response (:func:`stored_response`).
+STORED_COLUMNS = tuple(
+    c for c, _ in RECORD_COLUMNS if c not in ("client_id", "key", "completed_at")
+)
+
+
+def claim_sql(requests: str) -> str:
+    """The claim of each request's key, as CTEs of the caller's ``WITH``: ``requests`` is a
+    relation aliased ``r`` with columns ``n`` (the request's number), ``client_id``, ``key``,
+    ``lock_id`` and ``completed_at`` (the request's now). ``req``: its rows with ``ok``, the
+    key's lock taken; ``found``: the response stored under each locked key, by ``n``, live when
+    ``found.expires_at > req.completed_at``; ``expired``: those that were not, deleted."""
+    return f"""
+req AS MATERIALIZED (
+    SELECT r.*, pg_try_advisory_xact_lock(r.lock_id) AS ok FROM {requests}
+),
+found AS MATERIALIZED (
+    SELECT req.n, k.*
+    FROM req CROSS JOIN LATERAL (
+        SELECT {", ".join(STORED_COLUMNS)} FROM idempotency_key
+        WHERE client_id = req.client_id AND key = req.key
+        LIMIT 1
+    ) k
+    WHERE req.ok
+),
+expired AS MATERIALIZED (
+    DELETE FROM idempotency_key k USING req JOIN found ON found.n = req.n
+    WHERE found.expires_at <= req.completed_at AND k.client_id = req.client_id
+        AND k.key = req.key
+    RETURNING k.key
+)"""
+
+
+_CLAIM = Statement(
+    f"""
+WITH {
+        claim_sql(
+            "(SELECT 0 AS n, CAST(:client_id AS bigint) AS client_id, "
+            "CAST(:key AS varchar) AS key, CAST(:lock_id AS bigint) AS lock_id, "
+            "CAST(:now AS timestamptz) AS completed_at) AS r"
+        )
+    }
+SELECT req.ok AS locked, {", ".join(f"found.{c}" for c in STORED_COLUMNS)}
+FROM req LEFT JOIN found ON found.n = req.n AND found.expires_at > req.completed_at
+"""
+)
+
+
+async def claim(conn: Db, client_id: int, key: str, *, now: datetime) -> Claim:
+    """Claim ``key`` in ``conn``'s transaction (see the module)."""
+    row = await pg.fetchrow(
+        conn,
+        _CLAIM,
+        {"client_id": client_id, "key": key, "lock_id": lock_id(client_id, key), "now": now},
+    )
+    assert row is not None
+    return claimed(row)
+
+
+def claimed(row: Mapping[str, Any]) -> Claim:
+    """The :class:`Claim` of a row holding ``locked`` and the :data:`STORED_COLUMNS` of the live
+    response (NULL: none)."""
+    stored = None if row["request_method"] is None else stored_response(row)
+    return Claim(bool(row["locked"]), stored)
 
 
 def insert_select_sql(rows: str = "") -> str:
@@ -118,39 +153,32 @@ def insert_select_sql(rows: str = "") -> str:
     record is created and completed at once (``completed_at``)."""
     value = {c: f"{rows}.{c}" if rows else f":{c}" for c, _ in RECORD_COLUMNS}
     value["response_headers"] = f"CAST({value['response_headers']} AS jsonb)"
+    value["created_at"] = value["completed_at"]
+    columns = [c for c, _ in RECORD_COLUMNS] + ["created_at"]
     source = f" FROM {rows}" if rows else ""
     return (
-        "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
-        "request_hash, response_status, response_headers, response_body, created_at, "
-        "completed_at, expires_at) "
-        f"SELECT {', '.join(value[c] for c, _ in RECORD_COLUMNS[:8])}, {value['completed_at']}, "
-        f"{value['completed_at']}, {value['expires_at']}{source}"
+        f"INSERT INTO idempotency_key ({', '.join(columns)}) "
+        f"SELECT {', '.join(value[c] for c in columns)}{source}"
     )
 
 
-_SAVE = text(insert_select_sql())
+_SAVE = Statement(insert_select_sql())
 
 
-async def save(session: AsyncSession, record: NewRecord) -> None:
-    await session.execute(_SAVE, record_values(record))
-
-
-STORED_COLUMNS = (
-    "request_method, request_path, request_hash, response_status, response_headers, "
-    "response_body, expires_at"
-)
+async def save(conn: Db, record: NewRecord) -> None:
+    await pg.execute(conn, _SAVE, record_values(record))
 
 
 def stored_response(row: Mapping[str, Any]) -> StoredResponse:
     """A :class:`StoredResponse` from a row holding ``STORED_COLUMNS`` by name (the headers as
-    JSON text)."""
+    JSON text on the driver, decoded on a SQLAlchemy session)."""
     headers = row["response_headers"]
     return StoredResponse(
         row["request_method"],
         row["request_path"],
         bytes(row["request_hash"]),
         int(row["response_status"] or 0),
-        dict(json.loads(headers)) if headers else {},
+        dict(json.loads(headers) if isinstance(headers, str) else headers or {}),
         bytes(row["response_body"] or b""),
         row["expires_at"],
     )
@@ -173,18 +201,20 @@ def record_values(record: NewRecord) -> dict[str, object]:
     }
 
 
-async def purge_expired(session: AsyncSession, *, now: datetime, batch_size: int = 1000) -> int:
+_PURGE_EXPIRED = Statement(
+    """
+    WITH doomed AS (
+        SELECT client_id, key FROM idempotency_key
+        WHERE expires_at <= :now
+        LIMIT :batch_size
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM idempotency_key
+    WHERE (client_id, key) IN (SELECT client_id, key FROM doomed)
+    """
+)
+
+
+async def purge_expired(conn: Db, *, now: datetime, batch_size: int = 1000) -> int:
     """Delete up to ``batch_size`` expired records (rows other replicas hold are skipped)."""
-    doomed = (
-        select(_k.c.client_id, _k.c.key)
-        .where(_k.c.expires_at <= now)
-        .limit(batch_size)
-        .with_for_update(skip_locked=True)
-        .cte("doomed")
-    )
-    result = await session.execute(
-        delete(_k)
-        .where(tuple_(_k.c.client_id, _k.c.key).in_(select(doomed.c.client_id, doomed.c.key)))
-        .returning(_k.c.key)
-    )
-    return len(result.all())
+    return await pg.execute(conn, _PURGE_EXPIRED, {"now": now, "batch_size": batch_size})

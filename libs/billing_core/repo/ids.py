@@ -10,17 +10,29 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from billing_core.db.pg import Connection
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-async def draw(conn: Connection, sequences: Sequence[str], count: int) -> list[tuple[int, ...]]:
+def _statement(sequences: Sequence[str]) -> Statement:
+    if not sequences or not all(_NAME.match(name) for name in sequences):
+        raise ValueError(f"not sequence names: {sequences!r}")
+    columns = ", ".join(f"nextval('{name}') AS {name}" for name in sequences)
+    return Statement(f"SELECT {columns} FROM generate_series(1, CAST(:count AS int))")
+
+
+_STATEMENTS: dict[tuple[str, ...], Statement] = {}
+
+
+async def draw(conn: Db, sequences: Sequence[str], count: int) -> list[tuple[int, ...]]:
     """``count`` rows of the next value of each of ``sequences``, in one statement."""
     if count < 1:
         raise ValueError(f"count must be positive, not {count}")
-    if not sequences or not all(_NAME.match(name) for name in sequences):
-        raise ValueError(f"not sequence names: {sequences!r}")
-    columns = ", ".join(f"nextval('{name}')" for name in sequences)
-    rows = await conn.fetch(f"SELECT {columns} FROM generate_series(1, $1)", count)
-    return [tuple(int(v) for v in row) for row in rows]
+    names = tuple(sequences)
+    statement = _STATEMENTS.get(names)
+    if statement is None:
+        statement = _STATEMENTS[names] = _statement(names)
+    rows = await pg.fetch(conn, statement, {"count": count})
+    return [tuple(int(row[name]) for name in names) for row in rows]

@@ -30,7 +30,8 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
-from billing_core.db.pg import Connection
+from billing_core.db import pg
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.repo import audit, idempotency, outbox
@@ -87,8 +88,15 @@ _INVOICE_COLUMNS = (
     ("closed_at", "timestamptz"),
     ("created_at", "timestamptz"),
 )
-# audit.parameters(), by name.
-_AUDIT_COLUMNS = tuple((f"aud_{name}", kind) for name, kind in audit.ENTRY_COLUMNS)
+# The audit row's columns that the new subscription's row gives.
+_AUDIT_FROM_SUBSCRIPTION = {
+    "subject_id": "id",
+    "version_before": "NULL",
+    "version_after": "version",
+}
+_AUDIT_COLUMNS = tuple(
+    (f"aud_{name}", kind) for name, kind in audit.COLUMNS if name not in _AUDIT_FROM_SUBSCRIPTION
+)
 # One row per request.
 _REQUEST_COLUMNS = (
     ("n", "int"),
@@ -113,49 +121,22 @@ _LINE_COLUMNS = (
 )
 
 
-def _unnest(first: int, columns: tuple[tuple[str, str], ...], alias: str) -> str:
-    arrays = ", ".join(f"${first + i}::{kind}[]" for i, (_, kind) in enumerate(columns))
+def _unnest(prefix: str, columns: tuple[tuple[str, str], ...], alias: str) -> str:
+    """The rows of the arrays ``:<prefix><column>``, one per column, as ``alias``."""
+    arrays = ", ".join(f"CAST(:{prefix}{name} AS {kind}[])" for name, kind in columns)
     return f"unnest({arrays}) AS {alias}({', '.join(name for name, _ in columns)})"
 
 
-_FIRST_LINE = 1 + len(_REQUEST_COLUMNS)
-_FIRST_EVENT = _FIRST_LINE + len(_LINE_COLUMNS)
 # The audit row of each new subscription, from its request's columns (audit.insert_select_sql).
-_AUDIT_VALUES = (
-    "aud_occurred_at",
-    "aud_source",
-    "aud_client_id",
-    "aud_action",
-    "aud_subject_type",
-    "id",
-    "NULL",
-    "version",
-    "aud_request_id",
-    "aud_detail",
-)
-_STORED = [c.strip() for c in idempotency.STORED_COLUMNS.split(",")]
+_AUDIT_VALUES = {
+    **{name: f"aud_{name}" for name, _ in audit.COLUMNS},
+    **_AUDIT_FROM_SUBSCRIPTION,
+}
 
 
-INSERT_GROUP = f"""
-WITH req AS MATERIALIZED (
-    SELECT r.*, pg_try_advisory_xact_lock(r.lock_id) AS ok
-    FROM {_unnest(1, _REQUEST_COLUMNS, "r")}
-),
-found AS MATERIALIZED (
-    SELECT req.n, k.*
-    FROM req CROSS JOIN LATERAL (
-        SELECT {idempotency.STORED_COLUMNS} FROM idempotency_key
-        WHERE client_id = req.client_id AND key = req.key
-        LIMIT 1
-    ) k
-    WHERE req.ok
-),
-expired AS MATERIALIZED (
-    DELETE FROM idempotency_key k USING req JOIN found ON found.n = req.n
-    WHERE found.expires_at <= req.completed_at AND k.client_id = req.client_id
-        AND k.key = req.key
-    RETURNING k.key
-),
+INSERT_GROUP = Statement(
+    f"""
+WITH {idempotency.claim_sql(_unnest("r_", _REQUEST_COLUMNS, "r"))},
 go AS MATERIALIZED (
     SELECT req.* FROM req
     WHERE req.ok
@@ -190,17 +171,16 @@ sub AS (
         amount, period_start, period_end)
     SELECT go.inv_id, l.line_no, l.kind, l.description, l.quantity, l.unit_amount, l.amount,
         l.period_start, l.period_end
-    FROM {_unnest(_FIRST_LINE, _LINE_COLUMNS, "l")} JOIN go ON go.n = l.n
+    FROM {_unnest("l_", _LINE_COLUMNS, "l")} JOIN go ON go.n = l.n
     WHERE go.inv_id IS NOT NULL
     RETURNING invoice_id, amount
 ), ev AS (
     {
-    outbox.insert_sql(
-        bases="(SELECT id, 0::bigint AS base, occurred_at FROM go)",
-        occurred_at="b.occurred_at",
-        params=outbox.EventParams.positional(_FIRST_EVENT),
-    )
-}
+        outbox.insert_sql(
+            bases="(SELECT id, 0::bigint AS base, occurred_at FROM go)",
+            occurred_at="b.occurred_at",
+        )
+    }
     RETURNING aggregate_id
 ), aud AS (
     {audit.insert_select_sql(_AUDIT_VALUES, rows="go")}
@@ -218,10 +198,11 @@ SELECT req.n, req.ok AS locked,
         AS line_total,
     (SELECT count(*) FROM rec WHERE rec.client_id = req.client_id AND rec.key = req.key)
         AS records,
-    {", ".join(f"found.{c}" for c in _STORED)}
+    {", ".join(f"found.{c}" for c in idempotency.STORED_COLUMNS)}
 FROM req LEFT JOIN found ON found.n = req.n AND found.expires_at > req.completed_at
 ORDER BY req.n
 """
+)
 
 
 def _request(n: int, item: KeyedNew) -> dict[str, object]:
@@ -240,10 +221,9 @@ def _request(n: int, item: KeyedNew) -> dict[str, object]:
         },
         "occurred_at": item.now,
         **{
-            name: value
-            for (name, _), value in zip(
-                _AUDIT_COLUMNS, audit.parameters(item.audit_entry, item.now), strict=True
-            )
+            f"aud_{name}": value
+            for name, value in audit.parameters(item.audit_entry, item.now).items()
+            if name not in _AUDIT_FROM_SUBSCRIPTION
         },
         **idempotency.record_values(item.record),
         "lock_id": idempotency.lock_id(item.record.client_id, item.record.key),
@@ -267,25 +247,27 @@ def _lines(n: int, lines: Sequence[InvoiceLine]) -> list[dict[str, object]]:
     ]
 
 
-def _arrays(rows: list[dict[str, object]], columns: tuple[tuple[str, str], ...]) -> list[list[Any]]:
+def _arrays(
+    prefix: str, rows: list[dict[str, object]], columns: tuple[tuple[str, str], ...]
+) -> dict[str, list[Any]]:
     names = [name for name, _ in columns]
     if any(row.keys() != set(names) for row in rows):
         raise ValueError("a row does not match its columns")
-    return [[row[name] for row in rows] for name in names]
+    return {f"{prefix}{name}": [row[name] for row in rows] for name in names}
 
 
-def parameters(items: Sequence[KeyedNew]) -> list[object]:
-    """The statement's arrays: one per column of requests and of lines, then the events'
-    (``outbox.event_values``)."""
+def parameters(items: Sequence[KeyedNew]) -> dict[str, object]:
+    """The statement's arrays: one per column of requests (``r_``) and of lines (``l_``), then
+    the events' (``outbox.event_parameters``)."""
     requests, lines = [], []
     for n, item in enumerate(items):
         requests.append(_request(n, item))
         lines.extend(_lines(n, item.lines))
-    return [
-        *_arrays(requests, _REQUEST_COLUMNS),
-        *_arrays(lines, _LINE_COLUMNS),
-        *outbox.event_values([event for item in items for event in item.events]),
-    ]
+    return {
+        **_arrays("r_", requests, _REQUEST_COLUMNS),
+        **_arrays("l_", lines, _LINE_COLUMNS),
+        **outbox.event_parameters([event for item in items for event in item.events]),
+    }
 
 
 def _claimed(row: Mapping[str, Any], item: KeyedNew) -> Claimed:
@@ -308,11 +290,11 @@ def _claimed(row: Mapping[str, Any], item: KeyedNew) -> Claimed:
         expected = (1, int(invoice is not None), len(item.events), 1, total, 1)
     if written != expected:
         raise RuntimeError(f"the create statement wrote {written} for {expected}")
-    stored = None if row["request_method"] is None else idempotency.stored_response(row)
-    return Claimed(bool(row["locked"]), created, stored)
+    claim = idempotency.claimed(row)
+    return Claimed(claim.locked, created, claim.stored)
 
 
-async def insert_unless_claimed(conn: Connection, items: Sequence[KeyedNew]) -> list[Claimed]:
+async def insert_unless_claimed(conn: Db, items: Sequence[KeyedNew]) -> list[Claimed]:
     """One :class:`Claimed` per item, in order, from one statement (see the module). Raises what
     the statement raised (nothing written) — :class:`subscriptions.UnknownCustomer` for the
     unknown customer of a group of one, ``asyncpg.ForeignKeyViolationError`` in a larger group,
@@ -323,7 +305,7 @@ async def insert_unless_claimed(conn: Connection, items: Sequence[KeyedNew]) -> 
     if len(keys) != len(items):
         raise ValueError("two requests of one group share a key")
     try:
-        rows = await conn.fetch(INSERT_GROUP, *parameters(items))
+        rows = await pg.fetch(conn, INSERT_GROUP, parameters(items))
     except asyncpg.ForeignKeyViolationError as exc:
         if len(items) == 1:
             raise unknown_customer(exc, items[0].sub) from exc

@@ -8,8 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from billing_core.db.pg import Db
 from billing_core.domain.scopes import ALL_SCOPES, Scope, require_held
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import audit
@@ -23,7 +22,7 @@ class NewKey:
 
 
 async def create(
-    session: AsyncSession,
+    conn: Db,
     *,
     name: str,
     scopes: Sequence[Scope],
@@ -38,27 +37,25 @@ async def create(
         raise ValueError("the API client needs a name")
     require_held(scopes, holds)
     info, key = await api_clients_repo.create(
-        session,
+        conn,
         name=name,
         now=now,
         scopes=scopes,
         expires_at=None if expires_in is None else now + expires_in,
         rate_limit_per_minute=rate_limit_per_minute,
     )
-    await _audit(session, actor, audit.API_KEY_CREATE, info, now)
+    await _audit(conn, actor, audit.API_KEY_CREATE, info, now)
     return NewKey(info, key)
 
 
-async def revoke(
-    session: AsyncSession, prefix: str, *, now: datetime, actor: audit.Actor
-) -> ApiKeyInfo:
-    info = await api_clients_repo.revoke_by_prefix(session, prefix, now=now)
-    await _audit(session, actor, audit.API_KEY_REVOKE, info, now)
+async def revoke(conn: Db, prefix: str, *, now: datetime, actor: audit.Actor) -> ApiKeyInfo:
+    info = await api_clients_repo.revoke_by_prefix(conn, prefix, now=now)
+    await _audit(conn, actor, audit.API_KEY_REVOKE, info, now)
     return info
 
 
 async def rotate(
-    session: AsyncSession,
+    conn: Db,
     prefix: str,
     *,
     now: datetime,
@@ -68,20 +65,20 @@ async def rotate(
     holds: Collection[Scope] = ALL_SCOPES,
 ) -> tuple[ApiKeyInfo, NewKey]:
     """A new key for the client of ``prefix``; the old key works for ``grace`` more."""
-    require_held((await api_clients_repo.lock_by_prefix(session, prefix)).scopes, holds)
+    require_held((await api_clients_repo.lock_by_prefix(conn, prefix)).scopes, holds)
     old, new, key = await api_clients_repo.rotate(
-        session,
+        conn,
         prefix,
         now=now,
         grace=grace,
         expires_at=None if expires_in is None else now + expires_in,
     )
-    await _audit(session, actor, audit.API_KEY_ROTATE, old, now, new_prefix=new.key_prefix)
+    await _audit(conn, actor, audit.API_KEY_ROTATE, old, now, new_prefix=new.key_prefix)
     return old, NewKey(new, key)
 
 
 async def _audit(
-    session: AsyncSession,
+    conn: Db,
     actor: audit.Actor,
     action: str,
     info: ApiKeyInfo,
@@ -96,7 +93,7 @@ async def _audit(
         **extra,
     }
     await audit.record(
-        session,
+        conn,
         audit.AuditEntry(actor, action, audit.API_CLIENT, info.id, detail=detail),
         now=now,
     )

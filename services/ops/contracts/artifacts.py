@@ -32,7 +32,11 @@ def api_document() -> dict[str, Any]:
     from services.api.app import create_app  # noqa: PLC0415
     from services.api.settings import ApiSettings  # noqa: PLC0415
 
-    return openapi.document(create_app(ApiSettings(process_name="contracts"), SystemClock()))
+    # The secrets an API is made with (it refuses none); the document does not show them.
+    settings = ApiSettings(
+        process_name="contracts", webhook_secrets="contracts", stripe_webhook_secrets="contracts"
+    )
+    return openapi.document(create_app(settings, SystemClock()))
 
 
 def openapi_artifact(document: dict[str, Any] | None = None) -> dict[str, str]:

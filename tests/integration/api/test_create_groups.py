@@ -263,8 +263,8 @@ async def test_the_key_look_up_probes_the_index_whatever_the_table_holds(
     never a scan of the table (which would slow every group as the table grows)."""
     assert await conn.fetchval("SELECT count(*) FROM idempotency_key") == 0
     await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute(f"PREPARE grouped AS {subscription_groups.INSERT_GROUP}")
-    arrays = max(int(n) for n in re.findall(r"\$(\d+)", subscription_groups.INSERT_GROUP))
+    await conn.execute(f"PREPARE grouped AS {subscription_groups.INSERT_GROUP.sql}")
+    arrays = max(int(n) for n in re.findall(r"\$(\d+)", subscription_groups.INSERT_GROUP.sql))
     nulls = ", ".join(["NULL"] * arrays)
     plan = "\n".join(row[0] for row in await conn.fetch(f"EXPLAIN EXECUTE grouped({nulls})"))
     await conn.execute("DEALLOCATE grouped; RESET plan_cache_mode")

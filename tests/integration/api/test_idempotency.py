@@ -269,3 +269,94 @@ async def test_first_request_committing_meanwhile_is_replayed_not_repeated(
     assert await scalar(engine, "SELECT count(*) FROM subscription") == 0
     assert await scalar(engine, "SELECT count(*) FROM invoice") == 0
     assert await scalar(engine, "SELECT count(*) FROM outbox_event") == 0
+
+
+# A create through the one-request claim (``IdempotentWrite.run``) and one through the group
+# statement's (``IdempotentWrite.create``): (path, body, another body, the table it writes).
+CREATES = [
+    ("/customers", {"externalId": "crm-1"}, {"externalId": "crm-2"}, "customer"),
+    ("/subscriptions", BODY, {**BODY, "customerId": 6}, "subscription"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "other", "table"), CREATES)
+async def test_a_key_is_answered_alike_by_a_single_create_and_a_group(
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    path: str,
+    body: dict[str, object],
+    other: dict[str, object],
+    table: str,
+) -> None:
+    before = await scalar(engine, f"SELECT count(*) FROM {table}")
+    first = await client.post(path, json=body, headers={"Idempotency-Key": "same-1"})
+    assert first.status_code == 201, first.text
+    replay = await client.post(path, json=body, headers={"Idempotency-Key": "same-1"})
+    assert replay.status_code == 201
+    assert replay.headers["idempotent-replayed"] == "true"
+    assert replay.content == first.content
+    mismatch = await client.post(path, json=other, headers={"Idempotency-Key": "same-1"})
+    assert_problem(mismatch, 422, "idempotency-key-reused")
+    client_id = await scalar(engine, "SELECT id FROM api_client")
+    async with engine.connect() as holder:
+        await holder.execute(
+            text("SELECT pg_advisory_lock(:id)"),
+            {"id": idempotency_repo.lock_id(client_id, "same-2")},
+        )
+        busy = await client.post(path, json=other, headers={"Idempotency-Key": "same-2"})
+        assert_problem(busy, 409, "idempotency-request-in-progress")
+        assert busy.headers["retry-after"] == "1"
+        await holder.execute(text("SELECT pg_advisory_unlock_all()"))
+    assert await scalar(engine, f"SELECT count(*) FROM {table}") == before + 1
+
+
+async def test_a_first_request_committing_meanwhile_is_replayed_by_a_single_create(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The one-request claim's look-up predates its lock too: a first request that commits
+    while the second runs is not seen, and its stored response stops the second one's (a
+    unique key) at its own record: the second runs again and replays it."""
+    client_id = await scalar(engine, "SELECT id FROM api_client")
+    raw = json.dumps({"externalId": "crm-race"}).encode()
+    stored_body = b'{"stored":"by the first request"}'
+    async with engine.connect() as first:
+        await first.execute(
+            text(
+                "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
+                "request_hash, response_status, response_headers, response_body, created_at, "
+                "completed_at, expires_at) VALUES (:c, 'race-2', 'POST', '/customers', :h, "
+                "201, CAST(:headers AS jsonb), :b, :now, :now, :later)"
+            ),
+            {
+                "c": client_id,
+                "h": request_fingerprint("POST", "/customers", raw),
+                "headers": json.dumps({"content-type": "application/json"}),
+                "b": stored_body,
+                "now": clock.now(),
+                "later": clock.now() + timedelta(hours=1),
+            },
+        )
+        second = asyncio.create_task(
+            client.post(
+                "/customers",
+                content=raw,
+                headers={"Idempotency-Key": "race-2", "content-type": "application/json"},
+            )
+        )
+        # The second request's record waits on the first one's uncommitted key.
+        for _ in range(200):
+            waiting = await scalar(
+                engine,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND query LIKE 'INSERT INTO idempotency_key%'",
+            )
+            if waiting:
+                break
+            await asyncio.sleep(0.02)
+        assert waiting == 1
+        await first.commit()
+        response = await second
+    assert response.status_code == 201, response.text
+    assert response.headers["idempotent-replayed"] == "true"
+    assert response.content == stored_body
+    assert await scalar(engine, "SELECT count(*) FROM customer WHERE external_id = 'crm-race'") == 0

@@ -29,7 +29,13 @@ from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key
 from services.api.app import create_app
 from services.api.settings import ApiSettings
-from tests.integration.api.conftest import ApiServer, start_api_server, stop_api_server
+from tests.integration.api.conftest import (
+    SECRETS,
+    STRIPE_SECRETS,
+    ApiServer,
+    start_api_server,
+    stop_api_server,
+)
 
 MAX_EXAMPLES = 25
 CHECKS = [
@@ -57,7 +63,10 @@ def st_api_key(settings: CoreSettings) -> str:
 
 # The schema the application itself generates (building it needs no database); the test below
 # checks that the running server serves exactly this document.
-OPENAPI = create_app(ApiSettings(), SystemClock()).openapi()
+OPENAPI = create_app(
+    ApiSettings(webhook_secrets=",".join(SECRETS), stripe_webhook_secrets=",".join(STRIPE_SECRETS)),
+    SystemClock(),
+).openapi()
 schema = schemathesis.openapi.from_dict(OPENAPI)
 
 

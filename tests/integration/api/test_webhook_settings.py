@@ -75,10 +75,8 @@ async def test_the_api_refuses_to_start_with_a_missing_placeholder_or_developmen
     changes: dict[str, str],
     reason: str,
 ) -> None:
-    app = create_app(changed(api_settings, changes), clock)
     with pytest.raises(UnsafeSettings) as refused:
-        async with app.router.lifespan_context(app):
-            pytest.fail("the API started")
+        create_app(changed(api_settings, changes), clock)
     assert str(refused.value).startswith(reason)
     assert "; " not in str(refused.value)  # the one reason
     assert "dev-webhook-secret" not in str(refused.value)  # names the setting, not the secret

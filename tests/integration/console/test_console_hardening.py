@@ -17,6 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
 from services.api.app import create_app
+from services.api.console.session import SessionsUnavailable
+from services.api.console.web import ERROR_PAGES
 from services.api.settings import ApiSettings
 from tests.integration.console.conftest import (
     console_client,
@@ -164,3 +166,22 @@ async def test_without_redis_the_console_says_so_and_opens_no_session(
         assert "Sessions unavailable" in answer.text
         assert "billing_console" not in _cookies(answer)
         _assert_guarded(answer)
+
+
+async def test_the_console_error_page_is_answered_by_the_apps_error_handlers(
+    app: FastAPI,
+) -> None:
+    """The 503 page is the app's handler's, as the API's problems are: a route of any class
+    that meets the sessions' outage answers it, guarded."""
+
+    async def outage() -> None:
+        raise SessionsUnavailable
+
+    app.router.add_api_route("/console/outage-probe", outage)
+    async with console_client(app) as client:
+        answer = await client.get("/console/outage-probe")
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "1"
+    assert "Sessions unavailable" in answer.text
+    _assert_guarded(answer)
+    assert app.exception_handlers[SessionsUnavailable] is ERROR_PAGES[SessionsUnavailable]
