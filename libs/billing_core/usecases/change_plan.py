@@ -83,7 +83,7 @@ async def _renewed_if_due(
     if sub.status == SubscriptionStatus.TRIALING:  # its notice comes first, as in the renewer
         await send_trial_notices(conn, now=now, limit=1, only_id=sub.id)
     await renew_due_batch(conn, now=now, batch_size=1, max_periods=MAX_CATCH_UP, only_id=sub.id)
-    return await subscriptions_repo.get(conn, sub.id)  # type: ignore[arg-type]  # until get takes a Db
+    return await subscriptions_repo.get(conn, sub.id)
 
 
 def _proration(
@@ -159,7 +159,7 @@ async def change_plan(
         return await _renewed_if_due(conn, sub, now)
 
     return await change_subscription(
-        conn,  # type: ignore[arg-type]  # until change_subscription takes a Db
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE
@@ -436,7 +436,7 @@ async def cancel_scheduled_change(
         return _schedule(sub, None, now)
 
     change = await change_subscription(
-        conn,  # type: ignore[arg-type]  # until change_subscription takes a Db
+        conn,
         decide,
         subscription_id=subscription_id,
         action=audit.SUBSCRIPTION_SCHEDULE_PLAN_CHANGE,

@@ -51,7 +51,7 @@ async def end_trial_now(
 
         async def invoice_it(_version: int, decided: Outcome[int]) -> Outcome[int]:
             invoice = await insert_period_invoice(
-                conn,  # type: ignore[arg-type]  # until period_invoice takes a Db
+                conn,
                 sub,
                 period_index=0,
                 period=period,
