@@ -125,6 +125,13 @@ async def seed_invoices(url: str, n: int) -> list[int]:
         await engine.dispose()
 
 
+# Open-loop scenarios: events offered on a fixed schedule at this many per second.
+OPEN_LOOP = {"at 200/s": GATEWAY_LIMIT, "at 600/s": 3 * GATEWAY_LIMIT}
+# Offered events are sustained when they are all answered at (nearly) their pace: a receiver
+# slower than the offer falls behind, and the run's last answers come that much later.
+SUSTAINED = 0.98
+
+
 def main() -> None:
     parser = bench_arguments(__doc__.split("\n\n")[0], "billing_bench_webhook")
     parser.add_argument("--invoices", type=int, default=30_000)
@@ -140,6 +147,7 @@ def main() -> None:
             "applied": [],
             "paid": [],
             "at 200/s": [],  # paying OPEN invoices, open loop at the gateway's rate
+            "at 600/s": [],  # paying OPEN invoices, open loop at the target rate
         }
         unpaid = iter(invoices)  # "applied": each event pays an OPEN invoice
         paid: list[int] = []  # "paid": a new event for an invoice already PAID
@@ -150,25 +158,25 @@ def main() -> None:
                 else:
                     targets = paid * 20 if scenario == "paid" else list(unpaid)
                     wanted = targets
-                    if scenario == "at 200/s":
-                        wanted = targets[: int(GATEWAY_LIMIT * args.seconds)]
+                    if scenario in OPEN_LOOP:
+                        wanted = targets[: int(OPEN_LOOP[scenario] * args.seconds)]
                     requests = []
                     for invoice in wanted:
                         event_no += 1
                         requests.append(webhook_request(host, invoice, event_no))
                 cpu_before = cpu_seconds(server.pid)
                 r = run_load(
-                    kind="open" if scenario == "at 200/s" else "closed",
+                    kind="open" if scenario in OPEN_LOOP else "closed",
                     host=host,
                     port=server.port,
                     requests=requests,
                     concurrency=args.concurrency,
-                    rate=GATEWAY_LIMIT,
+                    rate=OPEN_LOOP.get(scenario, 0),
                     seconds=args.seconds,
                 )
                 cpu_ms = (cpu_seconds(server.pid) - cpu_before) * 1000 / max(1, r.requests)
                 results.append((r, cpu_ms))
-                if scenario in ("applied", "at 200/s"):  # the first r.requests were sent
+                if scenario not in ("healthz", "paid"):  # the first r.requests were sent
                     paid.extend(targets[: r.requests])
                     unpaid = iter(targets[r.requests :])
                 print(
@@ -202,16 +210,18 @@ def main() -> None:
             f"at the gateway's {GATEWAY_LIMIT}/s (open loop, the whole pipeline's case): "
             f"{steady['cpu_ms']:.2f} ms CPU per event, p99 {steady['p99']:.0f} ms"
         )
-        for scenario in ("applied", "paid"):
-            hook = med[scenario]
-            fast = hook["rps"] >= 3 * GATEWAY_LIMIT
-            cheap = hook["cpu_ms"] <= 1.0
+        target = 3 * GATEWAY_LIMIT
+        offered = med[f"at {target}/s"]
+        sustained = offered["rps"] >= SUSTAINED * target
+        print(
+            f"  {'PASS' if sustained else 'FAIL'}  sustains {target} events/s on one process "
+            f"(offered at {target}/s paying OPEN invoices: {offered['rps']:.0f}/s answered "
+            f">= {SUSTAINED * target:.0f}, p99 {offered['p99']:.0f} ms)"
+        )
+        for scenario in ("applied", "paid", f"at {target}/s"):
+            cpu_ms = med[scenario]["cpu_ms"]
             print(
-                f"  {'PASS' if fast else 'FAIL'}  {scenario}: {hook['rps']:.0f} events/s "
-                f"(>= {3 * GATEWAY_LIMIT}/s on one process)"
-            )
-            print(
-                f"  {'PASS' if cheap else 'FAIL'}  {scenario}: {hook['cpu_ms']:.2f} ms CPU "
+                f"  {'PASS' if cpu_ms <= 1.0 else 'FAIL'}  {scenario}: {cpu_ms:.2f} ms CPU "
                 "per event (<= 1.0)"
             )
     if errors:
