@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.scopes import Scope
 from billing_core.repo import audit
@@ -63,10 +63,10 @@ async def create_coupon(body: CreateCouponRequest, write: AdminWrite) -> Respons
         redeem_by=body.redeem_by,
     )
 
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
-        coupon_id, coupon = await coupons_repo.create(session, terms, now=now)
+    async def work(conn: Connection, now: datetime) -> Outcome:
+        coupon_id, coupon = await coupons_repo.create(conn, terms, now=now)
         await audit.record(
-            session,
+            conn,
             audit.AuditEntry(
                 write.actor,
                 audit.COUPON_CREATE,
@@ -93,8 +93,8 @@ async def get_coupon(
     code: CodePath,
     _client: Annotated[ApiClient, requires(Scope.PLANS_READ)],
 ) -> Response:
-    async with get_context(request).reads() as session:
-        coupon = await coupons_repo.get(session, code)
+    async with get_context(request).pg.acquire() as conn:
+        coupon = await coupons_repo.get(conn, code)
     return json_response(CouponOut.of(coupon))
 
 
@@ -113,11 +113,11 @@ async def get_coupon(
 async def apply_coupon(
     subscription_id: SubscriptionId, body: ApplyCouponRequest, write: SubscriptionsWrite
 ) -> Response:
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
+    async def work(conn: Connection, now: datetime) -> Outcome:
         # A redemption never goes back in time: at the request's instant or the row's last
         # write, whichever is later (subscription.change_instant).
         redeemed = await coupons_uc.apply_coupon(
-            session,
+            conn,
             subscription_id=subscription_id,
             code=body.coupon_code,
             now=now,

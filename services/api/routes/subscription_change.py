@@ -10,9 +10,9 @@ from typing import Annotated, Protocol, TypeVar
 
 from fastapi import Depends, Header, Path
 from pydantic import BaseModel
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.repo import audit as audit_repo
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -40,7 +40,7 @@ class UseCase(Protocol[T_co]):
 
     def __call__(
         self,
-        session: AsyncSession,
+        conn: Connection,
         /,
         *,
         subscription_id: int,
@@ -73,15 +73,15 @@ class Change:
         subscription (the subscription alone by default)."""
         expected = expected_version(self.if_match, body_version)
 
-        async def work(session: AsyncSession, now: datetime) -> Outcome:
+        async def work(conn: Connection, now: datetime) -> Outcome:
             result = await use_case(
-                session,
+                conn,
                 subscription_id=self.subscription_id,
                 now=now,
                 expected_version=expected,
                 actor=self.write.actor,
             )
-            sub = await subscriptions_repo.get(session, self.subscription_id)
+            sub = await subscriptions_repo.get(conn, self.subscription_id)
             return outcome(200, answer(result, SubscriptionOut.of(sub)), etag=etag(sub.version))
 
         return await self.write.run(work, expected_version=expected)

@@ -46,8 +46,8 @@ async def list_subscriptions(
     cursor: Cursor = None,
 ) -> Response:
     before_id = cursors.decode(SUBSCRIPTION_CURSOR, cursor)
-    async with get_context(request).reads() as session:
+    async with get_context(request).pg.acquire() as conn:
         rows = await customers_repo.subscriptions_page(
-            session, limit=limit + 1, customer_id=customer_id, status=status, before_id=before_id
+            conn, limit=limit + 1, customer_id=customer_id, status=status, before_id=before_id
         )
     return json_response(subscription_page(rows, limit))

@@ -10,9 +10,9 @@ from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
@@ -187,9 +187,9 @@ async def change_plan(
 ) -> Response:
     expected = expected_version(if_match, body.expected_version)
 
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
+    async def work(conn: Connection, now: datetime) -> Outcome:
         change = await change_plan_uc.change_plan(
-            session,
+            conn,
             subscription_id=subscription_id,
             plan_code=body.plan_code,
             expected_version=expected,
@@ -198,7 +198,7 @@ async def change_plan(
             proration_behavior=body.proration_behavior,
             effective=body.effective,
         )
-        sub = await subscriptions_repo.get(session, subscription_id)
+        sub = await subscriptions_repo.get(conn, subscription_id)
         return outcome(
             200,
             PlanChangeOut(
@@ -254,14 +254,14 @@ async def list_invoices(
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:
     before_id = _decode_cursor(cursor) if cursor is not None else None
-    async with get_context(request).sessions() as session:
-        if not await subscriptions_repo.exists(session, subscription_id):
+    async with get_context(request).pg.acquire() as conn:
+        if not await subscriptions_repo.exists(conn, subscription_id):
             raise subscriptions_repo.SubscriptionNotFound(subscription_id)
         rows = await invoices_repo.list_for_subscription(
-            session, subscription_id, limit=limit + 1, before_id=before_id, offset=offset
+            conn, subscription_id, limit=limit + 1, before_id=before_id, offset=offset
         )
         page = rows[:limit]
-        lines = await invoice_lines_repo.lines_of(session, [i.id for i in page])
+        lines = await invoice_lines_repo.lines_of(conn, [i.id for i in page])
     next_cursor = _encode_cursor(page[-1].id) if len(rows) > limit else None
     return json_response(
         InvoicePage(
@@ -285,10 +285,10 @@ async def subscription_history(
     _client: Reader,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> Response:
-    async with get_context(request).reads() as session:
-        if not await subscriptions_repo.exists(session, subscription_id):
+    async with get_context(request).pg.acquire() as conn:
+        if not await subscriptions_repo.exists(conn, subscription_id):
             raise subscriptions_repo.SubscriptionNotFound(subscription_id)
-        rows = await history_repo.for_subscription(session, subscription_id, limit=limit)
+        rows = await history_repo.for_subscription(conn, subscription_id, limit=limit)
     return json_response(
         SubscriptionHistory(items=[HistoryEntry.model_validate(vars(row)) for row in rows])
     )

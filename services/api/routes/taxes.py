@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.domain.scopes import Scope
 from billing_core.domain.tax import TaxLocation
@@ -48,11 +48,11 @@ async def put_tax_location(
     # concurrent write (a renewal) committed first.
     write = IdempotentWrite(get_context(request), request, client, None)
 
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
+    async def work(conn: Connection, now: datetime) -> Outcome:
         # Never back in time: at the request's instant or the subscription's last write,
         # whichever is later (subscription.change_instant); 404 for an unknown subscription.
         rate = await tax_location_uc.set_tax_location(
-            session,
+            conn,
             subscription_id=subscription_id,
             location=location,
             now=now,

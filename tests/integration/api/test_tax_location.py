@@ -6,24 +6,26 @@ import uuid
 from datetime import timedelta
 
 import httpx
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.tax import round_div
 from tests.integration.api.helpers import assert_problem, rows, subscribe
 
 
-async def test_the_location_is_stored_and_answers_its_rate(
-    client: httpx.AsyncClient, engine: AsyncEngine
-) -> None:
-    async with engine.begin() as conn:
+async def seed_rates(pool: pg.Pool) -> None:
+    async with pg.transaction(pool) as conn:
         await conn.execute(
-            text(
-                "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) VALUES "
-                "('FR', '', 200000, true, 'VAT'), ('US', 'NY', 88750, false, 'Sales tax')"
-            )
+            "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) VALUES "
+            "('FR', '', 200000, true, 'VAT'), ('US', 'NY', 88750, false, 'Sales tax')"
         )
+
+
+async def test_the_location_is_stored_and_answers_its_rate(
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool
+) -> None:
+    await seed_rates(pool)
     sub = await subscribe(client)
     path = f"/subscriptions/{sub['id']}/tax-location"
 
@@ -80,15 +82,9 @@ async def test_bad_input_is_refused_and_changes_nothing(
 
 
 async def test_a_plan_change_invoice_is_taxed_at_the_subscriptions_rate(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
 ) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO tax_rate (country, region, rate_ppm, inclusive, name) VALUES "
-                "('FR', '', 200000, true, 'VAT'), ('US', 'NY', 88750, false, 'Sales tax')"
-            )
-        )
+    await seed_rates(pool)
     on_top = await subscribe(client, plan="BASIC_MONTHLY")
     inside = await subscribe(client, plan="BASIC_MONTHLY")
     for sub, body in ((on_top, {"country": "US", "region": "NY"}), (inside, {"country": "FR"})):

@@ -12,6 +12,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.repo.collection import claim_due_invoices
@@ -93,10 +94,10 @@ async def test_credit_covering_the_invoice_pays_it_and_the_rest_stays_credit(
 
 
 async def test_an_invoice_already_tried_keeps_its_amount_and_the_credit_stays(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
 ) -> None:
     sub = await subscribe(client, plan="PRO_MONTHLY")
-    async with engine.begin() as conn:  # the collector leased it (a call may be in flight)
+    async with pg.transaction(pool) as conn:  # the collector leased it (a call may be in flight)
         leased = await claim_due_invoices(
             conn, limit=10, lease=timedelta(seconds=60), now=clock.now()
         )

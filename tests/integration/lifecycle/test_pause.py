@@ -4,14 +4,16 @@ and the renewer resumes a pause at its resumesAt, once."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
 import httpx
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.pauses import check_pauses
 from billing_core.invariants.stuck import DEFAULT_RETRY_BOUND, check_stuck
 from billing_core.repo.collection import claim_due_invoices
@@ -41,18 +43,29 @@ async def events(engine: AsyncEngine, subscription_id: int) -> list[str]:
     return [r["event_type"] for r in found]
 
 
-async def collectible(engine: AsyncEngine, clock: ManualClock) -> set[int]:
+@asynccontextmanager
+async def rolled_back(pool: pg.Pool) -> AsyncIterator[pg.Connection]:
+    """A driver connection in a transaction that is rolled back at the end."""
+    async with pool.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            yield conn
+        finally:
+            await transaction.rollback()
+
+
+async def collectible(pool: pg.Pool, clock: ManualClock) -> set[int]:
     """The invoices the collector would claim now (claimed in a transaction rolled back)."""
-    async with engine.connect() as conn:
+    async with rolled_back(pool) as conn:
         leased = await claim_due_invoices(
             conn, limit=100, lease=timedelta(seconds=60), now=clock.now()
         )
-        await conn.rollback()
     return {i.id for i in leased}
 
 
 async def test_paused_periods_renew_void_and_the_renewer_resumes_at_resumes_at(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
 ) -> None:
     sub = await subscribe(client)
     (first,) = await invoices(engine, sub["id"])
@@ -71,7 +84,7 @@ async def test_paused_periods_renew_void_and_the_renewer_resumes_at_resumes_at(
         "resumesAt": resumes_at.isoformat().replace("+00:00", "Z"),
     }
     # The OPEN invoice of period 0 waits: the collector leaves a paused subscription alone.
-    assert first["id"] not in await collectible(engine, clock)
+    assert first["id"] not in await collectible(pool, clock)
 
     # The renewer catches up two periods and the resume time at once: period 1 started while
     # paused (VOID), period 2 after resumesAt (OPEN); then the pause ends, once.
@@ -108,11 +121,11 @@ async def test_paused_periods_renew_void_and_the_renewer_resumes_at_resumes_at(
     assert payload["resumedAt"] == resumes_at.isoformat().replace("+00:00", "Z")
     await renew(engine, clock)
     assert (await events(engine, sub["id"])).count("SubscriptionResumed") == 1
-    assert {first["id"], found[2]["id"]} <= await collectible(engine, clock)
+    assert {first["id"], found[2]["id"]} <= await collectible(pool, clock)
 
 
 async def test_keep_as_draft_and_a_resume_on_request(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
 ) -> None:
     sub = await subscribe(client)
     paused = (
@@ -126,8 +139,8 @@ async def test_keep_as_draft_and_a_resume_on_request(
     found = await invoices(engine, sub["id"])
     assert [i["status"] for i in found] == ["OPEN", "DRAFT", "DRAFT", "DRAFT"]
     assert all(i["next_attempt_at"] is None for i in found[1:])
-    assert await collectible(engine, clock) & {i["id"] for i in found} == set()
-    async with engine.connect() as conn:
+    assert await collectible(pool, clock) & {i["id"] for i in found} == set()
+    async with pool.acquire() as conn:
         assert (await check_pauses(conn)).ok
         assert (await check_stuck(conn, now=clock.now(), retry_bound=DEFAULT_RETRY_BOUND)).ok
 
@@ -135,7 +148,7 @@ async def test_keep_as_draft_and_a_resume_on_request(
     assert response.status_code == 200, response.text
     assert response.json()["pause"] is None
     # The OPEN invoice held during the pause is due again at once; the drafts stay drafts.
-    assert await collectible(engine, clock) & {i["id"] for i in found} == {found[0]["id"]}
+    assert await collectible(pool, clock) & {i["id"] for i in found} == {found[0]["id"]}
     again = await client.post(f"/subscriptions/{sub['id']}/resume", json={}, headers=key())
     assert again.json()["version"] == response.json()["version"]  # not paused: no change
     audit = await rows(
@@ -219,7 +232,7 @@ async def test_refusals_and_a_cancel_while_paused(
 
 
 async def test_the_invariants_see_a_collectible_paused_period_and_a_charged_draft(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
 ) -> None:
     sub = await subscribe(client)
     await client.post(
@@ -228,25 +241,21 @@ async def test_the_invariants_see_a_collectible_paused_period_and_a_charged_draf
     clock.set(clock.now() + timedelta(days=32))
     await renew(engine, clock)
     period0, period1 = await invoices(engine, sub["id"])
-    async with engine.begin() as conn:
+    async with rolled_back(pool) as conn:
         await conn.execute(
-            text("UPDATE invoice SET next_attempt_at = now() WHERE id = :i"), {"i": period1["id"]}
+            "UPDATE invoice SET next_attempt_at = now() WHERE id = $1", period1["id"]
         )
         check = await check_pauses(conn)
         assert check.ids("draft_collected") == [period1["id"]]
-        await conn.execute(
-            text("UPDATE invoice SET status = 'OPEN' WHERE id = :i"), {"i": period1["id"]}
-        )
+        await conn.execute("UPDATE invoice SET status = 'OPEN' WHERE id = $1", period1["id"])
         check = await check_pauses(conn)
         assert check.ids("paused_period_collectible") == [period1["id"]]
         await conn.execute(
-            text(
-                "INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, "
-                "source, outcome, amount, currency, recorded_at) VALUES (:i, 0, 'k', "
-                "'COLLECTOR', 'DECLINED', 990, 'EUR', :at)"
-            ),
-            {"i": period0["id"], "at": clock.now()},
+            "INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, "
+            "source, outcome, amount, currency, recorded_at) VALUES ($1, 0, 'k', "
+            "'COLLECTOR', 'DECLINED', 990, 'EUR', $2)",
+            period0["id"],
+            clock.now(),
         )
         check = await check_pauses(conn)
         assert check.ids("charged_while_paused") == [period0["id"]]
-        await conn.rollback()

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
@@ -271,12 +272,12 @@ async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_ka
 
 
 async def test_a_trial_without_its_notice_is_not_ended_by_a_renewal_batch(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
 ) -> None:
     """The notice comes first, also when the trial's end passed while no renewer ran."""
     sub = await trialing(client, clock.now() + timedelta(days=1))
     clock.advance(timedelta(days=2))
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         result = await renew_due_batch(conn, now=clock.now(), batch_size=10)
     assert result.claimed == 0
     await Renewer(engine, clock, batch_size=10).tick()

@@ -4,13 +4,14 @@ then what follows it, then its events in the order decided, then its audit row."
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain import events
 from billing_core.repo import audit
 from billing_core.repo.subscriptions import Subscription, VersionConflict
@@ -22,9 +23,16 @@ NOW = START + timedelta(days=3)
 ACTOR = audit.Actor.cli()
 
 
-async def _one(engine: AsyncEngine, sql: str, **params: Any) -> list[tuple[Any, ...]]:
-    async with engine.connect() as conn:
-        return [tuple(r) for r in (await conn.execute(text(sql), params)).all()]
+async def _one(pool: pg.Pool, sql: str) -> list[tuple[Any, ...]]:
+    async with pool.acquire() as conn:
+        return [tuple(r) for r in await conn.fetch(sql)]
+
+
+async def _audit(pool: pg.Pool) -> list[tuple[Any, ...]]:
+    found = await _one(
+        pool, "SELECT action, version_before, version_after, detail FROM audit_event"
+    )
+    return [(*row[:3], json.loads(row[3])) for row in found]
 
 
 async def _subscription(engine: AsyncEngine) -> int:
@@ -33,7 +41,7 @@ async def _subscription(engine: AsyncEngine) -> int:
 
 
 async def test_an_unchanged_request_writes_only_its_audit_row(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub = await _subscription(engine)
 
@@ -45,34 +53,31 @@ async def test_an_unchanged_request_writes_only_its_audit_row(
             )
         )
 
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
         result = await change_subscription(
-            session, decide, subscription_id=sub, action="test.same", now=NOW, actor=ACTOR
+            conn, decide, subscription_id=sub, action="test.same", now=NOW, actor=ACTOR
         )
 
     assert result == "same"
-    assert await _one(engine, "SELECT version, event_seq FROM subscription") == [(0, 0)]
-    assert await _one(engine, "SELECT count(*) FROM outbox_event") == [(0,)]
-    assert await _one(
-        engine, "SELECT action, version_before, version_after, detail FROM audit_event"
-    ) == [("test.same", 0, 0, {"x": 1})]
+    assert await _one(pool, "SELECT version, event_seq FROM subscription") == [(0, 0)]
+    assert await _one(pool, "SELECT count(*) FROM outbox_event") == [(0,)]
+    assert await _audit(pool) == [("test.same", 0, 0, {"x": 1})]
 
 
 async def test_a_change_writes_the_row_then_what_follows_then_events_then_audit(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub = await _subscription(engine)
     seen_in_then: list[tuple[Any, ...]] = []
 
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
 
         async def decide(loaded: Subscription, now: datetime) -> Decision[str]:
             async def then(version: int, decided: Outcome[str]) -> Outcome[str]:
-                row = await session.execute(
-                    text("SELECT version, cancel_at_period_end FROM subscription WHERE id = :s"),
-                    {"s": sub},
+                row = await conn.fetchrow(
+                    "SELECT version, cancel_at_period_end FROM subscription WHERE id = $1", sub
                 )
-                seen_in_then.append((version, *row.one()))
+                seen_in_then.append((version, *row))
                 first = events.subscription_resumed(sub, START, now, automatic=False)
                 return Outcome("done", [first, *decided.events], {"version": version})
 
@@ -82,32 +87,29 @@ async def test_a_change_writes_the_row_then_what_follows_then_events_then_audit(
             return Decision(decided, {"cancel_at_period_end": True}, then)
 
         result = await change_subscription(
-            session, decide, subscription_id=sub, action="test.change", now=NOW, actor=ACTOR
+            conn, decide, subscription_id=sub, action="test.change", now=NOW, actor=ACTOR
         )
 
     assert result == "done"
     assert seen_in_then == [(1, 1, True)]
-    assert await _one(engine, "SELECT version, updated_at FROM subscription") == [(1, NOW)]
-    assert await _one(
-        engine, "SELECT sequence, event_type FROM outbox_event ORDER BY sequence"
-    ) == [(1, "SubscriptionResumed"), (2, "SubscriptionCanceled")]
-    assert await _one(
-        engine, "SELECT action, version_before, version_after, detail FROM audit_event"
-    ) == [("test.change", 0, 1, {"version": 1})]
+    assert await _one(pool, "SELECT version, updated_at FROM subscription") == [(1, NOW)]
+    assert await _one(pool, "SELECT sequence, event_type FROM outbox_event ORDER BY sequence") == [
+        (1, "SubscriptionResumed"),
+        (2, "SubscriptionCanceled"),
+    ]
+    assert await _audit(pool) == [("test.change", 0, 1, {"version": 1})]
 
 
-async def test_a_stale_expected_version_writes_nothing(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_a_stale_expected_version_writes_nothing(engine: AsyncEngine, pool: pg.Pool) -> None:
     sub = await _subscription(engine)
 
     async def decide(loaded: Subscription, now: datetime) -> Decision[bool]:
         raise AssertionError("decided on a stale version")
 
     with pytest.raises(VersionConflict):
-        async with sessions.begin() as session:
+        async with pg.transaction(pool) as conn:
             await change_subscription(
-                session,
+                conn,
                 decide,
                 subscription_id=sub,
                 action="test.stale",
@@ -115,4 +117,4 @@ async def test_a_stale_expected_version_writes_nothing(
                 expected_version=5,
                 actor=ACTOR,
             )
-    assert await _one(engine, "SELECT count(*) FROM audit_event") == [(0,)]
+    assert await _one(pool, "SELECT count(*) FROM audit_event") == [(0,)]
