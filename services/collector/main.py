@@ -9,7 +9,6 @@ import redis.asyncio as aioredis
 
 from billing_core.clock import clock_from_offset
 from billing_core.db import pg
-from billing_core.db.engine import create_engine, session_factory
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
@@ -22,13 +21,12 @@ from services.collector.window import CallWindow
 
 def build(settings: CollectorSettings) -> process.WorkerProcess:
     # Results and pre-call checks go in groups: a few connections serve every call in flight.
-    # No pre-ping (a round trip per group): a dead connection fails one group, which is retried.
-    engine = create_engine(settings, pool_size=8, pre_ping=False)
+    # No pre-ping (a round trip per use): a dead connection fails one group, which is retried.
+    pool = pg.LazyPool(settings, max_size=12)
     redis = aioredis.from_url(
         settings.redis_url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=5
     )
-    reads = session_factory(engine.execution_options(isolation_level="AUTOCOMMIT"))
-    gateway, close_gateway, gateway_at = build_gateway(settings, reads)
+    gateway, close_gateway, gateway_at = build_gateway(settings, pool)
     limiter = GlobalRateLimiter(
         redis,
         key=settings.collector_rate_limit_key,
@@ -44,13 +42,9 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
         expected_latency_seconds=settings.collector_expected_latency_seconds,
     )
     clock = clock_from_offset(settings.clock_offset_seconds)
-    # Result groups and pre-call checks go a group at a time each: a few plain connections.
-    plain = pg.LazyPool(settings, max_size=4)
     collector = Collector(
         settings,
-        sessions=session_factory(engine),
-        reads=reads,
-        plain=plain,
+        pool=pool,
         gateway=gateway,
         limiter=limiter,
         window=window,
@@ -60,7 +54,7 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
     )
     refunds = RefundSender(
         settings,
-        sessions=session_factory(engine),
+        pool=pool,
         gateway=gateway,
         limiter=limiter,
         window=window,
@@ -84,14 +78,14 @@ def build(settings: CollectorSettings) -> process.WorkerProcess:
     return process.WorkerProcess(
         name="collector",
         worker=worker,
-        engine=engine,
+        pool=pool,
         health_port=settings.collector_health_port,
         periodic=[
             process.Periodic("collector-backlog", 5.0, collector.refresh_backlog),
             process.Periodic("collector-refunds", 1.0, refunds.send_due),
         ],
         drain=drain,
-        close=[limiter.close, close_gateway, redis.aclose, plain.close],
+        close=[limiter.close, close_gateway, redis.aclose],
         started={
             "gateway": gateway_at,
             "limit": settings.collector_rate_limit_per_second,

@@ -16,9 +16,9 @@ import asyncio
 import time
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-
 from billing_core.clock import Clock
+from billing_core.db import pg
+from billing_core.db.pg import LazyPool
 from billing_core.domain.refund import RefundAnswer, RefundOutcome, RefundState
 from billing_core.gateway import NotSent, PaymentGateway, RefundResult
 from billing_core.logging import get_logger
@@ -42,14 +42,14 @@ class RefundSender:
         self,
         settings: CollectorSettings,
         *,
-        sessions: async_sessionmaker[AsyncSession],
+        pool: LazyPool,
         gateway: PaymentGateway,
         limiter: GlobalRateLimiter,
         window: CallWindow,
         clock: Clock,
         stopping: asyncio.Event,
     ) -> None:
-        self._sessions = sessions
+        self._pool = pool
         self._gateway = gateway
         self._limiter = limiter
         self._window = window
@@ -66,9 +66,9 @@ class RefundSender:
         down: fail closed, as for charges) or the process is stopping."""
         if self._stopping.is_set() or self._limiter.closed:
             return 0
-        async with self._sessions.begin() as session:
+        async with pg.transaction(await self._pool.get()) as conn:
             due = await claim_due_refunds(
-                session,
+                conn,
                 clock_offset=self._clock_offset,
                 limit=BATCH_SIZE,
                 lease=self._lease,
@@ -141,9 +141,9 @@ class RefundSender:
                     await self._window.release(latency)
 
     async def _record(self, refund: RefundState, answer: RefundAnswer) -> None:
-        async with self._sessions.begin() as session:
+        async with pg.transaction(await self._pool.get()) as conn:
             after = await record_refund_answer(
-                session,
+                conn,
                 refund.id,
                 answer,
                 now=self._clock.now(),

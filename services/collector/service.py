@@ -19,9 +19,9 @@ from datetime import timedelta
 from typing import TypeVar
 
 import redis.asyncio as aioredis
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
+from billing_core.db import pg
 from billing_core.db.pg import LazyPool
 from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, GatewayReport
 from billing_core.gateway import (
@@ -66,15 +66,13 @@ CHECK_FRESH_SECONDS = 0.25
 
 class Collector:
     """Its figures come from ``settings``; the keyword arguments are what it shares with the rest
-    of the process (connections, the gateway, the limit and window shared with the refunds)."""
+    of the process (the driver pool, the gateway, the limit and window shared with the refunds)."""
 
     def __init__(
         self,
         settings: CollectorSettings,
         *,
-        sessions: async_sessionmaker[AsyncSession],
-        reads: async_sessionmaker[AsyncSession],
-        plain: LazyPool | None,
+        pool: LazyPool,
         gateway: PaymentGateway,
         limiter: GlobalRateLimiter,
         window: CallWindow,
@@ -84,11 +82,10 @@ class Collector:
     ) -> None:
         # Leases are read and written on the database's clock, moved by the shared offset.
         self._clock_offset = timedelta(seconds=settings.clock_offset_seconds)
-        # One-statement reads outside any transaction (AUTOCOMMIT: no BEGIN/ROLLBACK round trips).
-        self._reads = reads
+        # One-statement reads run outside any transaction (no BEGIN/COMMIT round trips).
+        self._pool = pool
         self._key_prefix = settings.gateway_key_prefix
         self._unauthorized_pause = settings.collector_unauthorized_pause_seconds
-        self._sessions = sessions
         self._gateway = gateway
         self._limiter = limiter
         self._late_permits_counted = 0  # of limiter.late_drops, already added to the counter
@@ -115,12 +112,8 @@ class Collector:
         # a few statements per group instead of a few per call. A check waits for others until
         # ``check_lead`` before the earliest send slot in its group (slots are reserved up to
         # the limiter's horizon ahead, so the checks of a few grants are read together).
-        # Result groups and pre-call checks run on plain asyncpg connections when ``plain`` is
-        # given (no SQLAlchemy statement work), else on sessions.
-        self._plain = plain
         self._recorder = GroupRecorder(
-            sessions=sessions,
-            pool=plain.get if plain is not None else None,
+            pool=pool,
             clock=clock,
             policy=self._policy,
             rng=self._rng,
@@ -150,9 +143,9 @@ class Collector:
         if self._stopping.is_set() or not await self._limiter_reachable():
             return False
         want = min(self._batch_size, self._max_in_flight - len(self._in_flight))
-        async with self._sessions.begin() as session:
+        async with pg.transaction(await self._pool.get()) as conn:
             leased = await claim_due_invoices(
-                session,
+                conn,
                 clock_offset=self._clock_offset,
                 limit=want,
                 lease=self._lease,
@@ -237,8 +230,8 @@ class Collector:
         only once that lag has passed since the last call under the key; until then it is one
         more uncertain answer, and the invoice stays OPEN with its void requested."""
         try:
-            async with self._reads() as session:
-                calls = await key_calls(session, invoice)
+            async with (await self._pool.get()).acquire() as conn:
+                calls = await key_calls(conn, invoice)
         except Exception as exc:  # the lease ends and the invoice is claimed again
             log.warning("key_calls_read_failed", invoice_id=invoice.id, error=repr(exc))
             return
@@ -399,20 +392,15 @@ class Collector:
         at once and settled by a look-up (``_settle_void_request``), not when the lease would
         have ended."""
         try:
-            async with self._sessions.begin() as session:
-                await release_void_requested(session, invoice, now=self._clock.now())
+            async with pg.transaction(await self._pool.get()) as conn:
+                await release_void_requested(conn, invoice, now=self._clock.now())
         except Exception as exc:  # the void is decided when the lease ends anyway
             log.warning("void_request_release_failed", invoice_id=invoice.id, error=repr(exc))
 
     async def _check_group(self, invoices: Sequence[LeasedInvoice]) -> list[bool]:
         metrics.CHECK_GROUP.observe(len(invoices))
-        if self._plain is not None:
-            pool = await self._plain.get()
-            async with pool.acquire() as conn:  # one statement, no transaction
-                ours = await still_ours_to_charge(conn, invoices)
-        else:
-            async with self._reads() as session:
-                ours = await still_ours_to_charge(session, invoices)
+        async with (await self._pool.get()).acquire() as conn:
+            ours = await still_ours_to_charge(conn, invoices)
         return [invoice.id in ours for invoice in invoices]
 
     async def _use_up_a_slot(self) -> None:
@@ -503,8 +491,8 @@ class Collector:
             await asyncio.wait(pending, timeout=2)
 
     async def refresh_backlog(self) -> None:
-        async with self._sessions() as session:
-            due, oldest, now = await due_backlog_at(session, clock_offset=self._clock_offset)
+        async with (await self._pool.get()).acquire() as conn:
+            due, oldest, now = await due_backlog_at(conn, clock_offset=self._clock_offset)
         metrics.BACKLOG.set(due)
         late = self._limiter.late_drops
         metrics.LATE_PERMITS.inc(late - self._late_permits_counted)

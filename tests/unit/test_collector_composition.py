@@ -3,25 +3,25 @@ rest of the process; every figure it works with is read from the settings."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import inspect
+from pathlib import Path
 
 import redis.asyncio as aioredis
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from billing_core.clock import clock_from_offset
 from billing_core.db.pg import LazyPool
 from billing_core.gateway import HttpPaymentGateway
 from billing_core.ratelimit import GlobalRateLimiter
+from services.collector import main
 from services.collector.refunds import RefundSender
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
 
 SHARED = {
-    "sessions",
-    "reads",
-    "plain",
+    "pool",
     "gateway",
     "limiter",
     "window",
@@ -42,9 +42,9 @@ def test_the_collector_and_the_refunds_take_settings_and_shared_collaborators_on
 
 async def test_a_collector_is_built_from_settings_without_touching_a_server() -> None:
     settings = CollectorSettings(database_url="postgresql+asyncpg://nobody@127.0.0.1:9/none")
-    engine = create_async_engine(settings.database_url)
     redis = aioredis.from_url("redis://127.0.0.1:9")
     gateway = HttpPaymentGateway("http://127.0.0.1:9")
+    pool = LazyPool(settings, max_size=1)
     limiter = GlobalRateLimiter(redis, key="test:permits", limit=200)
     shared = {
         "gateway": gateway,
@@ -56,15 +56,43 @@ async def test_a_collector_is_built_from_settings_without_touching_a_server() ->
     try:
         collector = Collector(
             settings,
-            sessions=async_sessionmaker(engine),
-            reads=async_sessionmaker(engine),
-            plain=LazyPool(settings, max_size=1),
+            pool=pool,
             redis=redis,
             **shared,
         )
-        RefundSender(settings, sessions=async_sessionmaker(engine), **shared)
+        RefundSender(settings, pool=pool, **shared)
         assert collector.in_flight == 0
     finally:
         await gateway.aclose()
         await redis.aclose()
-        await engine.dispose()
+        await pool.close()
+
+
+def test_the_collector_imports_no_sqlalchemy_and_no_engine() -> None:
+    offenders = []
+    for module in sorted(Path(main.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{module.name}: {name}"
+                for name in names
+                if name.startswith(("sqlalchemy", "billing_core.db.engine"))
+            ]
+    assert offenders == []
+
+
+async def test_the_collector_process_runs_on_one_driver_pool() -> None:
+    settings = CollectorSettings(database_url="postgresql+asyncpg://nobody@127.0.0.1:9/none")
+    built = main.build(settings)
+    try:
+        assert isinstance(built.pool, LazyPool)
+        assert built.engine is None
+    finally:
+        for step in built.close:
+            await step()
+        assert built.pool is not None
+        await built.pool.close()

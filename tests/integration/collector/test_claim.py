@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.repo.collection import claim_due_invoices, due_backlog
 from tests.support.factories import create_invoice, create_subscription
 
@@ -37,7 +38,7 @@ async def invoices(engine: AsyncEngine, *specs: tuple[str, timedelta, int]) -> l
 
 
 async def test_claims_only_due_open_invoices_oldest_first_and_leases_them(
-    engine: AsyncEngine,
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     newer, older, future, paid = await invoices(
         engine,
@@ -46,7 +47,7 @@ async def test_claims_only_due_open_invoices_oldest_first_and_leases_them(
         ("OPEN", timedelta(minutes=1), 0),
         ("PAID", timedelta(minutes=-9), 0),
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         first = await claim_due_invoices(conn, now=NOW, limit=1, lease=LEASE)
         rest = await claim_due_invoices(conn, now=NOW, limit=10, lease=LEASE)
     assert [i.id for i in first] == [older]
@@ -64,12 +65,14 @@ async def test_claims_only_due_open_invoices_oldest_first_and_leases_them(
     assert future not in [i.id for i in rest] and paid not in [i.id for i in rest]
 
 
-async def test_concurrent_claims_are_disjoint(engine: AsyncEngine) -> None:
+async def test_concurrent_claims_are_disjoint(engine: AsyncEngine, pool: pg.Pool) -> None:
     ids = await invoices(engine, *[("OPEN", timedelta(seconds=-i), 0) for i in range(10)])
-    async with engine.connect() as a, engine.connect() as b:
-        tx_a = await a.begin()
+    async with pool.acquire() as a, pool.acquire() as b:
+        tx_a = a.transaction()
+        await tx_a.start()
         got_a = await claim_due_invoices(a, now=NOW, limit=6, lease=LEASE)
-        tx_b = await b.begin()  # while A still holds its row locks
+        tx_b = b.transaction()
+        await tx_b.start()  # while A still holds its row locks
         got_b = await claim_due_invoices(b, now=NOW, limit=6, lease=LEASE)
         await tx_a.commit()
         await tx_b.commit()
@@ -78,16 +81,16 @@ async def test_concurrent_claims_are_disjoint(engine: AsyncEngine) -> None:
 
 
 async def test_a_lease_hides_the_invoice_until_it_ends_then_the_same_key_comes_back(
-    engine: AsyncEngine,
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     (inv,) = await invoices(engine, ("OPEN", timedelta(0), 1))
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         (leased,) = await claim_due_invoices(conn, now=NOW, limit=5, lease=LEASE)
         assert await due_backlog(conn, now=NOW) == (0, None)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         assert await claim_due_invoices(conn, now=NOW + LEASE / 2, limit=5, lease=LEASE) == []
     later = NOW + LEASE
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         assert await due_backlog(conn, now=later) == (1, later)
         (again,) = await claim_due_invoices(conn, now=later, limit=5, lease=LEASE)
     assert again.id == inv and again.idempotency_key == leased.idempotency_key == f"inv-{inv}-try-1"
@@ -99,14 +102,16 @@ async def db_now(engine: AsyncEngine) -> datetime:
     return now
 
 
-async def test_without_an_instant_the_claim_uses_the_databases_clock(engine: AsyncEngine) -> None:
+async def test_without_an_instant_the_claim_uses_the_databases_clock(
+    engine: AsyncEngine, pool: pg.Pool
+) -> None:
     """Due, leased and lease end by the database's clock: what the claiming process believes
     the time is plays no part (the collector passes no instant)."""
     start = await db_now(engine)
     due, ahead = await invoices(
         engine, ("OPEN", start - NOW - timedelta(seconds=1), 0), ("OPEN", start - NOW + LEASE, 0)
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         (leased,) = await claim_due_invoices(conn, limit=5, lease=LEASE)
     end = await db_now(engine)
     assert leased.id == due and ahead != due
@@ -118,28 +123,30 @@ async def test_without_an_instant_the_claim_uses_the_databases_clock(engine: Asy
             )
         ).one()
     assert (stored[0], stored[1]) == (leased.lease_until, leased.lease_until - LEASE)
-    async with engine.begin() as conn:  # the lease, on the database's clock, still runs
+    async with pg.transaction(pool) as conn:  # the lease, on the database's clock, still runs
         assert await claim_due_invoices(conn, limit=5, lease=LEASE) == []
         assert (await due_backlog(conn))[0] == 0
-    async with engine.begin() as conn:  # the shared offset moves the database's clock
+    async with pg.transaction(pool) as conn:  # the shared offset moves the database's clock
         got = await claim_due_invoices(conn, limit=5, lease=LEASE, clock_offset=LEASE * 2)
     assert sorted(i.id for i in got) == sorted([due, ahead])
 
 
-async def test_the_local_deadline_never_comes_after_the_lease_ends(engine: AsyncEngine) -> None:
+async def test_the_local_deadline_never_comes_after_the_lease_ends(
+    engine: AsyncEngine, pool: pg.Pool
+) -> None:
     """The collector decides "still time to call" on its monotonic clock: that deadline is
     measured from before the claim reached the database, so it errs early."""
     start = await db_now(engine)
     await invoices(engine, ("OPEN", start - NOW - timedelta(seconds=1), 0))
     before = time.monotonic()
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         (leased,) = await claim_due_invoices(conn, limit=5, lease=LEASE)
     after = time.monotonic()
     assert before + LEASE.total_seconds() <= leased.lease_deadline <= after + LEASE.total_seconds()
 
 
 async def test_the_claim_says_when_the_key_was_answered_uncertainly_before(
-    engine: AsyncEngine,
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     """Only an UNKNOWN for the very key to be used (this attempt, this prefix) asks for a
     look-up: not one for an older attempt, not a decline."""
@@ -162,6 +169,7 @@ async def test_the_claim_says_when_the_key_was_answered_uncertainly_before(
                 ),
                 {"i": invoice_id, "n": attempt, "k": key, "o": outcome},
             )
+    async with pg.transaction(pool) as conn:
         leased = await claim_due_invoices(conn, now=NOW, limit=5, lease=LEASE, key_prefix="prod-")
     flags = {i.id: i.uncertain_before for i in leased}
     assert flags == {fresh: False, uncertain: True, older: False, other_prefix: False}

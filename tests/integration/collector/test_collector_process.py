@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.usecases.cancel import cancel
 from tests.integration.collector.conftest import Collectors, Simulator
 from tests.support.factories import (
@@ -423,7 +424,7 @@ async def test_a_2s_gateway_stall_does_not_become_a_burst_above_the_limit(
 
 
 async def test_an_invoice_canceled_while_it_waits_for_a_send_slot_is_never_charged(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
     """At 2 calls/s a claimed batch of 20 waits up to 10 s for its send slots; the customer
     cancels meanwhile. Every invoice not charged when its cancel committed stays uncharged."""
@@ -445,9 +446,9 @@ async def test_an_invoice_canceled_while_it_waits_for_a_send_slot_is_never_charg
             ).all()
         )
     for invoice_id in invoices:
-        async with AsyncSession(engine) as session, session.begin():
+        async with pg.transaction(pool) as conn:
             await cancel(
-                session,
+                conn,
                 subscription_id=owners[invoice_id],
                 at_period_end=False,
                 now=datetime.now(UTC),

@@ -1,26 +1,23 @@
 """The one credit-back rule (``usecases.voiding.give_back_credit``), for a cancel's voids and
 for a requested void that a payment result decides: each voided invoice's consumed credit back
-to its subscription's balance with one VOID_REFUND ledger line, on either data-access stack."""
+to its subscription's balance with one VOID_REFUND ledger line."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.db.pg import create_pool
-from billing_core.settings import CoreSettings
+from billing_core.db import pg
 from billing_core.usecases.voiding import give_back_credit
 from tests.support.factories import create_invoice, create_subscription
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("stack", ["session", "plain"])
 async def test_consumed_credit_goes_back_once_per_voided_invoice(
-    engine: AsyncEngine, settings: CoreSettings, stack: str
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     async with engine.begin() as conn:
         a = await create_subscription(conn, customer_id=1, start=NOW, credit_balance=50)
@@ -38,16 +35,8 @@ async def test_consumed_credit_goes_back_once_per_voided_invoice(
         (a, invoices[2], 200),
         (b, invoices[3], 150),
     ]
-    if stack == "session":
-        async with engine.begin() as conn:
-            await give_back_credit(conn, voided, now=NOW)
-    else:
-        pool = await create_pool(settings, max_size=1)
-        try:
-            async with pool.acquire() as conn, conn.transaction():
-                await give_back_credit(conn, voided, now=NOW)
-        finally:
-            await pool.close()
+    async with pg.transaction(pool) as conn:
+        await give_back_credit(conn, voided, now=NOW)
 
     async with engine.connect() as conn:
         balances = dict(

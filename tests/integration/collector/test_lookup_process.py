@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all, fetch_ledger
 from billing_core.usecases.cancel import cancel
 from tests.integration.collector.conftest import Collectors, Simulator
@@ -159,7 +160,7 @@ async def test_failing_lookups_stay_uncertain_and_are_bounded_never_a_second_cha
 
 
 async def test_a_cancel_during_a_call_whose_answer_is_lost_is_looked_up_and_refunded(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
     """The gateway charges but its answer comes too late and no webhook comes; meanwhile the
     customer cancels. The uncertain answer keeps the void requested (the card may have been
@@ -180,9 +181,9 @@ async def test_a_cancel_during_a_call_whose_answer_is_lost_is_looked_up_and_refu
                 text("SELECT subscription_id FROM invoice WHERE id = :i"), {"i": invoice_id}
             )
         ).scalar_one()
-    async with AsyncSession(engine) as session, session.begin():
+    async with pg.transaction(pool) as conn:
         await cancel(
-            session, subscription_id=subscription_id, at_period_end=False, now=datetime.now(UTC)
+            conn, subscription_id=subscription_id, at_period_end=False, now=datetime.now(UTC)
         )
 
     async def refunded() -> bool:

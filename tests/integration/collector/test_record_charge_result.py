@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain.charge_result import ChargeOutcome, idempotency_key
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.usecases.payment_result import RecordOutcome, record_charge_result
@@ -46,7 +47,7 @@ async def setup(
 
 
 async def record(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     invoice_id: int,
     outcome: ChargeOutcome,
     attempt: int = 0,
@@ -56,9 +57,9 @@ async def record(
 ) -> RecordOutcome:
     if source == "WEBHOOK":  # a webhook says what was charged, to whom
         kw = {"amount": 990, "currency": "EUR", "customer_id": 7, **kw}
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
         return await record_charge_result(
-            session,
+            conn,
             invoice_id=invoice_id,
             attempt_number=attempt,
             outcome=outcome,
@@ -85,12 +86,10 @@ async def events(engine: AsyncEngine, sub: int) -> list[str]:
         return [r[0] for r in rows]
 
 
-async def test_success_pays_the_invoice(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_success_pays_the_invoice(engine: AsyncEngine, pool: pg.Pool) -> None:
     sub, (inv,) = await setup(engine)
     assert (
-        await record(sessions, inv, ChargeOutcome.SUCCESS, gateway_reference="ch_1")
+        await record(pool, inv, ChargeOutcome.SUCCESS, gateway_reference="ch_1")
         == RecordOutcome.APPLIED
     )
     invoice = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=inv)
@@ -106,10 +105,10 @@ async def test_success_pays_the_invoice(
 
 
 async def test_decline_schedules_dunning_and_marks_past_due(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, (inv,) = await setup(engine)
-    result = await record(sessions, inv, ChargeOutcome.DECLINED, decline_code="insufficient_funds")
+    result = await record(pool, inv, ChargeOutcome.DECLINED, decline_code="insufficient_funds")
     assert result == RecordOutcome.APPLIED
     invoice = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=inv)
     assert invoice["status"] == "OPEN" and invoice["attempt_count"] == 1
@@ -120,13 +119,13 @@ async def test_decline_schedules_dunning_and_marks_past_due(
 
 
 async def test_full_dunning_schedule_ends_in_failure_and_cancellation(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, (inv, other) = await setup(engine, invoices=2)
     now = NOW
     for attempt in range(4):
         assert (
-            await record(sessions, inv, ChargeOutcome.DECLINED, attempt=attempt, now=now)
+            await record(pool, inv, ChargeOutcome.DECLINED, attempt=attempt, now=now)
             == RecordOutcome.APPLIED
         )
         invoice = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=inv)
@@ -150,7 +149,7 @@ async def test_full_dunning_schedule_ends_in_failure_and_cancellation(
 
 
 async def test_cancel_for_nonpayment_voids_the_rest_as_a_customer_cancel_does(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     """One void rule: the other OPEN invoice's consumed credit goes back, its lease is cleared."""
     sub, (inv, other) = await setup(engine, invoices=2)
@@ -170,7 +169,7 @@ async def test_cancel_for_nonpayment_voids_the_rest_as_a_customer_cancel_does(
             {"s": sub, "i": other, "now": NOW},
         )
         await conn.execute(text("UPDATE invoice SET attempt_count = 3 WHERE id = :i"), {"i": inv})
-    assert await record(sessions, inv, ChargeOutcome.DECLINED, attempt=3) == RecordOutcome.APPLIED
+    assert await record(pool, inv, ChargeOutcome.DECLINED, attempt=3) == RecordOutcome.APPLIED
     voided = await row(engine, "SELECT status, leased_at FROM invoice WHERE id = :i", i=other)
     assert (voided["status"], voided["leased_at"]) == ("VOID", None)
     s = await row(engine, "SELECT status, credit_balance FROM subscription WHERE id = :s", s=sub)
@@ -184,12 +183,10 @@ async def test_cancel_for_nonpayment_voids_the_rest_as_a_customer_cancel_does(
 
 
 async def test_unknown_keeps_the_attempt_count_and_retries_in_15_minutes(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, (inv,) = await setup(engine)
-    assert (
-        await record(sessions, inv, ChargeOutcome.UNKNOWN, error="timeout") == RecordOutcome.APPLIED
-    )
+    assert await record(pool, inv, ChargeOutcome.UNKNOWN, error="timeout") == RecordOutcome.APPLIED
     invoice = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=inv)
     assert invoice["status"] == "OPEN" and invoice["attempt_count"] == 0
     assert invoice["next_attempt_at"] == NOW + timedelta(minutes=15)
@@ -197,13 +194,13 @@ async def test_unknown_keeps_the_attempt_count_and_retries_in_15_minutes(
 
 
 async def test_success_for_a_paid_invoice_changes_nothing(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, (inv,) = await setup(engine)
-    await record(sessions, inv, ChargeOutcome.SUCCESS)
+    await record(pool, inv, ChargeOutcome.SUCCESS)
     later = NOW + timedelta(minutes=5)
     assert (
-        await record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK", now=later)
+        await record(pool, inv, ChargeOutcome.SUCCESS, source="WEBHOOK", now=later)
         == RecordOutcome.ALREADY_SETTLED
     )
     assert (await row(engine, "SELECT paid_at FROM invoice WHERE id = :i", i=inv))["paid_at"] == NOW
@@ -215,12 +212,12 @@ async def test_success_for_a_paid_invoice_changes_nothing(
 
 
 async def test_an_older_attempts_decline_never_rolls_back(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     _sub, (inv,) = await setup(engine)
-    await record(sessions, inv, ChargeOutcome.DECLINED, attempt=0)
+    await record(pool, inv, ChargeOutcome.DECLINED, attempt=0)
     assert (
-        await record(sessions, inv, ChargeOutcome.DECLINED, attempt=0, source="WEBHOOK")
+        await record(pool, inv, ChargeOutcome.DECLINED, attempt=0, source="WEBHOOK")
         == RecordOutcome.STALE_ATTEMPT
     )
     invoice = await row(engine, "SELECT attempt_count FROM invoice WHERE id = :i", i=inv)
@@ -228,11 +225,11 @@ async def test_an_older_attempts_decline_never_rolls_back(
 
 
 async def test_success_after_a_decline_reactivates_the_subscription(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, (inv,) = await setup(engine)
-    await record(sessions, inv, ChargeOutcome.DECLINED, attempt=0)
-    assert await record(sessions, inv, ChargeOutcome.SUCCESS, attempt=1) == RecordOutcome.APPLIED
+    await record(pool, inv, ChargeOutcome.DECLINED, attempt=0)
+    assert await record(pool, inv, ChargeOutcome.SUCCESS, attempt=1) == RecordOutcome.APPLIED
     s = await row(engine, "SELECT status FROM subscription WHERE id = :s", s=sub)
     assert s["status"] == "ACTIVE"
     assert await events(engine, sub) == [
@@ -243,15 +240,11 @@ async def test_success_after_a_decline_reactivates_the_subscription(
     ]
 
 
-async def test_success_for_a_void_invoice_is_refunded(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_success_for_a_void_invoice_is_refunded(engine: AsyncEngine, pool: pg.Pool) -> None:
     sub, (inv,) = await setup(engine)
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE invoice SET status = 'VOID' WHERE id = :i"), {"i": inv})
-    assert (
-        await record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK") == RecordOutcome.REFUND
-    )
+    assert await record(pool, inv, ChargeOutcome.SUCCESS, source="WEBHOOK") == RecordOutcome.REFUND
     assert await events(engine, sub) == []  # PaymentRefunded comes with the gateway's answer
     assert (await row(engine, "SELECT status FROM invoice WHERE id = :i", i=inv))[
         "status"
@@ -267,37 +260,35 @@ async def test_success_for_a_void_invoice_is_refunded(
     assert refund["idempotency_key"] == f"ref-{attempt['id']}"
 
 
-async def test_unknown_from_a_webhook_is_only_recorded(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
-) -> None:
+async def test_unknown_from_a_webhook_is_only_recorded(engine: AsyncEngine, pool: pg.Pool) -> None:
     _sub, (inv,) = await setup(engine)
     assert (
-        await record(sessions, inv, ChargeOutcome.UNKNOWN, source="WEBHOOK")
+        await record(pool, inv, ChargeOutcome.UNKNOWN, source="WEBHOOK")
         == RecordOutcome.STALE_ATTEMPT
     )
     invoice = await row(engine, "SELECT next_attempt_at FROM invoice WHERE id = :i", i=inv)
     assert invoice["next_attempt_at"] == NOW
 
 
-async def test_unknown_invoice(sessions: async_sessionmaker[AsyncSession]) -> None:
-    assert await record(sessions, 999_999, ChargeOutcome.SUCCESS) == RecordOutcome.NOT_FOUND
+async def test_unknown_invoice(pool: pg.Pool) -> None:
+    assert await record(pool, 999_999, ChargeOutcome.SUCCESS) == RecordOutcome.NOT_FOUND
 
 
 async def test_webhook_racing_the_collector_settles_once(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     subs_and_invoices = [await setup(engine) for _ in range(20)]
     for sub, (inv,) in subs_and_invoices:
         results = await asyncio.gather(
-            record(sessions, inv, ChargeOutcome.SUCCESS, source="COLLECTOR"),
-            record(sessions, inv, ChargeOutcome.SUCCESS, source="WEBHOOK"),
+            record(pool, inv, ChargeOutcome.SUCCESS, source="COLLECTOR"),
+            record(pool, inv, ChargeOutcome.SUCCESS, source="WEBHOOK"),
         )
         assert sorted(results) == sorted([RecordOutcome.APPLIED, RecordOutcome.ALREADY_SETTLED])
         assert await events(engine, sub) == ["InvoicePaid"]
 
 
 async def test_uncertain_answers_past_the_bound_hold_the_invoice_for_reconciliation(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     """The key's history comes from the payment_attempt rows: the 3rd UNKNOWN of one key stops
     the retries (a retry after the gateway forgot the key could charge again)."""
@@ -305,9 +296,9 @@ async def test_uncertain_answers_past_the_bound_hold_the_invoice_for_reconciliat
     bounded = DunningPolicy(unknown_max_retries=3)
     now = NOW
     for n in range(3):
-        async with sessions.begin() as session:
+        async with pg.transaction(pool) as conn:
             outcome = await record_charge_result(
-                session,
+                conn,
                 invoice_id=inv,
                 attempt_number=0,
                 outcome=ChargeOutcome.UNKNOWN,

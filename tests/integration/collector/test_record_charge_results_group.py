@@ -2,8 +2,8 @@
 
 Two identical worlds get the same results, in the same order: one through a transaction per
 result, the other as one group in one transaction. Every answer, row and event must match. The
-collector records its groups on a plain asyncpg connection, whatever they call for (refunds,
-reconciliation items, voids): held to the same answers, and never on a session.
+collector's recorder, on its driver pool, whatever its groups call for (refunds, reconciliation
+items, voids), is held to the same answers.
 """
 
 from __future__ import annotations
@@ -16,14 +16,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import (
-    AsyncEngine,
-    AsyncSession,
-    async_sessionmaker,
-    create_async_engine,
-)
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.db.pg import LazyPool
 from billing_core.domain.charge_result import (
     ChargeOutcome,
@@ -205,17 +201,17 @@ async def snapshot(engine: AsyncEngine, world: World) -> dict[str, Any]:
 
 
 async def record_one_by_one(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     world: World,
     results: list[tuple[int, int, ChargeOutcome, bool]],
 ) -> list[RecordOutcome]:
     rng = random.Random(7)
     expected = []
     for attempt in attempts(world, results):
-        async with sessions.begin() as session:
+        async with pg.transaction(pool) as conn:
             expected.append(
                 await record_charge_result(
-                    session,
+                    conn,
                     invoice_id=attempt.invoice_id,
                     attempt_number=attempt.report.attempt_number,
                     outcome=attempt.report.outcome,
@@ -242,36 +238,32 @@ async def plain_pool(settings: CoreSettings) -> AsyncIterator[LazyPool]:
 
 
 def collectors_recorder(pool: LazyPool) -> GroupRecorder:
-    """The collector's recorder with sessions that cannot connect: a group it recorded on a
-    session would fail."""
-    nowhere = create_async_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none")
     return GroupRecorder(
-        sessions=async_sessionmaker(nowhere),
-        pool=pool.get,
+        pool=pool,
         clock=ManualClock(NOW),
         policy=POLICY,
         rng=random.Random(7),
     )
 
 
-@pytest.mark.parametrize("recorder", ["session", "collector"])
+@pytest.mark.parametrize("recorder", ["use case", "collector"])
 async def test_a_group_decides_what_recording_one_by_one_decides(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     plain_pool: LazyPool,
     recorder: str,
 ) -> None:
     one_by_one, grouped = await build_world(engine), await build_world(engine)
 
-    expected = await record_one_by_one(sessions, one_by_one, RESULTS)
-    if recorder == "session":
-        async with sessions.begin() as session:
+    expected = await record_one_by_one(pool, one_by_one, RESULTS)
+    if recorder == "use case":
+        async with pg.transaction(pool) as conn:
             got = await record_charge_results(
-                session, attempts(grouped), now=NOW, rng=random.Random(7), policy=POLICY
+                conn, attempts(grouped), now=NOW, rng=random.Random(7), policy=POLICY
             )
     else:
-        # A refund, a reconciliation item and a cancel for non-payment (its voids), all on
-        # the plain connection.
+        # A refund, a reconciliation item and a cancel for non-payment (its voids), all in the
+        # collector's group transaction.
         got = await collectors_recorder(plain_pool).record(attempts(grouped))
 
     assert got == expected
@@ -309,11 +301,11 @@ async def test_a_group_decides_what_recording_one_by_one_decides(
 
 
 async def test_the_collectors_plain_connection_decides_what_recording_one_by_one_decides(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], plain_pool: LazyPool
+    engine: AsyncEngine, pool: pg.Pool, plain_pool: LazyPool
 ) -> None:
     one_by_one, grouped = await build_world(engine), await build_world(engine)
 
-    expected = await record_one_by_one(sessions, one_by_one, PLAIN_RESULTS)
+    expected = await record_one_by_one(pool, one_by_one, PLAIN_RESULTS)
     got = await collectors_recorder(plain_pool).record(attempts(grouped, PLAIN_RESULTS))
 
     assert got == expected

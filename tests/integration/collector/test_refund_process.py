@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain.charge_result import ChargeOutcome, idempotency_key
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.gateway import HttpPaymentGateway
@@ -51,7 +52,7 @@ async def events_of(engine: AsyncEngine, invoice_id: int) -> list[str]:
 
 
 async def cancel_during_the_call(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> int:
     """One due invoice; the collector's call reaches the gateway, which takes 2 s to answer;
     the customer cancels while it is in flight. Returns the invoice id."""
@@ -66,9 +67,9 @@ async def cancel_during_the_call(
     subscription_id = (
         await one(engine, "SELECT subscription_id FROM invoice WHERE id = :i", i=invoice_id)
     )["subscription_id"]
-    async with AsyncSession(engine) as session, session.begin():
+    async with pg.transaction(pool) as conn:
         assert await cancel(
-            session, subscription_id=subscription_id, at_period_end=False, now=datetime.now(UTC)
+            conn, subscription_id=subscription_id, at_period_end=False, now=datetime.now(UTC)
         )
     invoice = await one(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice_id)
     assert (invoice["status"], invoice["void_requested_at"] is not None) == ("OPEN", True)
@@ -77,10 +78,10 @@ async def cancel_during_the_call(
 
 
 async def test_a_cancel_during_a_declined_call_voids_the_invoice(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
     simulator.config(decline_rate=1.0)
-    invoice_id = await cancel_during_the_call(engine, simulator, collectors)
+    invoice_id = await cancel_during_the_call(engine, pool, simulator, collectors)
 
     async def voided() -> bool:
         status = await one(engine, "SELECT status FROM invoice WHERE id = :i", i=invoice_id)
@@ -96,9 +97,9 @@ async def test_a_cancel_during_a_declined_call_voids_the_invoice(
 
 
 async def test_a_cancel_during_a_successful_call_voids_and_refunds_the_money(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
-    invoice_id = await cancel_during_the_call(engine, simulator, collectors)
+    invoice_id = await cancel_during_the_call(engine, pool, simulator, collectors)
     simulator.config(latency_min_ms=10, latency_max_ms=30)  # the refund call itself is quick
 
     async def refunded() -> bool:
@@ -144,7 +145,7 @@ async def test_a_cancel_during_a_successful_call_voids_and_refunds_the_money(
     )
 
 
-async def a_refund_requested(engine: AsyncEngine, simulator: Simulator) -> int:
+async def a_refund_requested(engine: AsyncEngine, pool: pg.Pool, simulator: Simulator) -> int:
     """An invoice charged at the gateway and VOID here: recording the success requests its
     refund. Returns the invoice id."""
     now = datetime.now(UTC)
@@ -166,10 +167,10 @@ async def a_refund_requested(engine: AsyncEngine, simulator: Simulator) -> int:
     finally:
         await gateway.aclose()
     assert charged.gateway_reference is not None
-    async with AsyncSession(engine) as session, session.begin():
+    async with pg.transaction(pool) as conn:
         assert (
             await record_charge_result(
-                session,
+                conn,
                 invoice_id=invoice_id,
                 attempt_number=0,
                 outcome=ChargeOutcome.SUCCESS,
@@ -186,9 +187,9 @@ async def a_refund_requested(engine: AsyncEngine, simulator: Simulator) -> int:
 
 
 async def test_a_refund_answered_5xx_is_asked_again_with_its_key_one_refused_goes_to_a_person(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
-    uncertain = await a_refund_requested(engine, simulator)
+    uncertain = await a_refund_requested(engine, pool, simulator)
     simulator.config(error_rate=1.0)
     collectors.start(BILLING_UNKNOWN_RETRY_SECONDS="1")
 
@@ -208,7 +209,7 @@ async def test_a_refund_answered_5xx_is_asked_again_with_its_key_one_refused_goe
     assert len(refunds_at_gateway(simulator, uncertain)) == 1
 
     simulator.config(refund_failure_rate=1.0)
-    refused = await a_refund_requested(engine, simulator)
+    refused = await a_refund_requested(engine, pool, simulator)
 
     async def failed() -> bool:
         status = await one(engine, "SELECT status FROM refund WHERE invoice_id = :i", i=refused)
@@ -228,13 +229,13 @@ async def test_a_refund_answered_5xx_is_asked_again_with_its_key_one_refused_goe
 
 
 async def test_a_refund_cut_off_by_kill9_is_made_exactly_once_after_a_restart(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
     """A success lands on a VOID invoice: the refund is requested. The collector sends it, the
     gateway makes it and takes 2 s to answer; the collector is killed meanwhile (answer lost,
     refund still REQUESTED). A new collector sends it again when the lease ends, with the same
     key: the gateway replays the refund it made — one refund in all."""
-    invoice_id = await a_refund_requested(engine, simulator)
+    invoice_id = await a_refund_requested(engine, pool, simulator)
     simulator.config(latency_min_ms=2000, latency_max_ms=2000)
     settings = {
         "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "3",

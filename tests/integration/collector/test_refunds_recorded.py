@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain.charge_result import NOTHING_CHARGED, ChargeOutcome, idempotency_key
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo.collection import claim_due_invoices, still_ours_to_charge
@@ -48,13 +49,13 @@ async def world(engine: AsyncEngine, *, leased: bool, credit: int = 0) -> tuple[
     return sub, int(invoice)
 
 
-async def cancel_now(sessions: async_sessionmaker[AsyncSession], sub: int) -> None:
-    async with sessions.begin() as session:
-        assert await cancel(session, subscription_id=sub, at_period_end=False, now=NOW)
+async def cancel_now(pool: pg.Pool, sub: int) -> None:
+    async with pg.transaction(pool) as conn:
+        assert await cancel(conn, subscription_id=sub, at_period_end=False, now=NOW)
 
 
 async def record(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     invoice: int,
     outcome: ChargeOutcome,
     attempt: int = 0,
@@ -62,9 +63,9 @@ async def record(
 ) -> RecordOutcome:
     if kw.get("source") == "WEBHOOK":  # a webhook says what was charged, to whom
         kw = {"amount": 990, "currency": "EUR", "customer_id": 7, **kw}
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
         return await record_charge_result(
-            session,
+            conn,
             invoice_id=invoice,
             attempt_number=attempt,
             outcome=outcome,
@@ -92,12 +93,12 @@ async def events(engine: AsyncEngine, sub: int) -> list[str]:
 
 
 async def test_a_cancel_voids_an_invoice_not_in_flight_and_requests_the_void_of_a_leased_one(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     due_sub, due = await world(engine, leased=False)
     leased_sub, leased = await world(engine, leased=True)
-    await cancel_now(sessions, due_sub)
-    await cancel_now(sessions, leased_sub)
+    await cancel_now(pool, due_sub)
+    await cancel_now(pool, leased_sub)
     voided = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=due)
     assert (voided["status"], voided["void_requested_at"]) == ("VOID", None)
     requested = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=leased)
@@ -108,11 +109,11 @@ async def test_a_cancel_voids_an_invoice_not_in_flight_and_requests_the_void_of_
 
 
 async def test_a_decline_of_the_call_in_flight_voids_and_gives_the_credit_back(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, invoice = await world(engine, leased=True, credit=300)
-    await cancel_now(sessions, sub)
-    assert await record(sessions, invoice, ChargeOutcome.DECLINED) == RecordOutcome.APPLIED
+    await cancel_now(pool, sub)
+    assert await record(pool, invoice, ChargeOutcome.DECLINED) == RecordOutcome.APPLIED
     state = await row(engine, "SELECT status, attempt_count FROM invoice WHERE id = :i", i=invoice)
     assert (state["status"], state["attempt_count"]) == ("VOID", 0)
     balance = await row(engine, "SELECT credit_balance FROM subscription WHERE id = :s", s=sub)
@@ -122,17 +123,17 @@ async def test_a_decline_of_the_call_in_flight_voids_and_gives_the_credit_back(
 
 
 async def test_a_success_of_the_call_in_flight_voids_and_requests_one_refund(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, invoice = await world(engine, leased=True)
-    await cancel_now(sessions, sub)
+    await cancel_now(pool, sub)
     got = await record(
-        sessions, invoice, ChargeOutcome.SUCCESS, gateway_reference="ch_1", prefix="prod-"
+        pool, invoice, ChargeOutcome.SUCCESS, gateway_reference="ch_1", prefix="prod-"
     )
     assert got == RecordOutcome.REFUND
     # The webhook of the same charge: the invoice is VOID now; still one refund for the charge.
     again = await record(
-        sessions, invoice, ChargeOutcome.SUCCESS, source="WEBHOOK", gateway_reference="ch_1",
+        pool, invoice, ChargeOutcome.SUCCESS, source="WEBHOOK", gateway_reference="ch_1",
         prefix="prod-", amount=990, currency="EUR", customer_id=7,
     )  # fmt: skip
     assert again == RecordOutcome.REFUND
@@ -159,16 +160,16 @@ async def test_a_success_of_the_call_in_flight_voids_and_requests_one_refund(
 
 
 async def test_a_second_success_for_a_paid_invoice_under_another_key_is_refunded(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, invoice = await world(engine, leased=False)
-    assert await record(sessions, invoice, ChargeOutcome.DECLINED, 0) == RecordOutcome.APPLIED
-    assert await record(sessions, invoice, ChargeOutcome.SUCCESS, 1) == RecordOutcome.APPLIED
+    assert await record(pool, invoice, ChargeOutcome.DECLINED, 0) == RecordOutcome.APPLIED
+    assert await record(pool, invoice, ChargeOutcome.SUCCESS, 1) == RecordOutcome.APPLIED
     # The paying key reported again (its webhook) is the same charge.
-    replay = await record(sessions, invoice, ChargeOutcome.SUCCESS, 1, source="WEBHOOK")
+    replay = await record(pool, invoice, ChargeOutcome.SUCCESS, 1, source="WEBHOOK")
     assert replay == RecordOutcome.ALREADY_SETTLED
     # Attempt 0's key, recorded as declined, reports a success after all: a second charge.
-    duplicate = await record(sessions, invoice, ChargeOutcome.SUCCESS, 0, source="WEBHOOK")
+    duplicate = await record(pool, invoice, ChargeOutcome.SUCCESS, 0, source="WEBHOOK")
     assert duplicate == RecordOutcome.REFUND
     refund = await row(engine, "SELECT * FROM refund WHERE invoice_id = :i", i=invoice)
     assert (refund["reason"], refund["charge_key"]) == (
@@ -186,11 +187,11 @@ async def test_a_second_success_for_a_paid_invoice_under_another_key_is_refunded
 
 
 async def test_a_mismatched_success_becomes_a_reconciliation_item(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     sub, invoice = await world(engine, leased=True)
     got = await record(
-        sessions, invoice, ChargeOutcome.SUCCESS, source="WEBHOOK", amount=1,
+        pool, invoice, ChargeOutcome.SUCCESS, source="WEBHOOK", amount=1,
         gateway_reference="ch_x",
     )  # fmt: skip
     assert got == RecordOutcome.MISMATCH
@@ -206,28 +207,28 @@ async def test_a_mismatched_success_becomes_a_reconciliation_item(
 
 
 async def test_a_void_request_whose_call_stayed_uncertain_waits_for_a_look_up(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     """An uncertain answer does not void it (the card may have been charged): the void stays
     requested, the invoice comes due again only to be looked up by key (the claim says so), and
     the look-up's "no charge under this key" voids it and gives its credit back."""
     sub, invoice = await world(engine, leased=True, credit=100)
-    await cancel_now(sessions, sub)
-    assert await record(sessions, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
+    await cancel_now(pool, sub)
+    assert await record(pool, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
     waiting = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
     assert (waiting["status"], waiting["void_requested_at"]) == ("OPEN", NOW)
     assert waiting["next_attempt_at"] == NOW + timedelta(seconds=1) + DunningPolicy().unknown_retry
     assert await events(engine, sub) == ["SubscriptionCanceled"]
 
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
         (claimed,) = await claim_due_invoices(
-            session, now=waiting["next_attempt_at"], limit=10, lease=LEASE
+            conn, now=waiting["next_attempt_at"], limit=10, lease=LEASE
         )
     assert (claimed.id, claimed.void_requested, claimed.uncertain_before) == (invoice, True, True)
-    async with sessions.begin() as session:  # the pre-call check lets its look-up through
-        assert await still_ours_to_charge(session, [claimed]) == {invoice}
+    async with pg.transaction(pool) as conn:  # the pre-call check lets its look-up through
+        assert await still_ours_to_charge(conn, [claimed]) == {invoice}
     got = await record(
-        sessions, invoice, ChargeOutcome.DECLINED, source="LOOKUP", decline_code=NOTHING_CHARGED
+        pool, invoice, ChargeOutcome.DECLINED, source="LOOKUP", decline_code=NOTHING_CHARGED
     )
     assert got == RecordOutcome.APPLIED
     state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
@@ -238,29 +239,29 @@ async def test_a_void_request_whose_call_stayed_uncertain_waits_for_a_look_up(
 
 
 async def test_a_cancel_after_an_uncertain_answer_requests_the_void(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     """Not leased any more, but its key got an uncertain answer: the gateway may hold a charge
     under it, so the cancel only requests the void (a look-up decides) instead of voiding."""
     sub, invoice = await world(engine, leased=True)
-    assert await record(sessions, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
-    await cancel_now(sessions, sub)
+    assert await record(pool, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
+    await cancel_now(pool, sub)
     state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
     assert (state["status"], state["void_requested_at"]) == ("OPEN", NOW)
     assert await events(engine, sub) == ["SubscriptionCanceled"]
 
 
 async def test_a_cancel_of_a_held_invoice_voids_it_at_once(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     """Held after an uncertain answer (no next attempt: nothing will look its key up, a person
     has its reconciliation item): a cancel voids it instead of waiting for ever."""
     sub, invoice = await world(engine, leased=True)
-    assert await record(sessions, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
+    assert await record(pool, invoice, ChargeOutcome.UNKNOWN) == RecordOutcome.APPLIED
     async with engine.begin() as conn:
         await conn.execute(
             text("UPDATE invoice SET next_attempt_at = NULL WHERE id = :i"), {"i": invoice}
         )
-    await cancel_now(sessions, sub)
+    await cancel_now(pool, sub)
     state = await row(engine, "SELECT * FROM invoice WHERE id = :i", i=invoice)
     assert (state["status"], state["void_requested_at"]) == ("VOID", None)

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.repo import gateway_customers
 from tests.integration.stripe.conftest import StartCollector
 from tests.support.factories import due_subscriptions_with_invoices
@@ -23,13 +24,14 @@ pytestmark = pytest.mark.slow  # a real collector process
 
 
 async def test_collector_charges_through_stripe_mock_and_records_the_answer(
-    engine: AsyncEngine, services: Services, stripe_collector: StartCollector
+    engine: AsyncEngine, pool: pg.Pool, services: Services, stripe_collector: StartCollector
 ) -> None:
     now = datetime.now(UTC)
     async with engine.begin() as conn:
         invoice_id, unmapped_id = await due_subscriptions_with_invoices(
             conn, 2, now=now, first_customer=501
         )
+    async with pg.transaction(pool) as conn:
         await gateway_customers.put(
             conn,
             customer_id=501,

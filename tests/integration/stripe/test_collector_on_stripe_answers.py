@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.repo import gateway_customers
 from tests.integration.stripe.conftest import StartCollector, wait_for
 from tests.support.factories import due_subscriptions_with_invoices
@@ -29,10 +30,11 @@ RATE_LIMITED = {
 }
 
 
-async def one_invoice(engine: AsyncEngine) -> int:
+async def one_invoice(engine: AsyncEngine, pool: pg.Pool) -> int:
     now = datetime.now(UTC)
     async with engine.begin() as conn:
         [invoice_id] = await due_subscriptions_with_invoices(conn, 1, now=now, first_customer=77)
+    async with pg.transaction(pool) as conn:
         await gateway_customers.put(
             conn,
             customer_id=77,
@@ -50,9 +52,9 @@ async def scalar(engine: AsyncEngine, sql: str, **params: object) -> object:
 
 
 async def test_rate_limited_charge_is_looked_up_then_charged_again_under_the_same_key(
-    engine: AsyncEngine, stripe_collector: StartCollector
+    engine: AsyncEngine, pool: pg.Pool, stripe_collector: StartCollector
 ) -> None:
-    invoice_id = await one_invoice(engine)
+    invoice_id = await one_invoice(engine, pool)
     key = f"inv-{invoice_id}-try-0"
     async with stripe_stub() as stub:
         stub.answer(429, RATE_LIMITED, headers={"Retry-After": "1"})
@@ -94,9 +96,9 @@ async def test_rate_limited_charge_is_looked_up_then_charged_again_under_the_sam
 
 
 async def test_idempotency_error_holds_the_invoice_for_a_person(
-    engine: AsyncEngine, stripe_collector: StartCollector
+    engine: AsyncEngine, pool: pg.Pool, stripe_collector: StartCollector
 ) -> None:
-    invoice_id = await one_invoice(engine)
+    invoice_id = await one_invoice(engine, pool)
     async with stripe_stub() as stub:
         stub.answer(
             400,
@@ -134,9 +136,9 @@ async def test_idempotency_error_holds_the_invoice_for_a_person(
 
 
 async def test_invalid_api_key_records_nothing_and_pauses(
-    engine: AsyncEngine, stripe_collector: StartCollector
+    engine: AsyncEngine, pool: pg.Pool, stripe_collector: StartCollector
 ) -> None:
-    invoice_id = await one_invoice(engine)
+    invoice_id = await one_invoice(engine, pool)
     async with stripe_stub() as stub:
         stub.answer(
             401,
@@ -178,9 +180,9 @@ def metric(proc: Proc, name: str) -> float:
 
 
 async def test_an_amount_stripe_cannot_charge_exactly_is_held_for_a_person_unsent(
-    engine: AsyncEngine, stripe_collector: StartCollector
+    engine: AsyncEngine, pool: pg.Pool, stripe_collector: StartCollector
 ) -> None:
-    invoice_id = await one_invoice(engine)
+    invoice_id = await one_invoice(engine, pool)
     async with engine.begin() as conn:  # 1 500.50 MGA: Stripe charges whole ariary only
         await conn.execute(
             text(

@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo import gateway_customers
 from billing_core.settings import CoreSettings
@@ -61,15 +62,15 @@ def clock() -> ManualClock:
 @pytest.fixture
 async def collect(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
     redis: aioredis.Redis,
     redis_prefix: str,
     stub: StripeStub,
     clock: ManualClock,
     settings: CoreSettings,
 ) -> AsyncIterator[Round]:
+    pool = pg.LazyPool(settings, max_size=4)
     gateway = StripePaymentGateway(
-        "sk_test_123", customers=stripe_customers(sessions), api_base=stub.url
+        "sk_test_123", customers=stripe_customers(pool), api_base=stub.url
     )
     limiter = GlobalRateLimiter(redis, key=f"{redis_prefix}permits", limit=50)
     collector_settings = CollectorSettings(
@@ -81,9 +82,7 @@ async def collect(
     )
     collector = Collector(
         collector_settings,
-        sessions=sessions,
-        reads=sessions,
-        plain=None,
+        pool=pool,
         gateway=gateway,
         limiter=limiter,
         window=CallWindow(limit_per_second=50, max_window=4, expected_latency_seconds=0.05),
@@ -94,16 +93,18 @@ async def collect(
     yield Round(collector, engine)
     await limiter.close()
     await gateway.aclose()
+    await pool.close()
 
 
 async def canceled_during_an_uncertain_charge(
-    engine: AsyncEngine, collect: Round, clock: ManualClock
+    engine: AsyncEngine, pool: pg.Pool, collect: Round, clock: ManualClock
 ) -> int:
     """An invoice charged once (the stub's first answer), then canceled: its void requested."""
     async with engine.begin() as conn:
         [invoice_id] = await due_subscriptions_with_invoices(
             conn, 1, now=clock.now(), first_customer=77
         )
+    async with pg.transaction(pool) as conn:
         await gateway_customers.put(
             conn,
             customer_id=77,
@@ -113,13 +114,11 @@ async def canceled_during_an_uncertain_charge(
             now=clock.now(),
         )
     await collect()
-    async with AsyncSession(engine) as session, session.begin():
-        subscription_id = (
-            await session.execute(
-                text("SELECT subscription_id FROM invoice WHERE id = :i"), {"i": invoice_id}
-            )
-        ).scalar_one()
-        await cancel(session, subscription_id=subscription_id, at_period_end=False, now=clock.now())
+    async with pg.transaction(pool) as conn:
+        subscription_id = await conn.fetchval(
+            "SELECT subscription_id FROM invoice WHERE id = $1", invoice_id
+        )
+        await cancel(conn, subscription_id=subscription_id, at_period_end=False, now=clock.now())
     assert await state(engine, invoice_id) == ("OPEN", True)
     return invoice_id
 
@@ -148,11 +147,15 @@ async def attempts(engine: AsyncEngine, invoice_id: int) -> list[tuple[str, str,
 
 
 async def test_no_charge_found_by_search_voids_only_once_the_index_has_caught_up(
-    engine: AsyncEngine, collect: Round, stub: StripeStub, clock: ManualClock
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    collect: Round,
+    stub: StripeStub,
+    clock: ManualClock,
 ) -> None:
     stub.answer(500, SERVER_ERROR)  # the charge: Stripe may or may not have made it
     stub.answer(200, NOTHING_FOUND)  # every search after it
-    invoice_id = await canceled_during_an_uncertain_charge(engine, collect, clock)
+    invoice_id = await canceled_during_an_uncertain_charge(engine, pool, collect, clock)
 
     async with engine.connect() as conn:
         canceled_at = (
@@ -186,7 +189,11 @@ async def test_no_charge_found_by_search_voids_only_once_the_index_has_caught_up
 
 
 async def test_a_charge_whose_id_came_back_is_read_by_that_id_and_refunded(
-    engine: AsyncEngine, collect: Round, stub: StripeStub, clock: ManualClock
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    collect: Round,
+    stub: StripeStub,
+    clock: ManualClock,
 ) -> None:
     intent = {
         "id": "pi_3MtwBwLkdIwHu7ix28a3tqPa",
@@ -196,7 +203,7 @@ async def test_a_charge_whose_id_came_back_is_read_by_that_id_and_refunded(
         "status": "processing",
     }
     stub.answer(200, intent)  # the charge: uncertain, but its id is known
-    invoice_id = await canceled_during_an_uncertain_charge(engine, collect, clock)
+    invoice_id = await canceled_during_an_uncertain_charge(engine, pool, collect, clock)
     async with engine.connect() as conn:
         metadata = (
             await conn.execute(
