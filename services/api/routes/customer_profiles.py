@@ -6,9 +6,9 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain.money import BIGINT_MAX
 from billing_core.repo import audit
 from billing_core.repo import customers as customers_repo
@@ -51,9 +51,9 @@ SUBSCRIPTION_CURSOR = "sub"
     responses=problems(400, 401, 403, 409, 413, 422, 429, 503),
 )
 async def create_customer(body: CreateCustomerRequest, write: SubscriptionsWrite) -> Response:
-    async def work(session: AsyncSession, now: datetime) -> Outcome:
+    async def work(conn: Connection, now: datetime) -> Outcome:
         customer = await customers_repo.insert_customer(
-            session,
+            conn,
             customers_repo.NewCustomer(
                 external_id=body.external_id,
                 email=body.email,
@@ -64,7 +64,7 @@ async def create_customer(body: CreateCustomerRequest, write: SubscriptionsWrite
             now=now,
         )
         await audit.record(
-            session,
+            conn,
             audit.AuditEntry(
                 write.actor,
                 audit.CUSTOMER_CREATE,
@@ -99,12 +99,12 @@ async def list_customers(
     ] = None,
 ) -> Response:
     before_id = cursors.decode(CUSTOMER_CURSOR, cursor)
-    async with get_context(request).reads() as session:
+    async with get_context(request).pg.acquire() as conn:
         if external_id is not None:
-            found = await customers_repo.get_by_external_id(session, external_id)
+            found = await customers_repo.get_by_external_id(conn, external_id)
             rows = [found] if found and (before_id is None or found.id < before_id) else []
         else:
-            rows = await customers_repo.page(session, limit=limit + 1, before_id=before_id)
+            rows = await customers_repo.page(conn, limit=limit + 1, before_id=before_id)
     return json_response(
         CustomerPage(
             items=[CustomerOut.of(c) for c in rows[:limit]],
@@ -122,8 +122,8 @@ async def list_customers(
 async def get_customer(
     request: Request, customer_id: CustomerId, _client: SubscriptionsReader
 ) -> Response:
-    async with get_context(request).reads() as session:
-        customer = await customers_repo.get(session, customer_id)
+    async with get_context(request).pg.acquire() as conn:
+        customer = await customers_repo.get(conn, customer_id)
     return json_response(CustomerOut.of(customer))
 
 
@@ -141,10 +141,10 @@ async def list_customer_subscriptions(
     cursor: Cursor = None,
 ) -> Response:
     before_id = cursors.decode(SUBSCRIPTION_CURSOR, cursor)
-    async with get_context(request).sessions() as session:
-        await customers_repo.get(session, customer_id)
+    async with get_context(request).pg.acquire() as conn:
+        await customers_repo.get(conn, customer_id)
         rows = await customers_repo.subscriptions_page(
-            session, limit=limit + 1, customer_id=customer_id, before_id=before_id
+            conn, limit=limit + 1, customer_id=customer_id, before_id=before_id
         )
     return json_response(subscription_page(rows, limit))
 

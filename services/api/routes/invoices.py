@@ -32,9 +32,9 @@ InvoiceId = Annotated[int, Path(ge=1, le=BIGINT_MAX, description="Invoice id.", 
     responses=problems(401, 403, 404, 422, 429),
 )
 async def get_invoice(request: Request, invoice_id: InvoiceId, _client: InvoicesReader) -> Response:
-    async with get_context(request).reads() as session:
-        invoice = await invoices_repo.get_invoice(session, invoice_id)
-        lines = await invoice_lines_repo.lines_of(session, [invoice.id])
+    async with get_context(request).pg.acquire() as conn:
+        invoice = await invoices_repo.get_invoice(conn, invoice_id)
+        lines = await invoice_lines_repo.lines_of(conn, [invoice.id])
     return json_response(InvoiceOut.of(invoice, lines.get(invoice.id, ())))
 
 
@@ -59,8 +59,8 @@ async def get_invoice_pdf(
 ) -> Response:
     context = get_context(request)
     seller = Party(context.settings.seller_name, context.settings.seller_details)
-    async with context.reads() as session:
-        document = await invoice_documents.load(session, invoice_id, seller=seller)
+    async with context.pg.acquire() as conn:
+        document = await invoice_documents.load(conn, invoice_id, seller=seller)
     if document is None:
         raise invoices_repo.InvoiceNotFound(invoice_id)
     pdf = await asyncio.to_thread(invoice_pdf.render, document)  # CPU: off the event loop

@@ -27,6 +27,6 @@ router = APIRouter(tags=["plans"])
 async def list_plans(
     request: Request, _client: Annotated[ApiClient, requires(Scope.PLANS_READ)]
 ) -> Response:
-    async with get_context(request).reads() as session:
-        plans = await plans_repo.list_active(session)
+    async with get_context(request).pg.acquire() as conn:
+        plans = await plans_repo.list_active(conn)
     return json_response(PlanList(items=[PlanOut.of(p) for p in plans]))

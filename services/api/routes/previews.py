@@ -32,9 +32,9 @@ router = APIRouter(tags=["subscriptions"])
 async def upcoming_invoice(
     request: Request, subscription_id: SubscriptionId, _client: InvoicesReader
 ) -> Response:
-    async with get_context(request).reads() as session:
-        sub = await subscriptions_repo.get(session, subscription_id)
-        rate = (await tax_repo.rates_for(session, [sub.id])).get(sub.id)
-        discount = (await coupons_repo.discounts_for(session, [sub.id])).get(sub.id)
+    async with get_context(request).pg.acquire() as conn:
+        sub = await subscriptions_repo.get(conn, subscription_id)
+        rate = (await tax_repo.rates_for(conn, [sub.id])).get(sub.id)
+        discount = (await coupons_repo.discounts_for(conn, [sub.id])).get(sub.id)
     upcoming = upcoming_uc.upcoming_invoice(sub, rate, discount)
     return json_response(UpcomingInvoiceOut.of(upcoming))
