@@ -2,9 +2,10 @@
 
 :func:`run` builds the settings once (an invalid one exits 2 naming it), configures logging,
 waits for PostgreSQL (exit 3 when it never answers), then serves the process the service's
-``build`` returns: the health server (``/readyz``: the database answers, unless the process says
-otherwise), the worker loop under SIGTERM/SIGINT, periodic jobs (gauges), an optional drain after
-the loop stops, and teardown in order with the engine disposed last.
+``build`` returns: the health server (``/readyz``: the database answers on a driver connection of
+its own, unless the process says otherwise), the worker loop under SIGTERM/SIGINT, periodic jobs
+(gauges), an optional drain after the loop stops, and teardown in order with the engine disposed
+last.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.db.engine import database_answers
+from billing_core.db import pg
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime import build_info
 from billing_core.runtime.garbage_collection import quiet_garbage_collector
@@ -71,7 +72,12 @@ async def _every(job: Periodic, stop: asyncio.Event) -> None:
 async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
     """Run ``process`` until SIGTERM/SIGINT (or ``process.worker.stop()``), then tear down."""
     engine = process.engine
-    ready = process.ready or (lambda: database_answers(engine))
+    readiness = pg.LazyPool(settings, max_size=1)
+
+    async def database_answers() -> bool:
+        return await pg.database_answers(await readiness.get())
+
+    ready = process.ready or database_answers
     worker = process.worker
     process.health = HealthServer(
         settings.health_host, process.health_port, alive=lambda: worker.healthy, ready=ready
@@ -104,6 +110,7 @@ async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
             except Exception as exc:
                 log.warning("teardown_step_failed", process=process.name, error=repr(exc))
         await process.health.stop()
+        await readiness.close()
         await engine.dispose()
     log.info(f"{process.name}_stopped")
 
