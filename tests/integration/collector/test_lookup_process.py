@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all, fetch_ledger
 from billing_core.usecases.cancel import cancel
 from tests.integration.collector.conftest import Collectors, Simulator
@@ -159,7 +160,7 @@ async def test_failing_lookups_stay_uncertain_and_are_bounded_never_a_second_cha
 
 
 async def test_a_cancel_during_a_call_whose_answer_is_lost_is_looked_up_and_refunded(
-    engine: AsyncEngine, simulator: Simulator, collectors: Collectors
+    engine: AsyncEngine, pool: pg.Pool, simulator: Simulator, collectors: Collectors
 ) -> None:
     """The gateway charges but its answer comes too late and no webhook comes; meanwhile the
     customer cancels. The uncertain answer keeps the void requested (the card may have been
@@ -206,7 +207,7 @@ async def test_a_cancel_during_a_call_whose_answer_is_lost_is_looked_up_and_refu
         ).one()
     assert (status, reason) == ("VOID", "canceled_in_flight")
     report = await check_all(
-        engine, now=datetime.now(UTC), ledger=await fetch_ledger(simulator.url), topic=None
+        pool, now=datetime.now(UTC), ledger=await fetch_ledger(simulator.url), topic=None
     )
     assert report.check("charges").violations == []
     summary = simulator.summary()
