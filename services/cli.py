@@ -297,7 +297,7 @@ def check(
     from datetime import datetime, timedelta  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
-    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.db import pg  # noqa: PLC0415
     from billing_core.invariants.checker import run_checker  # noqa: PLC0415
     from billing_core.logging import configure_logging  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
@@ -314,10 +314,10 @@ def check(
     at = instant(now, "--now") if now else clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> bool:
-        engine = create_engine(settings)
+        pool = await pg.create_pool(settings, max_size=1)
         try:
             report = await run_checker(
-                engine,
+                pool,
                 now=at,
                 gateway_url=gateway_url or None,
                 kafka_bootstrap=None if no_kafka else settings.kafka_bootstrap,
@@ -328,7 +328,7 @@ def check(
                 since=instant(since, "--since") if since else None,
             )
         finally:
-            await engine.dispose()
+            await pool.close()
         if as_json:
             typer.echo(json.dumps(report.as_dict()))
         else:
@@ -382,7 +382,7 @@ def status(
     import json  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
-    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.db import pg  # noqa: PLC0415
     from billing_core.logging import configure_logging  # noqa: PLC0415
     from services.collector.settings import CollectorSettings  # noqa: PLC0415
     from services.ops.status import as_dict, gather, render  # noqa: PLC0415
@@ -393,10 +393,10 @@ def status(
     now = clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> None:
-        engine = create_engine(settings, pool_size=1)
+        pool = await pg.create_pool(settings, max_size=1)
         try:
             result = await gather(
-                engine,
+                pool,
                 now,
                 settings.redis_url,
                 settings.collector_rate_limit_key,
@@ -404,7 +404,7 @@ def status(
                 settings.collector_rate_limit_guard_ms,
             )
         finally:
-            await engine.dispose()
+            await pool.close()
         if as_json:
             typer.echo(json.dumps(as_dict(result, now)))
         else:
@@ -427,7 +427,7 @@ def reconcile(
     import getpass  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
-    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.db import pg  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
     from services.ops.reconcile import gather, render  # noqa: PLC0415
     from services.ops.reconcile import resolve as mark_resolved  # noqa: PLC0415
@@ -438,15 +438,15 @@ def reconcile(
     now = clock_from_offset(settings.clock_offset_seconds).now()
 
     async def go() -> bool:
-        engine = create_engine(settings, pool_size=1)
+        pool = await pg.create_pool(settings, max_size=1)
         try:
             if resolve:
                 who = by.strip() or getpass.getuser()
-                return await mark_resolved(engine, resolve, who=who, how=note.strip(), now=now)
-            render(await gather(engine, include_resolved=include_resolved))
+                return await mark_resolved(pool, resolve, who=who, how=note.strip(), now=now)
+            render(await gather(pool, include_resolved=include_resolved))
             return True
         finally:
-            await engine.dispose()
+            await pool.close()
 
     done = asyncio.run(go())
     if resolve and not done:
@@ -489,7 +489,7 @@ def demo(
     from rich.console import Console  # noqa: PLC0415
 
     from billing_core.clock import clock_from_offset  # noqa: PLC0415
-    from billing_core.db.engine import create_engine  # noqa: PLC0415
+    from billing_core.db import pg  # noqa: PLC0415
     from billing_core.settings import CoreSettings  # noqa: PLC0415
     from services.ops.demo import DemoFailed, Outcome, run_demo, wait_for_processes  # noqa: PLC0415
 
@@ -512,10 +512,10 @@ def demo(
                     "with `make up`)"
                 ]
             )
-        engine = create_engine(settings, pool_size=2)
+        pool = await pg.create_pool(settings, max_size=2)
         try:
             return await run_demo(
-                engine,
+                pool,
                 database_url=settings.database_url,
                 clock=clock_from_offset(settings.clock_offset_seconds),
                 gateway_url=gateway_url,
@@ -528,7 +528,7 @@ def demo(
                 gateway_timeout=timedelta(seconds=gateway_timeout_s),
             )
         finally:
-            await engine.dispose()
+            await pool.close()
 
     try:
         outcome = asyncio.run(go())

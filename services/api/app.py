@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
 from billing_core.db import pg
-from billing_core.db.engine import create_engine, database_answers, session_factory
+from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from billing_core.runtime.http import HealthServer
@@ -97,7 +97,7 @@ def internal_server(app: FastAPI, context: AppContext) -> HealthServer:
     settings = context.settings
 
     async def ready() -> bool:
-        return context.engine is not None and await database_answers(context.engine)
+        return context.pg_ is not None and await pg.database_answers(context.pg_)
 
     schema = json.dumps(app.openapi(), separators=(",", ":")).encode()
     docs = get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - docs").body

@@ -27,10 +27,9 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
+from billing_core.db.pg import Pool
 from billing_core.repo import backlogs
 from services.ops.demo_gateway import WEBHOOK_RESULTS, Gateway, GatewayFigures, since
 from services.ops.demo_plot import plot
@@ -41,7 +40,7 @@ SAMPLE_TIMEOUT_S = 30.0
 # The demo's customers have addresses here (customer-<id>@example.test): the notifier e-mails
 # them receipts and payment failures, which `make up`'s development SMTP server keeps.
 EMAIL_DOMAIN = "example.test"
-DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 UNAVAILABLE = "unavailable"
 
 
@@ -90,12 +89,12 @@ def _table(sample: Sample) -> Table:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer in {SAMPLE_TIMEOUT_S:g} s"
-    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    detail = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {detail[0]}" if detail else type(exc).__name__
 
 
 async def run_demo(
-    engine: AsyncEngine,
+    pool: Pool,
     *,
     database_url: str,
     clock: Clock,
@@ -139,7 +138,7 @@ async def run_demo(
 
     started = time.monotonic()
     samples, stopped = await _watch(
-        engine, clock, first, due_within, timeout, console, progress_every
+        pool, clock, first, due_within, timeout, console, progress_every
     )
     duration = time.monotonic() - started
     last = samples[-1].values if samples else None
@@ -176,7 +175,7 @@ async def run_demo(
 
 
 async def _watch(
-    engine: AsyncEngine,
+    pool: Pool,
     clock: Clock,
     first: int,
     due_within: timedelta,
@@ -194,7 +193,7 @@ async def _watch(
     with live or contextlib.nullcontext():
         while time.monotonic() - started < timeout.total_seconds():
             try:
-                async with asyncio.timeout(SAMPLE_TIMEOUT_S), engine.connect() as conn:
+                async with asyncio.timeout(SAMPLE_TIMEOUT_S), pool.acquire() as conn:
                     values = await backlogs.demo_progress(
                         conn, first_customer_id=first, now=clock.now()
                     )

@@ -8,23 +8,23 @@ from datetime import datetime
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.repo import audit
 from billing_core.repo import reconciliation as reconciliation_repo
 from billing_core.repo.reconciliation import MEANINGS, Item
 from billing_core.usecases import reconciliation as reconciliation_uc
 
 
-async def gather(engine: AsyncEngine, *, include_resolved: bool = False) -> list[Item]:
-    async with engine.connect() as conn:
+async def gather(pool: pg.Pool, *, include_resolved: bool = False) -> list[Item]:
+    async with pool.acquire() as conn:
         return await reconciliation_repo.list_items(conn, include_resolved=include_resolved)
 
 
-async def resolve(engine: AsyncEngine, item_id: int, *, who: str, how: str, now: datetime) -> bool:
+async def resolve(pool: pg.Pool, item_id: int, *, who: str, how: str, now: datetime) -> bool:
     """Mark an open item resolved, with its ``audit_event`` row (committed here); False when no
     such open item exists."""
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         return await reconciliation_uc.resolve_item(
             conn, item_id, actor=audit.Actor.cli(), who=who, how=how, now=now
         )

@@ -10,8 +10,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db.pg import Pool
 from billing_core.domain.instant import iso_utc
 from billing_core.ratelimit import GlobalRateLimiter
 from billing_core.repo import backlogs
@@ -28,14 +28,14 @@ class Status:
 
 
 async def gather(
-    engine: AsyncEngine,
+    pool: Pool,
     now: datetime,
     redis_url: str,
     limiter_key: str,
     rate_limit: int,
     guard_ms: int,
 ) -> Status:
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         subs = await backlogs.subscriptions_by_status(conn, now)
         invs = await backlogs.invoices_by_status(conn, now)
         outbox = await backlogs.outbox_backlog(conn)

@@ -32,13 +32,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
-from billing_core.db import migrate
+from billing_core.db import migrate, pg
 from billing_core.domain.period import Interval, boundary
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import fetch_ledger
@@ -618,9 +619,15 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             summary = (await client.get("/v1/ledger/summary")).json()
         evidence = await read_topic(urls["BILLING_KAFKA_BOOTSTRAP"], topic)
         # the seeded period-0 invoices were paid before the run: history, not evidence
-        report = await check_all(
-            engine, now=datetime.now(UTC), ledger=ledger, topic=evidence, since=now
+        checker = await asyncpg.create_pool(
+            pg.asyncpg_dsn(urls["BILLING_DATABASE_URL"]), min_size=0, max_size=1
         )
+        try:
+            report = await check_all(
+                checker, now=datetime.now(UTC), ledger=ledger, topic=evidence, since=now
+            )
+        finally:
+            await checker.close()
         final = await counts(engine)
         figures = {
             "subscriptions": config.subscriptions,

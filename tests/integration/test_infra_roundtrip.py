@@ -8,36 +8,33 @@ import uuid
 import redis.asyncio as aioredis
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from tests.support.infra import Services
 
 
-async def test_postgres_round_trip(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(text("CREATE TEMP TABLE rt (v bigint) ON COMMIT DROP"))
-        await conn.execute(text("INSERT INTO rt VALUES (9223372036854775807)"))
-        value = (await conn.execute(text("SELECT v FROM rt"))).scalar_one()
-        tz = (await conn.execute(text("SHOW timezone"))).scalar_one()
+async def test_postgres_round_trip(pool: pg.Pool) -> None:
+    async with pg.transaction(pool) as conn:
+        await conn.execute("CREATE TEMP TABLE rt (v bigint) ON COMMIT DROP")
+        await conn.execute("INSERT INTO rt VALUES (9223372036854775807)")
+        value = await conn.fetchval("SELECT v FROM rt")
+        tz = await conn.fetchval("SHOW timezone")
     assert value == 2**63 - 1
     assert tz == "UTC"
 
 
 async def test_postgres_runs_with_the_checkpoint_tuning_of_the_infra_script(
-    engine: AsyncEngine,
+    pool: pg.Pool,
 ) -> None:
     """scripts/infra.sh's tuning reaches the server (its billing.conf, rewritten at each start):
     no checkpoint in the middle of a 1st of the month's WAL, full pages compressed."""
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            text(
-                "SELECT name, setting::bigint FROM pg_settings WHERE name IN "
-                "('max_wal_size', 'checkpoint_timeout', 'shared_buffers')"
-            )
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(
+            "SELECT name, setting::bigint FROM pg_settings WHERE name IN "
+            "('max_wal_size', 'checkpoint_timeout', 'shared_buffers')"
         )
-        settings = {name: int(value) for name, value in rows}
-        compression = (await conn.execute(text("SHOW wal_compression"))).scalar_one()
+        settings = {r["name"]: int(r["setting"]) for r in rows}
+        compression = await conn.fetchval("SHOW wal_compression")
     assert settings["max_wal_size"] == 16 * 1024  # MB
     assert settings["checkpoint_timeout"] == 30 * 60  # s
     assert settings["shared_buffers"] * 8 >= 256 * 1024  # 8 kB pages: at least 256 MB

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import uuid
 from collections.abc import Iterator
 
+import asyncpg
 import httpx
 import pytest
 
-from billing_core.db.engine import create_engine, database_answers
+from billing_core.db import pg
+from billing_core.db.engine import create_engine
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from billing_core.settings import CoreSettings
@@ -95,20 +98,63 @@ async def test_teardown_runs_even_when_a_start_step_fails(settings: CoreSettings
 
 
 async def test_the_shared_readiness_check(settings: CoreSettings) -> None:
-    engine = create_engine(settings, pooled=False)
+    pool = await pg.create_pool(settings, max_size=1)
     try:
-        assert await database_answers(engine) is True
+        assert await pg.database_answers(pool) is True
     finally:
-        await engine.dispose()
-    unreachable = create_engine(
+        await pool.close()
+    unreachable = await pg.create_pool(
         settings.model_copy(
             update={"database_url": "postgresql+asyncpg://billing@127.0.0.1:1/billing"}
         ),
-        pooled=False,
+        max_size=1,
     )
     with pytest.raises(OSError):
-        await database_answers(unreachable)
-    await unreachable.dispose()
+        await pg.database_answers(unreachable)
+    await unreachable.close()
+
+
+async def _connections_named(settings: CoreSettings, name: str) -> int:
+    conn = await asyncpg.connect(pg.asyncpg_dsn(settings.database_url))
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def test_readiness_answers_on_the_process_pool_closed_at_teardown(
+    settings: CoreSettings,
+) -> None:
+    own = settings.model_copy(update={"process_name": f"probe-{uuid.uuid4().hex[:8]}"})
+    driver_name = own.process_name + ".pg"  # the driver pool's connections (db.pg.create_pool)
+    seen: list[tuple[int, int]] = []
+
+    async def tick() -> bool:
+        if worker.ticks == 3:
+            assert parts.health is not None
+            async with httpx.AsyncClient() as client:
+                ready = await client.get(f"http://127.0.0.1:{parts.health.port}/readyz")
+            seen.append((ready.status_code, await _connections_named(own, driver_name)))
+            worker.stop()
+        await asyncio.sleep(0.01)
+        return True
+
+    worker = Worker("probe", tick, poll_interval=0.01, shutdown_timeout=2)
+    parts = process.WorkerProcess(
+        name="probe", worker=worker, pool=pg.LazyPool(own, max_size=1), health_port=0
+    )
+    await asyncio.wait_for(process.serve(parts, own), timeout=20)
+
+    assert seen == [(200, 1)]  # ready, answered on a connection of the process's pool
+    for _ in range(50):  # the server ends the closed connection's backend soon after
+        if await _connections_named(own, driver_name) == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert await _connections_named(own, driver_name) == 0
 
 
 async def test_db_pool_size_overrides_each_process_own_sizing(settings: CoreSettings) -> None:

@@ -145,12 +145,6 @@ async def database_answers(pool: Pool) -> bool:
 _ANSWERS = Statement("SELECT 1")
 
 
-async def answers(pool: LazyPool) -> bool:
-    """The readiness check: PostgreSQL answers a trivial query on a connection of ``pool``."""
-    async with (await pool.get()).acquire() as conn:
-        return bool(await fetchval(conn, _ANSWERS) == 1)
-
-
 @asynccontextmanager
 async def transaction(pool: Pool) -> AsyncIterator[Connection]:
     """One unit of work: a connection of ``pool`` in a transaction, committed when the block

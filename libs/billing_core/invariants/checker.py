@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from billing_core.db.pg import Pool
 from billing_core.invariants.amounts import check_amounts
 from billing_core.invariants.charges import check_charges
 from billing_core.invariants.events import check_events, check_sequences
@@ -31,7 +30,7 @@ DEFAULT_PUBLISH_BOUND = timedelta(minutes=5)
 
 
 async def check_all(
-    engine: AsyncEngine,
+    pool: Pool,
     *,
     now: datetime,
     ledger: LedgerEvidence | None,
@@ -48,55 +47,52 @@ async def check_all(
     subscriptions that reached that state before it are taken as given too (no charge, no event
     expected) — for other history without its evidence (a simulator restarted since).
     """
-    async with engine.connect() as raw:
-        conn = await raw.execution_options(isolation_level="REPEATABLE READ")
-        async with conn.begin():
-            checks: list[Check] = [
-                await check_periods(
-                    conn,
-                    now=now,
-                    renewal_tolerance=renewal_tolerance,
-                    plan_changes=topic.plan_changes if topic else (),
-                ),
-                await check_charges(
-                    conn,
-                    ledger,
-                    now=now,
-                    reconciled=topic.reconciliation_invoices if topic else (),
-                    since=since,
-                ),
-            ]
-            if topic is None:
-                checks += [
-                    Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled"),
-                    Check("sequence", "per-subscription sequence only goes forward, no hole"),
-                ]
-                for check in checks[-2:]:
-                    check.skipped = "no Kafka topic read"
-            else:
-                checks += [
-                    await check_events(
-                        conn, topic, now=now, publish_bound=publish_bound, since=since
-                    ),
-                    check_sequences(topic),
-                ]
+    # One snapshot of the database for every check (see the module's docstring).
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        checks: list[Check] = [
+            await check_periods(
+                conn,
+                now=now,
+                renewal_tolerance=renewal_tolerance,
+                plan_changes=topic.plan_changes if topic else (),
+            ),
+            await check_charges(
+                conn,
+                ledger,
+                now=now,
+                reconciled=topic.reconciliation_invoices if topic else (),
+                since=since,
+            ),
+        ]
+        if topic is None:
             checks += [
-                await check_amounts(conn, plan_changes=topic.plan_changes if topic else ()),
-                await check_lines(conn),
-                await check_numbers(conn),
-                await check_stuck(
-                    conn,
-                    now=now,
-                    retry_bound=retry_bound,
-                    reconciled=topic.reconciliation_invoices if topic else (),
-                ),
-                await check_pauses(conn),
+                Check("events", "PAID -> InvoicePaid, CANCELED -> SubscriptionCanceled"),
+                Check("sequence", "per-subscription sequence only goes forward, no hole"),
             ]
+            for check in checks[-2:]:
+                check.skipped = "no Kafka topic read"
+        else:
+            checks += [
+                await check_events(conn, topic, now=now, publish_bound=publish_bound, since=since),
+                check_sequences(topic),
+            ]
+        checks += [
+            await check_amounts(conn, plan_changes=topic.plan_changes if topic else ()),
+            await check_lines(conn),
+            await check_numbers(conn),
+            await check_stuck(
+                conn,
+                now=now,
+                retry_bound=retry_bound,
+                reconciled=topic.reconciliation_invoices if topic else (),
+            ),
+            await check_pauses(conn),
+        ]
     return Report(checks)
 
 
 async def run_checker(
-    engine: AsyncEngine,
+    pool: Pool,
     *,
     now: datetime,
     gateway_url: str | None,
@@ -111,7 +107,7 @@ async def run_checker(
     ledger = await fetch_ledger(gateway_url) if gateway_url else None
     evidence = await read_topic(kafka_bootstrap, topic) if kafka_bootstrap and topic else None
     return await check_all(
-        engine,
+        pool,
         now=now,
         ledger=ledger,
         topic=evidence,

@@ -115,7 +115,7 @@ async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
 
 async def _database_answers(process: WorkerProcess) -> bool:
     if process.pool is not None:
-        return await pg.answers(process.pool)
+        return await pg.database_answers(await process.pool.get())
     return process.engine is not None and await database_answers(process.engine)
 
 

@@ -15,7 +15,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
-from billing_core.db.engine import create_engine, database_answers
+from billing_core.db import pg
 from billing_core.settings import CoreSettings, RenamedSetting
 
 S = TypeVar("S", bound=CoreSettings)
@@ -25,11 +25,11 @@ EXIT_UNREACHABLE = 3
 
 
 async def _database_answers(settings: CoreSettings) -> None:
-    engine = create_engine(settings, pooled=False)
+    pool = await pg.create_pool(settings, max_size=1)
     try:
-        await database_answers(engine)
+        await pg.database_answers(pool)
     finally:
-        await engine.dispose()
+        await pool.close()
 
 
 def require_database(process: str, settings: CoreSettings) -> None:

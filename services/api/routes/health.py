@@ -8,7 +8,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from billing_core.db.engine import database_answers
+from billing_core.db import pg
 from billing_core.logging import get_logger
 from services.api.context import get_context
 from services.api.problems import UNAVAILABLE, ApiProblem
@@ -34,10 +34,10 @@ async def healthz() -> Response:
 async def readyz(request: Request) -> Response:
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-            engine = get_context(request).engine
-            if engine is None:
+            pool = get_context(request).pg_
+            if pool is None:
                 raise RuntimeError("the process is starting or stopping")
-            await database_answers(engine)
+            await pg.database_answers(pool)
     except Exception as exc:
         log.warning("not_ready", error=repr(exc))
         raise ApiProblem(UNAVAILABLE, "The database does not answer.") from exc

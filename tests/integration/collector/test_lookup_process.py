@@ -207,7 +207,7 @@ async def test_a_cancel_during_a_call_whose_answer_is_lost_is_looked_up_and_refu
         ).one()
     assert (status, reason) == ("VOID", "canceled_in_flight")
     report = await check_all(
-        engine, now=datetime.now(UTC), ledger=await fetch_ledger(simulator.url), topic=None
+        pool, now=datetime.now(UTC), ledger=await fetch_ledger(simulator.url), topic=None
     )
     assert report.check("charges").violations == []
     summary = simulator.summary()

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.report import Report
@@ -20,7 +21,8 @@ from tests.support.infra import Services
 @dataclass
 class Scene:
     world: World
-    engine: AsyncEngine
+    engine: AsyncEngine  # the test's own SQL
+    pool: pg.Pool  # the checker's
     bootstrap: str
     topic: str
 
@@ -37,7 +39,7 @@ class Scene:
         now: datetime | None = None,
     ) -> Report:
         return await check_all(
-            self.engine,
+            self.pool,
             now=now or self.world.now,
             ledger=ledger or self.world.ledger(),
             topic=topic or await self.read(),
@@ -45,7 +47,9 @@ class Scene:
 
 
 @pytest.fixture
-async def scene(engine: AsyncEngine, services: Services, kafka_topic: str) -> AsyncIterator[Scene]:
+async def scene(
+    engine: AsyncEngine, pool: pg.Pool, services: Services, kafka_topic: str
+) -> AsyncIterator[Scene]:
     world = World(now=datetime.now(UTC).replace(microsecond=0))
     await world.build(engine)
-    yield Scene(world, engine, services.kafka_bootstrap, kafka_topic)
+    yield Scene(world, engine, pool, services.kafka_bootstrap, kafka_topic)

@@ -40,7 +40,7 @@ async def test_redelivered_events_are_counted_not_violations(scene: Scene) -> No
 async def test_without_a_ledger_the_payment_attempts_are_the_charge_evidence(
     scene: Scene,
 ) -> None:
-    report = await check_all(scene.engine, now=scene.world.now, ledger=None, topic=None)
+    report = await check_all(scene.pool, now=scene.world.now, ledger=None, topic=None)
     assert report.ok and not report.complete
     assert report.check("events").skipped == "no Kafka topic read"
     assert report.check("charges").skipped is None

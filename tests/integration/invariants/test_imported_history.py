@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.db.pg import asyncpg_dsn
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.report import Report
@@ -34,14 +33,15 @@ SUBSCRIPTIONS = 300
 
 @dataclass
 class Seeded:
-    engine: AsyncEngine
+    engine: AsyncEngine  # the test's own SQL
+    pool: pg.Pool  # the checker's
     now: datetime
     bootstrap: str
     topic: str
 
     async def check(self, ledger: LedgerEvidence | None = None) -> Report:
         return await check_all(
-            self.engine,
+            self.pool,
             now=self.now,
             ledger=ledger if ledger is not None else LedgerEvidence({}),
             topic=await read_topic(self.bootstrap, self.topic),
@@ -62,7 +62,11 @@ class Seeded:
 
 @pytest.fixture
 async def seeded(
-    engine: AsyncEngine, database_url: str, services: Services, kafka_topic: str
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    database_url: str,
+    services: Services,
+    kafka_topic: str,
 ) -> AsyncIterator[Seeded]:
     """What ``make demo`` seeds (``billing seed``), due in an hour; an empty events topic."""
     now = datetime.now(UTC).replace(microsecond=0)
@@ -76,7 +80,7 @@ async def seeded(
         show_progress=False,
     )
     await World(now=now).publish(services.kafka_bootstrap, kafka_topic, [])
-    yield Seeded(engine, now, services.kafka_bootstrap, kafka_topic)
+    yield Seeded(engine, pool, now, services.kafka_bootstrap, kafka_topic)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +114,7 @@ async def test_a_seeded_world_checks_clean_without_since(seeded: Seeded) -> None
     )
     assert any("no InvoicePaid expected" in n for n in report.check("events").notes)
     # The database alone (payment attempts as the charge evidence) agrees.
-    alone = await check_all(seeded.engine, now=seeded.now, ledger=None, topic=None)
+    alone = await check_all(seeded.pool, now=seeded.now, ledger=None, topic=None)
     assert alone.ok, violations(alone)
 
 
@@ -138,11 +142,10 @@ async def test_billing_check_on_a_seeded_world_exits_0_without_since(
 
 
 async def test_older_seeded_subscriptions_get_every_past_period(
-    engine: AsyncEngine, services: Services, kafka_topic: str
+    engine: AsyncEngine, pool: pg.Pool, services: Services, kafka_topic: str
 ) -> None:
     now = datetime.now(UTC).replace(microsecond=0)
-    conn = await asyncpg.connect(asyncpg_dsn(engine.url.render_as_string(hide_password=False)))
-    try:
+    async with pool.acquire() as conn:
         spec = SeedSpec(
             count=200,
             due_from=now + timedelta(hours=1),
@@ -162,10 +165,8 @@ async def test_older_seeded_subscriptions_get_every_past_period(
         # Idempotent: the history is only written for subscriptions that have none.
         again = await seed_history(conn, first_customer_id=1)
         assert (again.invoices, again.credit_entries) == (0, 0)
-    finally:
-        await conn.close()
     await World(now=now).publish(services.kafka_bootstrap, kafka_topic, [])
-    report = await Seeded(engine, now, services.kafka_bootstrap, kafka_topic).check()
+    report = await Seeded(engine, pool, now, services.kafka_bootstrap, kafka_topic).check()
     assert report.ok, violations(report)
     assert report.check("periods").checked == 200
 
@@ -186,7 +187,7 @@ async def test_a_paid_invoice_without_a_charge_that_is_not_imported_is_caught(
     assert report.check("charges").kinds() == {"paid_without_charge": 2}
     assert report.check("charges").ids("paid_without_charge") == [gone, recorded]
     assert report.check("events").ids("missing_InvoicePaid") == [gone, recorded]
-    alone = await check_all(seeded.engine, now=seeded.now, ledger=None, topic=None)
+    alone = await check_all(seeded.pool, now=seeded.now, ledger=None, topic=None)
     assert alone.check("charges").ids("paid_without_charge") == [gone]
 
 

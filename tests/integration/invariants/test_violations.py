@@ -199,7 +199,7 @@ async def test_a_charge_for_an_invoice_the_database_does_not_have(scene: Scene) 
 async def test_without_a_ledger_a_paid_invoice_needs_a_success_attempt(scene: Scene) -> None:
     inv = scene.world.invoices[("b", 1)]
     await sql(scene, "DELETE FROM payment_attempt WHERE invoice_id = :i", i=inv)
-    report = await check_all(scene.engine, now=scene.world.now, ledger=None, topic=None)
+    report = await check_all(scene.pool, now=scene.world.now, ledger=None, topic=None)
     assert report.check("charges").ids("paid_without_charge") == [inv]
 
 
@@ -295,7 +295,7 @@ async def test_the_plan_history_also_comes_from_the_topic(scene: Scene) -> None:
     await sql(scene, "DELETE FROM outbox_event WHERE event_id = :e", e=change.event_id)
     assert (await scene.check(topic=topic)).check("amounts").ok
     without_topic = await check_all(
-        scene.engine, now=scene.world.now, ledger=scene.world.ledger(), topic=None
+        scene.pool, now=scene.world.now, ledger=scene.world.ledger(), topic=None
     )
     assert without_topic.check("amounts").ids("wrong_subtotal") == [scene.world.invoices[("b", 0)]]
 
@@ -424,11 +424,11 @@ async def test_history_before_since_needs_no_charge_and_no_event(scene: Scene) -
     paid = scene.world.find("a", "InvoicePaid")
     ledger = LedgerEvidence({i: n for i, n in scene.world.charged.items() if i != old})
     topic = await scene.read([e for e in scene.world.published() if e is not paid])
-    strict = await check_all(scene.engine, now=scene.world.now, ledger=ledger, topic=topic)
+    strict = await check_all(scene.pool, now=scene.world.now, ledger=ledger, topic=topic)
     assert strict.check("charges").ids("paid_without_charge") == [old]
     assert strict.check("events").ids("missing_InvoicePaid") == [old]
     given = await check_all(
-        scene.engine,
+        scene.pool,
         now=scene.world.now,
         ledger=ledger,
         topic=topic,

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from billing_core.db import migrate
+from billing_core.db import migrate, pg
 from billing_core.db.engine import create_engine
 from billing_core.invariants.checker import check_all
 from billing_core.settings import CoreSettings
@@ -54,10 +54,20 @@ async def bare_engine(services: Services, settings: CoreSettings) -> AsyncIterat
         await drop_database(services.admin_database_url, name)
 
 
-async def test_faults_behind_the_schema_safety_nets(bare_engine: AsyncEngine) -> None:
+@pytest.fixture
+async def bare_pool(bare_engine: AsyncEngine, settings: CoreSettings) -> AsyncIterator[pg.Pool]:
+    url = bare_engine.url.render_as_string(hide_password=False)
+    created = await pg.create_pool(settings.model_copy(update={"database_url": url}), max_size=2)
+    yield created
+    await created.close()
+
+
+async def test_faults_behind_the_schema_safety_nets(
+    bare_engine: AsyncEngine, bare_pool: pg.Pool
+) -> None:
     world = World(now=datetime.now(UTC).replace(microsecond=0))
     await world.build(bare_engine)
-    clean = await check_all(bare_engine, now=world.now, ledger=world.ledger(), topic=None)
+    clean = await check_all(bare_pool, now=world.now, ledger=world.ledger(), topic=None)
     assert clean.ok, [str(v) for c in clean.checks for v in c.violations]
 
     twice = world.invoices[("a", 1)]
@@ -89,7 +99,7 @@ async def test_faults_behind_the_schema_safety_nets(bare_engine: AsyncEngine) ->
             ),
             {"s": sub_c},
         )
-    report = await check_all(bare_engine, now=world.now, ledger=world.ledger(), topic=None)
+    report = await check_all(bare_pool, now=world.now, ledger=world.ledger(), topic=None)
     periods = report.check("periods")
     assert periods.kinds() == {"duplicate_renewal": 1}
     assert periods.ids("duplicate_renewal") == [world.subs["a"]]

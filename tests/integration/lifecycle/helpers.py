@@ -11,6 +11,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from services.renewer.loop import Renewer
@@ -63,7 +64,7 @@ async def renew_until(engine: AsyncEngine, clock: ManualClock, when: datetime) -
     await renew(engine, clock)
 
 
-async def assert_clean(engine: AsyncEngine, clock: ManualClock) -> None:
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+async def assert_clean(pool: pg.Pool, clock: ManualClock) -> None:
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     for name in DATABASE_CHECKS:
         assert report.check(name).ok, (name, report.check(name).violations)

@@ -41,7 +41,7 @@ async def invoice(engine: AsyncEngine, subscription_id: int) -> dict[str, Any]:
 
 
 async def test_a_downgrade_credit_pays_an_untried_open_invoice_at_once(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="PRO_MONTHLY")
     clock.set(clock.now() + timedelta(days=10))
@@ -65,12 +65,12 @@ async def test_a_downgrade_credit_pays_an_untried_open_invoice_at_once(
         (credit, "DOWNGRADE", None),
         (-credit, "INVOICE", found["id"]),
     ]
-    report = await check_all(engine, now=clock.now(), ledger=None, topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=None, topic=None)
     assert report.check("amounts").ok, report.as_dict()
 
 
 async def test_credit_covering_the_invoice_pays_it_and_the_rest_stays_credit(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BUSINESS_MONTHLY")
     clock.set(clock.now() + timedelta(days=1))
@@ -89,7 +89,7 @@ async def test_credit_covering_the_invoice_pays_it_and_the_rest_stays_credit(
     found = await invoice(engine, sub["id"])
     assert found["credit_applied"] == min(credit, 9990)
     assert body["subscription"]["creditBalance"] == kept + credit - found["credit_applied"]
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("amounts").ok, report.as_dict()
 
 
@@ -113,7 +113,7 @@ async def test_an_invoice_already_tried_keeps_its_amount_and_the_credit_stays(
 
 
 async def test_credit_pays_the_oldest_invoice_in_full_then_the_next(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY")
     clock.set(clock.now() + timedelta(days=1))
@@ -142,5 +142,5 @@ async def test_credit_pays_the_oldest_invoice_in_full_then_the_next(
         s=sub["id"],
     )
     assert [p["payload"]["invoiceId"] for p in paid] == [renewal["id"]]
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("amounts").ok and report.check("charges").ok, report.as_dict()

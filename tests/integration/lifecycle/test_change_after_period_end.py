@@ -9,6 +9,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from services.renewer.loop import Renewer
@@ -16,7 +17,7 @@ from tests.integration.api.helpers import rows, subscribe
 
 
 async def test_an_upgrade_after_the_period_end_renews_first_then_prorates(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY")
     period_end = datetime.fromisoformat(sub["currentPeriodEnd"].replace("Z", "+00:00"))
@@ -58,12 +59,12 @@ async def test_an_upgrade_after_the_period_end_renews_first_then_prorates(
     renewer = Renewer(engine, clock, batch_size=10)
     await renewer.tick()
     assert renewer.last_result is not None and renewer.last_result.claimed == 0
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("periods").ok, report.as_dict()
 
 
 async def test_a_cancel_or_pause_after_the_period_end_applies_to_the_period_the_customer_saw(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     """Unlike a plan change, a cancel at period end or a pause asked for after the period end,
     before the renewer ran, is not caught up first: it applies to the subscription as it was
@@ -115,6 +116,6 @@ async def test_a_cancel_or_pause_after_the_period_end_applies_to_the_period_the_
     assert [(i["subscription_id"], i["period_index"]) for i in invoices][:1] == [
         (canceled["id"], 0)
     ]
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     for name in ("periods", "amounts", "pauses"):
         assert report.check(name).ok, report.check(name).violations

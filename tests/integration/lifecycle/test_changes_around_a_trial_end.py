@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from tests.integration.api.helpers import subscribe
 from tests.integration.lifecycle.helpers import assert_clean, change, renew, renewals
 
@@ -25,7 +26,11 @@ from tests.integration.lifecycle.helpers import assert_clean, change, renew, ren
     ],
 )
 async def test_changes_during_a_trial_price_period_0_at_the_last_plan(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, plans: list[str]
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    clock: ManualClock,
+    plans: list[str],
 ) -> None:
     trial_end = clock.now() + timedelta(days=3)
     sub = await subscribe(client, plan="PRO_MONTHLY", trialEnd=trial_end.isoformat())
@@ -36,12 +41,12 @@ async def test_changes_during_a_trial_price_period_0_at_the_last_plan(
     await renew(engine, clock)
     prices = {"BUSINESS_MONTHLY": 9990, "PRO_YEARLY": 29900}
     assert [r["subtotal"] for r in await renewals(engine, sub["id"])] == [prices[plans[-1]]]
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 @pytest.mark.parametrize("plan", ["BUSINESS_MONTHLY", "PRO_YEARLY", "BASIC_MONTHLY"])
 async def test_a_change_after_the_trial_end_before_the_renewer_falls_in_period_0(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, plan: str
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock, plan: str
 ) -> None:
     trial_end = clock.now() + timedelta(days=3)
     sub = await subscribe(client, plan="PRO_MONTHLY", trialEnd=trial_end.isoformat())
@@ -51,4 +56,4 @@ async def test_a_change_after_the_trial_end_before_the_renewer_falls_in_period_0
     await renew(engine, clock)
     # Period 0 at the old plan from the trial's end (the change caught it up), then the change.
     assert (await renewals(engine, sub["id"]))[0]["subtotal"] == 2990
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)

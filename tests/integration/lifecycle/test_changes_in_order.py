@@ -10,6 +10,7 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from tests.integration.api.helpers import rows, subscribe
@@ -48,7 +49,7 @@ async def plan_changes(engine: AsyncEngine, subscription_id: int) -> list[dict[s
 
 
 async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY")
     # A downgrade whose request was stamped before the upgrade's, read after it committed.
@@ -60,12 +61,12 @@ async def test_a_change_stamped_before_the_last_one_applies_at_its_instant(
     # Back to the same plan at the same instant: the credit is exactly the prorated charge.
     assert upgrade.json()["due"] > 0
     assert downgrade.json()["creditGranted"] == upgrade.json()["due"]
-    report = await check_all(engine, now=upgraded_at, ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=upgraded_at, ledger=LedgerEvidence({}), topic=None)
     assert report.check("amounts").ok, report.as_dict()
 
 
 async def test_a_change_to_yearly_read_after_a_change_at_a_later_instant_prices_its_period_yearly(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     """A downgrade, then a change to yearly billing stamped before it: both happen at the
     downgrade's instant, the second starting the yearly period there; that period is priced
@@ -87,7 +88,7 @@ async def test_a_change_to_yearly_read_after_a_change_at_a_later_instant_prices_
     assert invoices[-1]["period_index"] == 1
     assert invoices[-1]["period_start"] == downgraded_at
     assert invoices[-1]["subtotal"] == yearly_price[0]["price_amount"]
-    report = await check_all(engine, now=downgraded_at, ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=downgraded_at, ledger=LedgerEvidence({}), topic=None)
     assert report.check("amounts").ok, report.check("amounts").violations
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from tests.integration.api.helpers import assert_problem, new_customer, rows, scalar
 from tests.integration.lifecycle.helpers import assert_clean, iso, renew_until
 
@@ -95,7 +96,7 @@ async def test_a_coupon_is_created_read_and_its_terms_checked(
 
 
 async def test_a_coupon_at_subscribing_discounts_its_periods_then_stops(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await coupon(client, code="TWO", percentOff=25, duration="REPEATING", durationInPeriods=2)
     created = await subscribe(client, couponCode="TWO")
@@ -119,7 +120,7 @@ async def test_a_coupon_at_subscribing_discounts_its_periods_then_stops(
         [("PLAN_PERIOD", 990)],  # two periods: the coupon is over
     ]
     assert (await client.get("/coupons/TWO")).json()["timesRedeemed"] == 1
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_refused_redemptions_write_nothing(
@@ -180,7 +181,7 @@ async def test_a_retried_create_with_a_coupon_replays_and_counts_one_redemption(
 
 
 async def test_a_coupon_redeemed_later_starts_with_the_next_invoice(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await coupon(client, code="FIVE", amountOff=500, currency="EUR", duration="ONCE")
     await coupon(client, code="MORE", percentOff=50, duration="FOREVER")
@@ -212,11 +213,11 @@ async def test_a_coupon_redeemed_later_starts_with_the_next_invoice(
         [("PLAN_PERIOD", 990), ("DISCOUNT", -500)],
         [("PLAN_PERIOD", 990)],
     ]
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_a_trials_first_paid_period_is_discounted_then_taxed(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     async with engine.begin() as conn:
         await conn.execute(
@@ -240,11 +241,11 @@ async def test_a_trials_first_paid_period_is_discounted_then_taxed(
         [("PLAN_PERIOD", 990), ("DISCOUNT", -495), ("TAX", 44)],
         [("PLAN_PERIOD", 990), ("TAX", 88)],
     ]
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_a_to_b_to_a_at_one_instant_nets_to_zero_with_a_discount(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await coupon(client, code="THIRD", percentOff=33.33, duration="FOREVER")
     sub = (await subscribe(client, couponCode="THIRD")).json()
@@ -257,4 +258,4 @@ async def test_a_to_b_to_a_at_one_instant_nets_to_zero_with_a_discount(
     # The upgrade was charged at the discounted prices; the way back credits exactly that.
     assert back["creditGranted"] == there["prorationAmount"]
     assert back["subscription"]["creditBalance"] == back["creditGranted"]
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.domain.proration import mul_div_floor, whole_seconds
 from billing_core.invariants.checker import check_all
@@ -71,6 +72,7 @@ async def outbox(engine: AsyncEngine, subscription_id: int) -> list[dict[str, An
 async def test_monthly_to_yearly_restarts_the_period_credits_the_rest_and_reaches_kafka(
     client: httpx.AsyncClient,
     engine: AsyncEngine,
+    pool: pg.Pool,
     clock: ManualClock,
     settings: CoreSettings,
     kafka_topic: str,
@@ -150,7 +152,7 @@ async def test_monthly_to_yearly_restarts_the_period_credits_the_rest_and_reache
     published = [e for e in consumed.events() if e.subscription_id == sub["id"]]
     assert [e.event_type for e in published] == types
     report = await check_all(
-        engine,
+        pool,
         now=clock.now(),
         ledger=LedgerEvidence({}),
         topic=await read_topic(settings.kafka_bootstrap, kafka_topic),
@@ -160,7 +162,7 @@ async def test_monthly_to_yearly_restarts_the_period_credits_the_rest_and_reache
 
 
 async def test_yearly_to_monthly_pays_the_month_from_the_credit_and_keeps_the_rest(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_YEARLY")
     clock.advance(timedelta(days=100))
@@ -183,7 +185,7 @@ async def test_yearly_to_monthly_pays_the_month_from_the_credit_and_keeps_the_re
     ]
     types = [e["event_type"] for e in await outbox(engine, sub["id"])]
     assert types[2:] == ["SubscriptionPlanChanged", "InvoiceCreated", "InvoicePaid"]
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("periods").ok and report.check("amounts").ok, report.as_dict()
     assert report.check("lines").ok, report.as_dict()
 
@@ -203,7 +205,7 @@ async def test_proration_none_invoices_the_new_period_in_full_without_credit(
 
 
 async def test_a_change_at_the_instant_the_period_starts_is_409_and_writes_nothing(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY")
     # The same instant as the subscription's period 0 starts (frozen clock).
@@ -232,7 +234,7 @@ async def test_a_change_at_the_instant_the_period_starts_is_409_and_writes_nothi
     )
     found = await invoices(engine, sub["id"])
     assert [i["period_index"] for i in found] == [0, 1, 2]
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("periods").ok and report.check("amounts").ok, report.as_dict()
 
 
@@ -254,7 +256,7 @@ async def test_a_paused_subscription_cannot_change_interval_now_but_can_schedule
 
 
 async def test_the_credit_is_at_the_discounted_price_and_the_new_period_discounted_then_taxed(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     async with engine.begin() as conn:
         await conn.execute(
@@ -291,6 +293,6 @@ async def test_the_credit_is_at_the_discounted_price_and_the_new_period_discount
         ("CREDIT_APPLIED", -credit),
     ]
     assert (new["subtotal"], new["amount"]) == (4950 + 440, 4950 + 440 - credit)
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     for name in ("periods", "amounts", "lines"):
         assert report.check(name).ok, report.check(name).violations

@@ -10,13 +10,14 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.period import Interval, period_bounds
 from tests.integration.api.helpers import rows, subscribe
 from tests.integration.lifecycle.helpers import assert_clean, change, instant, renew, renewals
 
 
 async def test_after_monthly_to_yearly_the_renewer_renews_once_at_the_yearly_boundary(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY", timeZone="America/New_York")
     clock.advance(timedelta(days=12, hours=7))
@@ -46,11 +47,11 @@ async def test_after_monthly_to_yearly_the_renewer_renews_once_at_the_yearly_bou
     after = (await client.get(f"/subscriptions/{sub['id']}")).json()
     assert (after["periodIndex"], instant(after["billingAnchor"])) == (2, at)
     assert instant(after["currentPeriodEnd"]) == following.end
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_after_yearly_to_monthly_the_renewer_catches_up_month_by_month(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="BASIC_YEARLY", timeZone="Europe/Paris")
     clock.advance(timedelta(days=40, hours=2))
@@ -79,11 +80,11 @@ async def test_after_yearly_to_monthly_the_renewer_catches_up_month_by_month(
     )
     assert all(c["credit_applied"] + c["amount"] == 990 for c in credits)
     assert credits[0]["credit_applied"] == 990
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_a_change_to_monthly_scheduled_for_the_period_end_moves_the_anchor_there(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="PRO_YEARLY")
     clock.advance(timedelta(days=30))
@@ -125,4 +126,4 @@ async def test_a_change_to_monthly_scheduled_for_the_period_end_moves_the_anchor
     assert change_event["effective"] == "period_end"
     assert instant(change_event["newPeriodStart"]) == boundary
     assert instant(change_event["newPeriodEnd"]) == first.end
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
 from tests.integration.api.helpers import rows, scalar, subscribe
@@ -48,7 +49,7 @@ async def lines_by_invoice(engine: AsyncEngine, subscription_id: int) -> dict[in
 
 
 async def test_every_invoice_the_api_and_the_renewer_create_has_its_lines(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await set_rates(engine)
     start = clock.now()
@@ -119,7 +120,7 @@ async def test_every_invoice_the_api_and_the_renewer_create_has_its_lines(
         ["PRORATION_CHARGE", "PRORATION_CREDIT"]
     ]
 
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("lines").ok, report.as_dict()
     assert report.check("amounts").ok, report.as_dict()
     assert await scalar(engine, "SELECT count(*) FROM invoice") >= 12

@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.money import format_minor
 from tests.integration.api.helpers import rows, subscribe
 from tests.integration.lifecycle.helpers import assert_clean, renew_until
@@ -76,7 +77,7 @@ async def invoices(engine: AsyncEngine, subscription_id: int) -> list[dict[str, 
 
 
 async def test_paused_periods_have_their_lines_and_numbers_and_take_no_credit(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await add_rates(engine)
     start = clock.now()
@@ -108,7 +109,7 @@ async def test_paused_periods_have_their_lines_and_numbers_and_take_no_credit(
     # Every invoice is numbered, a draft too: in creation order, no gap.
     year = first["number"].split("-")[0]
     assert [first["number"], draft["number"]] == [f"{year}-000001", f"{year}-000002"]
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
     resumed = await client.post(f"/subscriptions/{sub['id']}/resume", json={}, headers=key())
     assert resumed.status_code == 200, resumed.text
@@ -119,11 +120,11 @@ async def test_paused_periods_have_their_lines_and_numbers_and_take_no_credit(
     assert renewal["lines"][-1][:3] == ("CREDIT_APPLIED", "Credit applied", -970)
     assert (renewal["credit_applied"], renewal["amount"]) == (970, 0)
     assert renewal["number"] == f"{year}-000003"
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_a_void_paused_period_is_priced_numbered_and_voided(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await add_rates(engine)
     start = clock.now()
@@ -142,11 +143,11 @@ async def test_a_void_paused_period_is_priced_numbered_and_voided(
         ("TAX", 165, True),
     ]
     assert void["number"] is not None
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_a_scheduled_change_invoices_the_new_period_at_the_new_plan_with_its_lines(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     await add_rates(engine)
     start = clock.now()
@@ -175,11 +176,11 @@ async def test_a_scheduled_change_invoices_the_new_period_at_the_new_plan_with_i
     # The preview said so before the boundary.
     assert [(x["kind"], x["amount"]) for x in upcoming["lines"]] == [(k, a) for k, _, a in expected]
     assert upcoming["amount"] == 970
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_always_invoice_credit_is_a_credit_line_on_the_invoice_it_pays(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="PRO_MONTHLY")
     clock.set(clock.now() + timedelta(days=10))
@@ -196,7 +197,7 @@ async def test_always_invoice_credit_is_a_credit_line_on_the_invoice_it_pays(
         ("CREDIT_APPLIED", "Credit applied", -credit, None),
     ]
     assert (paid["credit_applied"], paid["amount"]) == (credit, 2990 - credit)
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)
 
 
 async def test_the_pdf_shows_the_number_the_lines_and_the_tax(
@@ -226,7 +227,7 @@ async def test_the_pdf_shows_the_number_the_lines_and_the_tax(
 
 
 async def test_a_redemption_bumps_the_version_and_discounts_from_the_next_period(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     start = clock.now()
     sub = await subscribe(client)
@@ -237,4 +238,4 @@ async def test_a_redemption_bumps_the_version_and_discounts_from_the_next_period
     first, renewal = await invoices(engine, sub["id"])
     assert [line[0] for line in first["lines"]] == ["PLAN_PERIOD"]
     assert [(k, a) for k, _, a, _ in renewal["lines"]] == [("PLAN_PERIOD", 990), ("DISCOUNT", -99)]
-    await assert_clean(engine, clock)
+    await assert_clean(pool, clock)

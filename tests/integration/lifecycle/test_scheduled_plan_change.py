@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.invariants.amounts import check_amounts
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
@@ -45,7 +46,7 @@ async def schedule(client: httpx.AsyncClient, sub: dict[str, Any], plan: str) ->
 
 
 async def test_a_scheduled_downgrade_applies_at_renewal_across_a_catch_up(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub = await subscribe(client, plan="PRO_MONTHLY")
     body = await schedule(client, sub, "BASIC_MONTHLY")
@@ -94,7 +95,7 @@ async def test_a_scheduled_downgrade_applies_at_renewal_across_a_catch_up(
         engine, "SELECT credit_balance FROM subscription WHERE id = :s", s=sub["id"]
     )
     assert credit == 0  # nothing prorated
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     assert report.check("periods").ok and report.check("amounts").ok, report.as_dict()
 
 

@@ -62,9 +62,9 @@ async def invoices(engine: AsyncEngine, subscription_id: int) -> list[dict[str, 
     )
 
 
-async def check(engine: AsyncEngine, settings: CoreSettings, topic: str, now: datetime) -> Report:
+async def check(pool: pg.Pool, settings: CoreSettings, topic: str, now: datetime) -> Report:
     return await check_all(
-        engine,
+        pool,
         now=now,
         ledger=LedgerEvidence({}),
         topic=await read_topic(settings.kafka_bootstrap, topic),
@@ -129,6 +129,7 @@ async def test_a_trial_end_not_after_now_is_422_and_writes_nothing(
 async def test_cancel_during_a_trial_never_charges(
     client: httpx.AsyncClient,
     engine: AsyncEngine,
+    pool: pg.Pool,
     clock: ManualClock,
     settings: CoreSettings,
     kafka_topic: str,
@@ -159,7 +160,7 @@ async def test_cancel_during_a_trial_never_charges(
     ]
     async with make_relay() as relay:
         await drain(relay)
-    report = await check(engine, settings, kafka_topic, clock.now())
+    report = await check(pool, settings, kafka_topic, clock.now())
     assert report.violation_count == 0, report.as_dict()
 
 
@@ -218,6 +219,7 @@ async def test_a_plan_change_during_a_trial_prorates_nothing(
 async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_kafka_has_it_all(
     client: httpx.AsyncClient,
     engine: AsyncEngine,
+    pool: pg.Pool,
     clock: ManualClock,
     settings: CoreSettings,
     kafka_topic: str,
@@ -267,7 +269,7 @@ async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_ka
     assert [(e.event_type, e.sequence) for e in published] == [
         (t, n) for n, t in enumerate(expected, start=1)
     ]
-    report = await check(engine, settings, kafka_topic, clock.now())
+    report = await check(pool, settings, kafka_topic, clock.now())
     assert report.violation_count == 0, report.as_dict()
 
 
@@ -290,7 +292,7 @@ async def test_a_trial_without_its_notice_is_not_ended_by_a_renewal_batch(
 
 
 async def test_the_checker_reports_an_invoiced_trial_and_a_trial_that_is_not_one(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     invoiced = await trialing(client, clock.now() + timedelta(days=7))
     odd = await trialing(client, clock.now() + timedelta(days=7))
@@ -309,7 +311,7 @@ async def test_the_checker_reports_an_invoiced_trial_and_a_trial_that_is_not_one
             text("UPDATE subscription SET trial_end = trial_end + interval '1 day' WHERE id = :s"),
             {"s": odd["id"]},
         )
-    report = await check_all(engine, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
+    report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
     periods = report.check("periods")
     assert periods.kinds() == {"trial_invoiced": 1, "trial_mismatch": 1}
     assert periods.ids("trial_invoiced") == [invoiced["id"]]

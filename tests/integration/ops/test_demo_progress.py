@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from billing_core.db import pg
 from billing_core.domain import events as ev
 from billing_core.repo import backlogs
 from billing_core.repo.outbox import append_events
@@ -16,9 +15,9 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 async def test_published_events_are_counted_for_the_demos_own_customers(
-    engine: AsyncEngine,
+    pool: pg.Pool,
 ) -> None:
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         earlier = await create_subscription(conn, customer_id=5, start=NOW)
         ours = await create_subscription(conn, customer_id=1_000, start=NOW)
         events = [
@@ -26,7 +25,7 @@ async def test_published_events_are_counted_for_the_demos_own_customers(
             for sub, customer in ((earlier, 5), (earlier, 5), (ours, 1_000))
         ]
         await append_events(conn, events, NOW)
-        await conn.exec_driver_sql("UPDATE outbox_event SET published_at = now()")
-    async with engine.connect() as conn:
+        await conn.execute("UPDATE outbox_event SET published_at = now()")
+    async with pool.acquire() as conn:
         counts = await backlogs.demo_progress(conn, first_customer_id=1_000, now=NOW)
     assert (counts["published"], counts["unpublished"]) == (1, 0)

@@ -11,9 +11,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from billing_core.db import pg
 from tests.support.factories import create_invoice, create_subscription
 from tests.support.processes import ROOT
 
@@ -38,8 +36,8 @@ def document(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return parsed
 
 
-async def test_status_json_has_the_backlogs(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
+async def test_status_json_has_the_backlogs(pool: pg.Pool) -> None:
+    async with pg.transaction(pool) as conn:
         for customer in (1, 2):
             await create_subscription(conn, customer_id=customer, start=NOW - timedelta(days=40))
         await create_subscription(conn, customer_id=3, start=NOW, status="CANCELED")
@@ -56,14 +54,14 @@ async def test_status_json_has_the_backlogs(engine: AsyncEngine) -> None:
 
 
 async def test_check_json_lists_every_violation_and_keeps_the_exit_code(
-    engine: AsyncEngine,
+    pool: pg.Pool,
 ) -> None:
     args = ("check", "--json", "--no-kafka", "--gateway-url", "", "--now", NOW.isoformat())
     clean = await billing(*args)
     assert clean.returncode == 0, clean.stderr
     assert document(clean)["ok"] is True
 
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         sub = await create_subscription(conn, customer_id=9, start=NOW - timedelta(days=10))
         paid = await create_invoice(
             conn,
@@ -75,8 +73,9 @@ async def test_check_json_lists_every_violation_and_keeps_the_exit_code(
             status="PAID",
         )
         await conn.execute(
-            text("UPDATE invoice SET paid_at = :t, closed_at = :t WHERE id = :i"),
-            {"t": NOW - timedelta(days=9), "i": paid},
+            "UPDATE invoice SET paid_at = $1, closed_at = $1 WHERE id = $2",
+            NOW - timedelta(days=9),
+            paid,
         )
     broken = await billing(*args)
     assert broken.returncode == 1, broken.stderr

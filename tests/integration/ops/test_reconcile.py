@@ -10,8 +10,9 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain.charge_result import ChargeOutcome, idempotency_key
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.refund import RefundAnswer, RefundOutcome
@@ -37,9 +38,9 @@ async def billing(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def an_invoice(engine: AsyncEngine, customer: int, status: str = "OPEN") -> int:
+async def an_invoice(pool: pg.Pool, customer: int, status: str = "OPEN") -> int:
     """An invoice of ``customer`` whose attempt 0 the collector sent (it is leased)."""
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         sub = await create_subscription(conn, customer_id=customer, start=NOW)
         invoice = await create_invoice(
             conn,
@@ -50,18 +51,16 @@ async def an_invoice(engine: AsyncEngine, customer: int, status: str = "OPEN") -
             period_start=NOW,
             status=status,
         )
-        await conn.execute(
-            text("UPDATE invoice SET leased_at = :now WHERE id = :i"), {"now": NOW, "i": invoice}
-        )
+        await conn.execute("UPDATE invoice SET leased_at = $1 WHERE id = $2", NOW, invoice)
         return invoice
 
 
-async def record(engine: AsyncEngine, invoice_id: int, **kw: object) -> RecordOutcome:
+async def record(pool: pg.Pool, invoice_id: int, **kw: object) -> RecordOutcome:
     if kw.get("source") == "WEBHOOK":  # a webhook says what was charged (to whom: customer_id)
         kw = {"amount": 990, "currency": "EUR", **kw}
-    async with AsyncSession(engine) as session, session.begin():
+    async with pg.transaction(pool) as conn:
         return await record_charge_result(
-            session,
+            conn,
             invoice_id=invoice_id,
             attempt_number=0,
             idempotency_key=idempotency_key(invoice_id, 0),
@@ -73,13 +72,13 @@ async def record(engine: AsyncEngine, invoice_id: int, **kw: object) -> RecordOu
 
 
 async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
-    engine: AsyncEngine,
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     assert "nothing needs a person" in (await billing()).stdout
 
-    mismatched = await an_invoice(engine, 11)
+    mismatched = await an_invoice(pool, 11)
     got = await record(
-        engine,
+        pool,
         mismatched,
         outcome=ChargeOutcome.SUCCESS,
         source="WEBHOOK",
@@ -88,9 +87,9 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
         gateway_reference="ch_forged",
     )
     assert got == RecordOutcome.MISMATCH
-    rejected = await an_invoice(engine, 12)
+    rejected = await an_invoice(pool, 12)
     got = await record(
-        engine,
+        pool,
         rejected,
         outcome=ChargeOutcome.UNKNOWN,
         source="COLLECTOR",
@@ -98,9 +97,9 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
         rejected_because="http 422: amount exceeds the card's limit",
     )
     assert got == RecordOutcome.RECONCILIATION
-    closed = await an_invoice(engine, 13, status="VOID")
+    closed = await an_invoice(pool, 13, status="VOID")
     got = await record(
-        engine,
+        pool,
         closed,
         outcome=ChargeOutcome.SUCCESS,
         source="WEBHOOK",
@@ -108,10 +107,10 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
         gateway_reference="ch_9",
     )
     assert got == RecordOutcome.REFUND
-    async with AsyncSession(engine) as session, session.begin():
-        (refund,) = await claim_due_refunds(session, now=NOW, limit=5, lease=timedelta(minutes=2))
+    async with pg.transaction(pool) as conn:
+        (refund,) = await claim_due_refunds(conn, now=NOW, limit=5, lease=timedelta(minutes=2))
         await record_refund_answer(
-            session,
+            conn,
             refund.id,
             RefundAnswer(RefundOutcome.FAILED, error="http 404: No charge 'ch_9'"),
             now=NOW,
@@ -184,12 +183,12 @@ async def test_lists_what_needs_a_person_and_resolves_an_item_with_an_audit(
 
 
 async def test_billing_status_counts_refunds_voids_waiting_and_open_items(
-    engine: AsyncEngine,
+    pool: pg.Pool,
 ) -> None:
     for customer in (21, 22):
-        closed = await an_invoice(engine, customer, status="VOID")
+        closed = await an_invoice(pool, customer, status="VOID")
         got = await record(
-            engine,
+            pool,
             closed,
             outcome=ChargeOutcome.SUCCESS,
             source="WEBHOOK",
@@ -197,11 +196,11 @@ async def test_billing_status_counts_refunds_voids_waiting_and_open_items(
             gateway_reference=f"ch_{customer}",
         )
         assert got == RecordOutcome.REFUND
-    async with AsyncSession(engine) as session, session.begin():
+    async with pg.transaction(pool) as conn:
         # Leased far ahead: the one left REQUESTED is not due whenever the test runs.
-        first, _ = await claim_due_refunds(session, now=NOW, limit=5, lease=timedelta(days=3650))
+        first, _ = await claim_due_refunds(conn, now=NOW, limit=5, lease=timedelta(days=3650))
         await record_refund_answer(
-            session,
+            conn,
             first.id,
             RefundAnswer(RefundOutcome.FAILED, error="http 422: Not refundable"),
             now=NOW,
