@@ -16,13 +16,13 @@ nothing and listen to nothing. A transaction left open is still rolled back on r
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import TextClause, text
-from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from billing_core.db.engine import server_settings
@@ -78,20 +78,24 @@ async def _keep_session(_conn: Connection) -> None:
     """Release without the reset query (see the module's docstring)."""
 
 
-_DRIVER_DIALECT = asyncpg_dialect()  # type: ignore[no-untyped-call]
+# A ``:name`` parameter: not part of a ``::cast``, a word or an escaped colon (``10:30`` stays).
+_PARAMETER = re.compile(r"(?<![:\w\\]):([A-Za-z_]\w*)(?!:)")
 
 
 class Statement:
-    """A hand-written statement with named parameters (``:name``) that runs on a SQLAlchemy
-    session or connection (as ``text()``) or on a plain connection of this pool: compiled once
-    to the driver's ``$n`` form, prepared and cached per connection by asyncpg. For repository
-    functions on a hot path that callers run both ways."""
+    """A hand-written statement with named parameters (``:name``), compiled once to the
+    driver's ``$n`` form (a name used twice is one ``$n``); asyncpg prepares and caches it per
+    connection."""
 
     def __init__(self, sql: str) -> None:
         self.clause: TextClause = text(sql)
-        compiled = self.clause.compile(dialect=_DRIVER_DIALECT)
-        self.sql: str = compiled.string
-        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        numbers: dict[str, int] = {}
+
+        def number(match: re.Match[str]) -> str:
+            return f"${numbers.setdefault(match[1], len(numbers) + 1)}"
+
+        self.sql: str = _PARAMETER.sub(number, sql)
+        self.names: tuple[str, ...] = tuple(numbers)
 
 
 async def fetch(
