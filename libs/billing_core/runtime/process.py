@@ -4,7 +4,7 @@
 waits for PostgreSQL (exit 3 when it never answers), then serves the process the service's
 ``build`` returns: the health server (``/readyz``: the database answers, unless the process says
 otherwise), the worker loop under SIGTERM/SIGINT, periodic jobs (gauges), an optional drain after
-the loop stops, and teardown in order with the engine disposed last.
+the loop stops, and teardown in order with the process's pool (or engine) closed last.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.db.engine import database_answers
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime import build_info
@@ -47,13 +48,14 @@ class WorkerProcess:
 
     name: str
     worker: Worker
-    engine: AsyncEngine
     health_port: int
+    pool: pg.LazyPool | None = None  # the process's driver pool
+    engine: AsyncEngine | None = None  # a process still on SQLAlchemy
     ready: Check | None = None  # default: the database answers
     periodic: Sequence[Periodic] = ()
     start: Sequence[Step] = ()  # after the health server is up, before the loop
     drain: Step | None = None  # after the loop stopped (e.g. answers still in flight)
-    close: Sequence[Step] = ()  # teardown, in order; the engine is disposed after them
+    close: Sequence[Step] = ()  # teardown, in order; the pool (engine) is closed after them
     started: Mapping[str, object] = field(default_factory=dict)  # the start log line's fields
     health: HealthServer | None = field(default=None, init=False)
 
@@ -70,8 +72,7 @@ async def _every(job: Periodic, stop: asyncio.Event) -> None:
 
 async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
     """Run ``process`` until SIGTERM/SIGINT (or ``process.worker.stop()``), then tear down."""
-    engine = process.engine
-    ready = process.ready or (lambda: database_answers(engine))
+    ready = process.ready or (lambda: _database_answers(process))
     worker = process.worker
     process.health = HealthServer(
         settings.health_host, process.health_port, alive=lambda: worker.healthy, ready=ready
@@ -104,8 +105,17 @@ async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
             except Exception as exc:
                 log.warning("teardown_step_failed", process=process.name, error=repr(exc))
         await process.health.stop()
-        await engine.dispose()
+        if process.pool is not None:
+            await process.pool.close()
+        if process.engine is not None:
+            await process.engine.dispose()
     log.info(f"{process.name}_stopped")
+
+
+async def _database_answers(process: WorkerProcess) -> bool:
+    if process.pool is not None:
+        return await pg.database_answers(await process.pool.get())
+    return process.engine is not None and await database_answers(process.engine)
 
 
 def run(name: str, settings_cls: type[S], build: Callable[[S], WorkerProcess]) -> None:

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.period import Interval, period_bounds
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
@@ -126,6 +127,7 @@ async def test_a_trial_end_not_after_now_is_422_and_writes_nothing(
 
 
 async def test_cancel_during_a_trial_never_charges(
+    lazy_pool: pg.LazyPool,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
     clock: ManualClock,
@@ -145,7 +147,7 @@ async def test_cancel_during_a_trial_never_charges(
     assert scheduled.json()["cancelAtPeriodEnd"] is True
 
     clock.advance(timedelta(days=40))
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     while await renewer.tick():
         pass
     after = (await client.get(f"/subscriptions/{later_sub['id']}")).json()
@@ -215,6 +217,7 @@ async def test_a_plan_change_during_a_trial_prorates_nothing(
 
 
 async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_kafka_has_it_all(
+    lazy_pool: pg.LazyPool,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
     clock: ManualClock,
@@ -224,7 +227,7 @@ async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_ka
 ) -> None:
     trial_end = clock.now() + timedelta(days=10)
     sub = await trialing(client, trial_end)
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
 
     await renewer.tick()  # 10 days before the end: no notice yet (3 days' lead)
     assert await event_types(engine, sub["id"]) == ["SubscriptionCreated"]
@@ -271,7 +274,7 @@ async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_ka
 
 
 async def test_a_trial_without_its_notice_is_not_ended_by_a_renewal_batch(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    lazy_pool: pg.LazyPool, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     """The notice comes first, also when the trial's end passed while no renewer ran."""
     sub = await trialing(client, clock.now() + timedelta(days=1))
@@ -279,7 +282,7 @@ async def test_a_trial_without_its_notice_is_not_ended_by_a_renewal_batch(
     async with engine.begin() as conn:
         result = await renew_due_batch(conn, now=clock.now(), batch_size=10)
     assert result.claimed == 0
-    await Renewer(engine, clock, batch_size=10).tick()
+    await Renewer(lazy_pool, clock, batch_size=10).tick()
     assert await event_types(engine, sub["id"]) == [
         "SubscriptionCreated",
         "SubscriptionTrialWillEnd",

@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus
@@ -218,7 +219,7 @@ async def test_full_credit_gives_zero_amount_paid_invoice_then_partial(
 
 
 async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
-    engine: AsyncEngine, clock: ManualClock
+    lazy_pool: pg.LazyPool, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     replayed = await create_subscription(engine, anchor=JAN_15, credit_balance=500)
     clock.set(datetime(2025, 2, 16, tzinfo=UTC))
@@ -237,7 +238,7 @@ async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
     other = await create_subscription(engine, anchor=JAN_15, customer_id=7)
     version_before = (await subscription(engine, replayed))["version"]
 
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     more = await renewer.tick()
 
     assert more is False
@@ -355,7 +356,7 @@ async def test_api_write_waiting_on_the_batch_lock_then_conflicts(
 
 
 async def test_bad_row_is_parked_and_the_rest_renewed(
-    engine: AsyncEngine, clock: ManualClock
+    lazy_pool: pg.LazyPool, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     good = await create_subscription(engine, anchor=JAN_15)
     bad = await create_subscription(engine, anchor=JAN_15, customer_id=9)
@@ -365,7 +366,7 @@ async def test_bad_row_is_parked_and_the_rest_renewed(
             {"i": bad},
         )
     clock.set(datetime(2025, 2, 16, tzinfo=UTC))
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
 
     await renewer.tick()
 
@@ -405,7 +406,7 @@ async def test_two_renewers_at_once_renew_each_subscription_exactly_once(
 
 
 async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
-    engine: AsyncEngine, pg: asyncpg.Connection, clock: ManualClock
+    lazy_pool: pg.LazyPool, engine: AsyncEngine, pg: asyncpg.Connection, clock: ManualClock
 ) -> None:
     await seed_subscriptions(
         pg,
@@ -414,7 +415,7 @@ async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
         ),
     )
     before = await snapshot(engine)
-    renewer = Renewer(engine, clock, batch_size=50, concurrency=2)
+    renewer = Renewer(lazy_pool, clock, batch_size=50, concurrency=2)
 
     ticks = 0
     while await renewer.tick():
