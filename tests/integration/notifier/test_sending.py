@@ -141,7 +141,7 @@ async def test_a_receipt_goes_to_the_customer_with_the_invoice_pdf(
     text_of_pdf = pdf_text(attachment.get_content())
     for expected in (f"Invoice #{invoice}", "Billing Example Ltd", "Ana Example", "29.90 EUR"):
         assert expected in text_of_pdf
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         assert await notifier_emails.counts(conn) == {"sent": 1, "pending": 0, "failed": 0}
     assert await sender.send_due() == 0
 
@@ -242,7 +242,7 @@ async def test_a_permanent_refusal_gives_the_email_up(
     sub, invoice = await paid_invoice(engine, cid)
     await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     await Sender(lazy_pool, notifier_settings(database_url, mail.port)).send_due()
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         assert await notifier_emails.counts(conn) == {"sent": 0, "pending": 0, "failed": 1}
     assert mail.messages() == []
 
@@ -258,9 +258,9 @@ async def test_a_sender_that_died_after_the_server_accepted_resends_and_the_mail
     sub, invoice = await paid_invoice(engine, cid)
     await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     # What a sender does up to the server's acceptance, then it dies (nothing marked).
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         [claimed] = await notifier_emails.claim(conn, limit=10, lease_s=60)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         first = await notifier_emails.start_attempt(conn, claimed.id)
     assert (first.number, first.previous_unknown) == (1, False)
     smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=mail.port, start_tls=False)

@@ -91,9 +91,11 @@ async def test_the_insert_embeds_in_a_driver_statement_numbered_from_a_new_subsc
     assert await _rows(engine, sub) == [(1, "SubscriptionCanceled", 1), (2, "InvoicePaid", 1)]
 
 
-async def test_events_without_reserved_numbers_are_refused(engine: AsyncEngine) -> None:
+async def test_events_without_reserved_numbers_are_refused(
+    pool: pg.Pool, engine: AsyncEngine
+) -> None:
     (sub,) = await create_subscriptions(engine, 1)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         with pytest.raises(KeyError):
             await outbox.insert_numbered_events(
                 conn, [events.invoice_paid(sub, 1, 100, "USD", NOW)], {}, NOW

@@ -179,12 +179,12 @@ async def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
 
 @pytest.mark.slow
 async def test_notifier_process_logs_one_email_per_event_to_the_customer(
-    engine: AsyncEngine, make_relay: RelayFactory, kafka_topic: str
+    pool: pg.Pool, engine: AsyncEngine, make_relay: RelayFactory, kafka_topic: str
 ) -> None:
     subs = await create_subscriptions(engine, 3)
     customers = {sub: 1000 + n for n, sub in enumerate(subs, start=1)}  # as created
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for sub in subs:
             created = ev.subscription_created(sub, customers[sub], "BASIC", now, now, "UTC")
             voided = ev.invoice_voided(sub, 10 + sub, now)  # logged only (not sent)

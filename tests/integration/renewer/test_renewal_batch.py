@@ -263,7 +263,7 @@ async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
     assert await renewer.tick() is False
 
 
-async def test_insert_of_an_existing_renewal_is_a_no_op(engine: AsyncEngine) -> None:
+async def test_insert_of_an_existing_renewal_is_a_no_op(pool: pg.Pool, engine: AsyncEngine) -> None:
     sub_id = await create_subscription(engine, anchor=JAN_15)
     now = datetime(2025, 2, 16, tzinfo=UTC)
     row = RenewalInvoice(
@@ -280,9 +280,9 @@ async def test_insert_of_an_existing_renewal_is_a_no_op(engine: AsyncEngine) -> 
         next_attempt_at=now,
         paid_at=None,
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         assert len(await renewal_repo.insert_renewal_invoices(conn, [row], now=now)) == 1
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         assert await renewal_repo.insert_renewal_invoices(conn, [row, row], now=now) == []
     assert len(await invoices(engine, sub_id)) == 1
 
@@ -425,10 +425,12 @@ async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
     assert await assert_exactly_once(engine, before) == 600
 
 
-async def test_a_non_positive_batch_size_is_refused_before_any_sql(engine: AsyncEngine) -> None:
+async def test_a_non_positive_batch_size_is_refused_before_any_sql(
+    pool: pg.Pool, engine: AsyncEngine
+) -> None:
     """The benchmark once sent LIMIT -2000 to PostgreSQL; every claim now says why it refuses."""
     now = datetime(2025, 2, 16, tzinfo=UTC)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for size in (0, -2000):
             with pytest.raises(ValueError, match="at least one row"):
                 await renew_due_batch(conn, now=now, batch_size=size)
@@ -439,6 +441,7 @@ async def test_a_non_positive_batch_size_is_refused_before_any_sql(engine: Async
 
 
 async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_currency(
+    pool: pg.Pool,
     engine: AsyncEngine,
 ) -> None:
     """The insert reads the customer and the currency from the locked subscription and its
@@ -459,7 +462,7 @@ async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_cu
         next_attempt_at=None,
         paid_at=now,
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         [inserted] = await renewal_repo.insert_renewal_invoices(conn, [row], now=now)
     [inv] = await invoices(engine, sub_id)
     assert inv["id"] == inserted.id
@@ -479,7 +482,11 @@ async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_cu
     ],
 )
 async def test_an_invoice_that_does_not_open_as_a_renewal_is_refused(
-    engine: AsyncEngine, status: InvoiceStatus, next_attempt: str | None, paid: str | None
+    pool: pg.Pool,
+    engine: AsyncEngine,
+    status: InvoiceStatus,
+    next_attempt: str | None,
+    paid: str | None,
 ) -> None:
     sub_id = await create_subscription(engine, anchor=JAN_15)
     now = datetime(2025, 2, 16, tzinfo=UTC)
@@ -498,13 +505,15 @@ async def test_an_invoice_that_does_not_open_as_a_renewal_is_refused(
         next_attempt_at=times[next_attempt],
         paid_at=times[paid],
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         with pytest.raises(ValueError, match="opens"):
             await renewal_repo.insert_renewal_invoices(conn, [row], now=now)
     assert await invoices(engine, sub_id) == []
 
 
-async def test_a_write_canceled_at_another_time_than_now_is_refused(engine: AsyncEngine) -> None:
+async def test_a_write_canceled_at_another_time_than_now_is_refused(
+    pool: pg.Pool, engine: AsyncEngine
+) -> None:
     """canceled_at is set in SQL from the status (now, or nothing): a write saying otherwise
     is refused before anything is written."""
     sub_id = await create_subscription(engine, anchor=JAN_15)
@@ -529,12 +538,12 @@ async def test_a_write_canceled_at_another_time_than_now_is_refused(engine: Asyn
         write(SubscriptionStatus.CANCELED, now - timedelta(days=1)),
         write(SubscriptionStatus.ACTIVE, now),
     ]
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for w in bad:
             with pytest.raises(ValueError, match="canceled_at"):
                 await renewal_repo.write_subscriptions(conn, [w], event_counts={}, now=now)
     assert await subscription(engine, sub_id) == before
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         reserved = await renewal_repo.write_subscriptions(
             conn, [write(SubscriptionStatus.CANCELED, now)], event_counts={sub_id: 1}, now=now
         )
