@@ -77,6 +77,15 @@ async def pool(engine: AsyncEngine, settings: CoreSettings) -> AsyncIterator[pg.
 
 
 @pytest.fixture
+async def lazy_pool(engine: AsyncEngine, settings: CoreSettings) -> AsyncIterator[pg.LazyPool]:
+    """A process's pool (``pg.LazyPool``, as the renewer, relay and notifier take it) on the
+    clean database."""
+    created = pg.LazyPool(settings, max_size=4)
+    yield created
+    await created.close()
+
+
+@pytest.fixture
 def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return session_factory(engine)
 

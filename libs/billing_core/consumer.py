@@ -25,21 +25,20 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import Counter
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core import cloudevents
 from billing_core.cloudevents import CloudEvent, InvalidCloudEvent
 from billing_core.db import pg
 from billing_core.db.arrays import text_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Db, Statement
 from billing_core.logging import get_logger
 
 log = get_logger(__name__)
 
-Handler = Callable[[AsyncSession, CloudEvent], Awaitable[None]]
+Handler = Callable[[Connection, CloudEvent], Awaitable[None]]
 
 EVENTS = Counter(
     "billing_consumer_events_total",
@@ -59,9 +58,9 @@ _RECORD = Statement(
 # Errors that mean "the database is not there", not "this event is bad": retry the whole poll.
 _INFRA_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.DisconnectionError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.CannotConnectNowError,
 )
 
 
@@ -82,7 +81,7 @@ class EventConsumer:
         name: str,
         topic: str,
         bootstrap: str,
-        sessions: async_sessionmaker[AsyncSession],
+        pool: pg.LazyPool,
         handler: Handler,
         group_id: str | None = None,
         max_records: int = 500,
@@ -92,7 +91,7 @@ class EventConsumer:
     ) -> None:
         self.name = name
         self._topic = topic
-        self._sessions = sessions
+        self._pool = pool
         self._handler = handler
         self._max_records = max_records
         self._attempts = handler_attempts
@@ -169,9 +168,9 @@ class EventConsumer:
         if not events:
             return
         try:
-            async with self._sessions.begin() as session:
-                new = await record_new(session, self.name, [e.id for e in events])
-                handled = await self._handle_all(session, events, new)
+            async with pg.transaction(await self._pool.get()) as conn:
+                new = await record_new(conn, self.name, [e.id for e in events])
+                handled = await self._handle_all(conn, events, new)
             self._count(handled, len(events) - handled)
             return
         except _INFRA_ERRORS:
@@ -182,22 +181,22 @@ class EventConsumer:
             await self._process_one(event)
 
     async def _handle_all(
-        self, session: AsyncSession, events: Sequence[CloudEvent], new: set[uuid.UUID]
+        self, conn: Connection, events: Sequence[CloudEvent], new: set[uuid.UUID]
     ) -> int:
         handled = 0
         for event in events:
             if event.id in new:
                 new.discard(event.id)  # a repeat inside the same poll is a duplicate too
-                await self._handler(session, event)
+                await self._handler(conn, event)
                 handled += 1
         return handled
 
     async def _process_one(self, event: CloudEvent) -> None:
         for attempt in range(1, self._attempts + 1):
             try:
-                async with self._sessions.begin() as session:
-                    new = await record_new(session, self.name, [event.id])
-                    handled = await self._handle_all(session, [event], new)
+                async with pg.transaction(await self._pool.get()) as conn:
+                    new = await record_new(conn, self.name, [event.id])
+                    handled = await self._handle_all(conn, [event], new)
                 self._count(handled, 1 - handled)
                 return
             except _INFRA_ERRORS:

@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from email.message import EmailMessage
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from billing_core.cloudevents import CloudEvent
+from billing_core.db.pg import Connection
 from billing_core.documents.invoice_view import Party
 from billing_core.domain import event_payloads as p
 from billing_core.domain.charge_result import AUTHENTICATION_REQUIRED
@@ -83,7 +82,7 @@ def email_for(event: CloudEvent, payload: p.EventPayload, customer_id: int | Non
     )
 
 
-async def email_to_send(session: AsyncSession, event: CloudEvent) -> Email | None:
+async def email_to_send(conn: Connection, event: CloudEvent) -> Email | None:
     """The e-mail ``event`` calls for, if any, remembering the customer of a new subscription.
     A payload that does not match its model raises pydantic's ValidationError."""
     if event.event_type not in SUBJECTS:
@@ -100,10 +99,10 @@ async def email_to_send(session: AsyncSession, event: CloudEvent) -> Email | Non
         )
         return None
     if isinstance(payload, p.SubscriptionCreatedV1):
-        await recipients.remember(session, payload.subscriptionId, payload.customerId)
+        await recipients.remember(conn, payload.subscriptionId, payload.customerId)
         customer: int | None = payload.customerId
     else:
-        customer = await recipients.customer_of(session, event.subscription_id)
+        customer = await recipients.customer_of(conn, event.subscription_id)
     return email_for(event, payload, customer)
 
 
@@ -115,12 +114,12 @@ class Handler:
         self._composer = composer
         self._seller = seller
 
-    async def __call__(self, session: AsyncSession, event: CloudEvent) -> None:
-        email = await email_to_send(session, event)
+    async def __call__(self, conn: Connection, event: CloudEvent) -> None:
+        email = await email_to_send(conn, event)
         if email is None:
             return
         if event.event_type in SENT:
-            await self._queue(session, event, email)
+            await self._queue(conn, event, email)
             return
         log.info(
             "email_would_send",
@@ -133,8 +132,8 @@ class Handler:
             recipient_known=not email.to.startswith("subscription-"),
         )
 
-    async def _queue(self, session: AsyncSession, event: CloudEvent, email: Email) -> None:
-        to = await notifier_emails.recipient_of(session, event.subscription_id)
+    async def _queue(self, conn: Connection, event: CloudEvent, email: Email) -> None:
+        to = await notifier_emails.recipient_of(conn, event.subscription_id)
         if to is None or not to.email:
             log.info(
                 "email_no_address",
@@ -145,9 +144,9 @@ class Handler:
             )
             return
         payload = p.parse_payload(event.event_type, event.schema_version, event.data)
-        message = await self._message(session, event, payload, to, email.subject)
+        message = await self._message(conn, event, payload, to, email.subject)
         queued = await notifier_emails.queue(
-            session,
+            conn,
             notifier_emails.QueuedEmail(
                 event_id=event.id,
                 event_type=event.event_type,
@@ -170,7 +169,7 @@ class Handler:
 
     async def _message(
         self,
-        session: AsyncSession,
+        conn: Connection,
         event: CloudEvent,
         payload: p.EventPayload,
         to: invoice_documents.Recipient,
@@ -178,14 +177,14 @@ class Handler:
     ) -> EmailMessage:
         event_id = str(event.id)
         if isinstance(payload, p.InvoicePaidV1):
-            document = await invoice_documents.load(session, payload.invoiceId, seller=self._seller)
+            document = await invoice_documents.load(conn, payload.invoiceId, seller=self._seller)
             if document is None:
                 raise LookupError(f"invoice {payload.invoiceId} (InvoicePaid {event_id}) not found")
             return self._composer.receipt(
                 event_id=event_id, to=to, subject=subject, payload=payload, document=document
             )
         if isinstance(payload, p.PaymentFailedV1):
-            document = await invoice_documents.load(session, payload.invoiceId, seller=self._seller)
+            document = await invoice_documents.load(conn, payload.invoiceId, seller=self._seller)
             return self._composer.payment_failed(
                 event_id=event_id,
                 to=to,

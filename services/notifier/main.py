@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from billing_core.consumer import EventConsumer
-from billing_core.db.engine import create_engine, session_factory
+from billing_core.db import pg
 from billing_core.documents.invoice_view import Party
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
@@ -14,7 +14,7 @@ from services.notifier.settings import NotifierSettings
 
 
 def build(settings: NotifierSettings) -> process.WorkerProcess:
-    engine = create_engine(settings, pool_size=2)
+    pool = pg.LazyPool(settings, max_size=2)
     handler = emails.Handler(
         Composer(mail_from=settings.notifier_mail_from, seller_name=settings.seller_name),
         Party(settings.seller_name, settings.seller_details),
@@ -24,11 +24,11 @@ def build(settings: NotifierSettings) -> process.WorkerProcess:
         group_id=settings.notifier_group_id,
         topic=settings.kafka_topic,
         bootstrap=settings.kafka_bootstrap,
-        sessions=session_factory(engine),
+        pool=pool,
         handler=handler,
         max_records=settings.notifier_max_records,
     )
-    sender = Sender(engine, settings)
+    sender = Sender(pool, settings)
 
     async def tick() -> bool:
         return await consumer.poll(timeout_ms=500) > 0
@@ -42,7 +42,7 @@ def build(settings: NotifierSettings) -> process.WorkerProcess:
             max_error_backoff=5.0,
             shutdown_timeout=settings.notifier_shutdown_timeout_seconds,
         ),
-        engine=engine,
+        pool=pool,
         health_port=settings.notifier_health_port,
         periodic=[
             process.Periodic("notifier_sender", settings.notifier_send_interval_seconds, sender.run)

@@ -30,8 +30,8 @@ from email.utils import parseaddr
 
 import aiosmtplib
 from prometheus_client import Counter
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.logging import get_logger
 from billing_core.repo import notifier_emails
 from billing_core.repo.notifier_emails import Claimed
@@ -49,8 +49,8 @@ MAX_RETRY_S = 3600.0
 
 
 class Sender:
-    def __init__(self, engine: AsyncEngine, settings: NotifierSettings) -> None:
-        self._engine = engine
+    def __init__(self, pool: pg.LazyPool, settings: NotifierSettings) -> None:
+        self._pool = pool
         self._s = settings
         self._envelope_from = parseaddr(settings.notifier_mail_from)[1]
         self._busy = asyncio.Lock()  # held while one message is being sent and recorded
@@ -82,7 +82,7 @@ class Sender:
 
     async def send_due(self) -> int:
         """Claim and send one batch of due e-mails; return how many were claimed."""
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             claimed = await notifier_emails.claim(
                 conn, limit=self._s.notifier_send_batch, lease_s=self._s.notifier_send_lease_seconds
             )
@@ -98,7 +98,7 @@ class Sender:
         try:
             for n, email in enumerate(claimed):
                 if self._stopping:
-                    async with self._engine.begin() as conn:
+                    async with pg.transaction(await self._pool.get()) as conn:
                         await notifier_emails.release(conn, [e.id for e in claimed[n:]])
                     break
                 if not smtp.is_connected:
@@ -116,7 +116,7 @@ class Sender:
         return len(claimed)
 
     async def _send(self, smtp: aiosmtplib.SMTP, email: Claimed) -> None:
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             attempt = await notifier_emails.start_attempt(conn, email.id)
         if attempt.previous_unknown:
             self.resent_after_unknown_outcome += 1
@@ -146,7 +146,7 @@ class Sender:
             # No answer (timeout, connection lost): the server may still have accepted it.
             await self._failed(email, repr(exc), attempts=n, permanent=False, answered=False)
             return
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             await notifier_emails.mark_sent(conn, email.id)
         self.sent += 1
         EMAILS.labels(result="sent").inc()
@@ -176,7 +176,7 @@ class Sender:
         tried = attempts or 0
         give_up = permanent or tried >= self._s.notifier_send_max_attempts
         retry_s = min(self._s.notifier_send_retry_seconds * 2 ** max(tried - 1, 0), MAX_RETRY_S)
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             await notifier_emails.mark_failed_attempt(
                 conn,
                 email.id,

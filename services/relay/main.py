@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.clock import clock_from_offset
-from billing_core.db.engine import create_engine
+from billing_core.db import pg
+from billing_core.db.engine import server_settings
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from services.relay.producer import ProducerHolder
@@ -14,18 +15,20 @@ from services.relay.settings import RelaySettings
 from services.relay.shards import ShardLeaser
 
 
-def lease_engine(settings: RelaySettings) -> AsyncEngine:
-    """Unpooled: the lease connection's locks must die with it, never return to a pool."""
-    return create_engine(settings, pooled=False, name_suffix="-lease")
+async def lease_connection(settings: RelaySettings) -> pg.Connection:
+    """A dedicated connection, never a pooled one: its session locks die with it."""
+    return await asyncpg.connect(
+        pg.asyncpg_dsn(settings.database_url),
+        server_settings=server_settings(settings, "-lease"),
+    )
 
 
 def build(settings: RelaySettings) -> process.WorkerProcess:
-    engine = create_engine(settings, pool_size=3)
-    leases = lease_engine(settings)
+    pool = pg.LazyPool(settings, max_size=3)
     relay = Relay(
         settings,
-        engine,
-        ShardLeaser(leases, settings.relay_shards),
+        pool,
+        ShardLeaser(lambda: lease_connection(settings), settings.relay_shards),
         ProducerHolder(settings),
         clock_from_offset(settings.clock_offset_seconds),
     )
@@ -39,10 +42,10 @@ def build(settings: RelaySettings) -> process.WorkerProcess:
     return process.WorkerProcess(
         name="relay",
         worker=worker,
-        engine=engine,
+        pool=pool,
         health_port=settings.relay_health_port,
-        # The last batch is committed and the shards given back before the engines go.
-        close=[relay.close, leases.dispose],
+        # The last batch is committed and the shards given back before the pool closes.
+        close=[relay.close],
         started={
             "topic": settings.kafka_topic,
             "shards": settings.relay_shards,

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import (
@@ -32,10 +33,10 @@ from aiokafka.errors import (
     RecordListTooLargeError,
     RecordTooLargeError,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core import cloudevents
 from billing_core.clock import Clock
+from billing_core.db import pg
 from billing_core.logging import get_logger
 from billing_core.repo import outbox_publishing
 from billing_core.repo.outbox_publishing import OutboxRow
@@ -72,6 +73,16 @@ class BatchOutcome:
     claimed_while_committing: bool = False  # the previous batch was not committed at claim time
 
 
+async def _roll_back(pool: pg.Pool, conn: pg.Connection, transaction: Any) -> None:
+    """End a batch's transaction unmarked and give its connection back."""
+    try:
+        await transaction.rollback()
+    except Exception:
+        conn.terminate()  # a broken connection: its transaction dies with it
+    finally:
+        await pool.release(conn)
+
+
 def sendable_in_order(rows: Sequence[OutboxRow]) -> list[OutboxRow]:
     """Rows that may be sent now, in (subscription, sequence) order.
 
@@ -97,13 +108,13 @@ class Relay:
     def __init__(
         self,
         settings: RelaySettings,
-        engine: AsyncEngine,
+        pool: pg.LazyPool,
         leaser: ShardLeaser,
         producers: ProducerHolder,
         clock: Clock,
     ) -> None:
         self._s = settings
-        self._engine = engine
+        self._pool = pool
         self._leaser = leaser
         self._producers = producers
         self._clock = clock
@@ -160,10 +171,12 @@ class Relay:
         """
         outcome = BatchOutcome()
         producer = await self._producers.get()
-        conn = await self._engine.connect()
+        pool = await self._pool.get()
+        conn = await pool.acquire()
+        transaction = conn.transaction()
         handed_off = False
         try:
-            await conn.begin()
+            await transaction.start()
             outcome.claimed_while_committing = self._finishing is not None
             rows = await outbox_publishing.claim(
                 conn, shards=self._s.relay_shards, owned=owned, limit=self._s.relay_batch_size
@@ -177,24 +190,28 @@ class Relay:
                 log.warning("crash_point_reached", batch=self.batches_acknowledged)
                 os._exit(CRASH_EXIT_CODE)
             await self.finish_pending()
-            self._finishing = asyncio.create_task(self._finish(conn, outcome))
+            self._finishing = asyncio.create_task(self._finish(pool, conn, transaction, outcome))
             handed_off = True
         finally:
             if not handed_off:
-                await conn.close()  # rolls back: nothing marked
+                await _roll_back(pool, conn, transaction)  # nothing marked
         if outcome.failure is not None:
             metrics.ERRORS.labels(kind=type(outcome.failure).__name__).inc()
             await self._producers.discard(repr(outcome.failure))
         return outcome
 
-    async def _finish(self, conn: AsyncConnection, outcome: BatchOutcome) -> None:
+    async def _finish(
+        self, pool: pg.Pool, conn: pg.Connection, transaction: Any, outcome: BatchOutcome
+    ) -> None:
         try:
             now = self._clock.now()
             await outbox_publishing.mark_published(conn, outcome.published, now)
             await outbox_publishing.park(conn, outcome.parked, now)
-            await conn.commit()
-        finally:
-            await conn.close()
+            await transaction.commit()
+        except BaseException:
+            await _roll_back(pool, conn, transaction)
+            raise
+        await pool.release(conn)
         metrics.PUBLISHED.inc(len(outcome.published))
         if outcome.parked:
             metrics.PARKED_TOTAL.inc(len(outcome.parked))
@@ -269,7 +286,7 @@ class Relay:
 
     # ------------------------------------------------------------------ housekeeping
     async def refresh_stats(self) -> None:
-        async with self._engine.connect() as conn:
+        async with (await self._pool.get()).acquire() as conn:
             s = await outbox_publishing.stats(conn)
         metrics.UNPUBLISHED.set(s.unpublished)
         metrics.PARKED.set(s.parked)
@@ -283,7 +300,7 @@ class Relay:
         cutoff = self._clock.now() - timedelta(hours=self._s.relay_retention_hours)
         total = 0
         for _ in range(self._s.relay_prune_max_batches):
-            async with self._engine.begin() as conn:
+            async with pg.transaction(await self._pool.get()) as conn:
                 n = await outbox_publishing.prune(
                     conn,
                     cutoff=cutoff,

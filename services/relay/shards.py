@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Awaitable, Callable
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-
+from billing_core.db import pg
 from billing_core.logging import get_logger
 from billing_core.repo import shard_leases as leases
 
@@ -25,26 +25,32 @@ log = get_logger(__name__)
 
 
 class ShardLeaser:
-    def __init__(self, engine: AsyncEngine, shards: int, *, rng: random.Random | None = None):
-        """``engine`` should be a NullPool engine: the lease connection is never pooled."""
-        self._engine = engine
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[pg.Connection]],
+        shards: int,
+        *,
+        rng: random.Random | None = None,
+    ):
+        """``connect`` opens a dedicated connection, never a pooled one: its locks must die
+        with it."""
+        self._open = connect
         self.shards = shards
         self._rng = rng or random.Random()
-        self._conn: AsyncConnection | None = None
+        self._conn: pg.Connection | None = None
         self.member_id: int | None = None
         self.owned: set[int] = set()
         self.members = 0
 
-    async def _connect(self) -> AsyncConnection:
-        raw = await self._engine.connect()
-        conn = await raw.execution_options(isolation_level="AUTOCOMMIT")
+    async def _connect(self) -> pg.Connection:
+        conn = await self._open()  # no transaction: each statement commits on its own
         for _ in range(100):
             candidate = self._rng.randrange(1, 2**31 - 1)
             if await leases.try_lock(conn, leases.MEMBER_LOCK_CLASS, candidate):
                 self.member_id = candidate
                 break
         else:  # pragma: no cover - 100 collisions in 2**31 ids
-            await raw.close()
+            await conn.close()
             raise RuntimeError("could not register as a relay member")
         log.info("relay_member_registered", member_id=self.member_id)
         return conn
@@ -55,10 +61,9 @@ class ShardLeaser:
         self.member_id = None
         if conn is not None:
             try:
-                # Invalidate, never return to a pool: a pooled connection would keep the locks.
-                await conn.invalidate()
-                await conn.close()
+                await conn.close(timeout=5)
             except Exception as exc:
+                conn.terminate()
                 log.warning("lease_connection_close_failed", error=repr(exc))
 
     async def heartbeat(self) -> None:

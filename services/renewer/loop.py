@@ -18,9 +18,8 @@ import asyncio
 import time
 from datetime import timedelta
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from billing_core.clock import Clock
+from billing_core.db import pg
 from billing_core.logging import get_logger
 from billing_core.repo import renewal as renewal_repo
 from billing_core.usecases.numbering import NumberingResult, number_documents
@@ -35,7 +34,7 @@ log = get_logger(__name__)
 class Renewer:
     def __init__(
         self,
-        engine: AsyncEngine,
+        pool: pg.LazyPool,
         clock: Clock,
         *,
         batch_size: int,
@@ -48,7 +47,7 @@ class Renewer:
             raise ValueError("concurrency must be >= 1")
         self._concurrency = concurrency
         self._trial_lead = trial_will_end_lead
-        self._engine = engine
+        self._pool = pool
         self._clock = clock
         self._batch_size = batch_size
         # A numbering pass per tick keeps up with the tick's batches.
@@ -89,7 +88,7 @@ class Renewer:
         return full
 
     async def _trial_notices(self) -> int:
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             sent = await send_trial_notices(
                 conn, now=self._clock.now(), lead=self._trial_lead, limit=self._batch_size
             )
@@ -101,7 +100,7 @@ class Renewer:
     async def _number(self) -> NumberingResult:
         """One numbering pass in its own short transaction (after the batches: the series'
         counters stay locked only for this one)."""
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             result = await number_documents(conn, limit=self._numbering_limit)
         self.numbered = NumberingResult(
             self.numbered.invoices + result.invoices,
@@ -116,7 +115,7 @@ class Renewer:
         return result
 
     async def _resumes(self) -> int:
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             resumed = await resume_due_pauses(conn, now=self._clock.now(), limit=self._batch_size)
         if resumed:
             metrics.RESUMES.inc(resumed)
@@ -126,7 +125,7 @@ class Renewer:
     async def _batch(self) -> BatchResult:
         now = self._clock.now()
         started = time.perf_counter()
-        async with self._engine.begin() as conn:
+        async with pg.transaction(await self._pool.get()) as conn:
             result = await renew_due_batch(
                 conn,
                 now=now,
@@ -168,5 +167,5 @@ class Renewer:
         ):
             return
         self._backlog_counted_at = mono
-        async with self._engine.connect() as conn:
+        async with (await self._pool.get()).acquire() as conn:
             metrics.DUE_BACKLOG.set(await renewal_repo.count_due(conn, now=self._clock.now()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from billing_core.clock import clock_from_offset
-from billing_core.db.engine import create_engine
+from billing_core.db import pg
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from services.renewer.loop import Renewer
@@ -14,9 +14,9 @@ from services.renewer.settings import RenewerSettings
 
 def build(settings: RenewerSettings) -> process.WorkerProcess:
     """One batch per connection in flight, plus one for the backlog gauge."""
-    engine = create_engine(settings, pool_size=settings.renewer_concurrency + 1)
+    pool = pg.LazyPool(settings, max_size=settings.renewer_concurrency + 1)
     renewer = Renewer(
-        engine,
+        pool,
         clock_from_offset(settings.clock_offset_seconds),
         batch_size=settings.renewer_batch_size,
         max_periods_per_row=settings.renewer_max_periods_per_row,
@@ -33,7 +33,7 @@ def build(settings: RenewerSettings) -> process.WorkerProcess:
     return process.WorkerProcess(
         name="renewer",
         worker=worker,
-        engine=engine,
+        pool=pool,
         health_port=settings.renewer_health_port,
         started={
             "batch_size": settings.renewer_batch_size,

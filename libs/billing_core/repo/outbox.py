@@ -16,7 +16,7 @@ what lets the relay publish one subscription's events in order. Three ways to ho
 * a writer whose statement updates (or inserts) the subscriptions embeds :func:`insert_sql` in
   it, joined to the relation holding ``(id, base)`` (the recording of payment results,
   ``repo.payment_results.write_decisions``; a new subscription's base is 0), with the
-  parameters of :func:`event_parameters` (or :func:`event_values` for ``$n`` placeholders).
+  parameters of :func:`event_parameters`.
 """
 
 from __future__ import annotations
@@ -33,18 +33,13 @@ from billing_core.domain.events import DomainEvent
 
 @dataclass(frozen=True)
 class EventParams:
-    """The placeholders of the four event arrays in a statement, in :func:`event_values`
-    order: ``:name`` for SQLAlchemy and ``db.pg.Statement``, ``$n`` for asyncpg."""
+    """The placeholders of the four event arrays in a ``db.pg.Statement``, in
+    :func:`event_values` order."""
 
     aggregate_ids: str = ":event_aggregate_ids"
     types: str = ":event_types"
     versions: str = ":event_versions"
     payloads: str = ":event_payloads"
-
-    @classmethod
-    def positional(cls, first: int) -> EventParams:
-        """``$first`` … ``$first+3``."""
-        return cls(*(f"${first + i}" for i in range(4)))
 
 
 NAMED = EventParams()

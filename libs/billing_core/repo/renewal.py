@@ -26,8 +26,7 @@ from billing_core.db.arrays import (
     nullable_int_array,
     text_array,
 )
-from billing_core.db.pg import Db as Db  # noqa: PLC0414 (imported from here by renewal_lines)
-from billing_core.db.pg import Statement
+from billing_core.db.pg import Db, Statement
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus

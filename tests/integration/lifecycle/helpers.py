@@ -14,6 +14,7 @@ from billing_core.clock import ManualClock
 from billing_core.db import pg
 from billing_core.invariants.checker import check_all
 from billing_core.invariants.ledger import LedgerEvidence
+from billing_core.settings import CoreSettings
 from services.renewer.loop import Renewer
 from tests.integration.api.helpers import rows
 
@@ -54,9 +55,14 @@ async def renewals(engine: AsyncEngine, subscription_id: int) -> list[dict[str, 
 
 async def renew(engine: AsyncEngine, clock: ManualClock) -> None:
     """Run the renewer at the clock's time until nothing is due."""
-    renewer = Renewer(engine, clock, batch_size=10)
-    while await renewer.tick():
-        pass
+    url = engine.url.render_as_string(hide_password=False)
+    pool = pg.LazyPool(CoreSettings(database_url=url), max_size=2)
+    try:
+        renewer = Renewer(pool, clock, batch_size=10)
+        while await renewer.tick():
+            pass
+    finally:
+        await pool.close()
 
 
 async def renew_until(engine: AsyncEngine, clock: ManualClock, when: datetime) -> None:

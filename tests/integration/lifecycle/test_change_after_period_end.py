@@ -17,7 +17,11 @@ from tests.integration.api.helpers import rows, subscribe
 
 
 async def test_an_upgrade_after_the_period_end_renews_first_then_prorates(
-    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
+    lazy_pool: pg.LazyPool,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    clock: ManualClock,
 ) -> None:
     sub = await subscribe(client, plan="BASIC_MONTHLY")
     period_end = datetime.fromisoformat(sub["currentPeriodEnd"].replace("Z", "+00:00"))
@@ -56,7 +60,7 @@ async def test_an_upgrade_after_the_period_end_renews_first_then_prorates(
         "InvoiceCreated",
     ]
     # The renewer finds nothing left to do; the periods are whole.
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     await renewer.tick()
     assert renewer.last_result is not None and renewer.last_result.claimed == 0
     report = await check_all(pool, now=clock.now(), ledger=LedgerEvidence({}), topic=None)
@@ -64,7 +68,11 @@ async def test_an_upgrade_after_the_period_end_renews_first_then_prorates(
 
 
 async def test_a_cancel_or_pause_after_the_period_end_applies_to_the_period_the_customer_saw(
-    client: httpx.AsyncClient, engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
+    lazy_pool: pg.LazyPool,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    clock: ManualClock,
 ) -> None:
     """Unlike a plan change, a cancel at period end or a pause asked for after the period end,
     before the renewer ran, is not caught up first: it applies to the subscription as it was
@@ -87,7 +95,7 @@ async def test_a_cancel_or_pause_after_the_period_end_applies_to_the_period_the_
         headers={"Idempotency-Key": "late-pause"},
     )
     assert pause.status_code == 200, pause.text
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     while await renewer.tick():
         pass
 

@@ -9,12 +9,13 @@ import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from services.renewer.loop import Renewer
 from tests.integration.api.helpers import assert_problem, rows, subscribe
 
 
 async def test_resume_renewal_undoes_a_scheduled_cancel_and_the_period_renews(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+    lazy_pool: pg.LazyPool, client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     sub = await subscribe(client)
     scheduled = (
@@ -32,7 +33,7 @@ async def test_resume_renewal_undoes_a_scheduled_cancel_and_the_period_renews(
     assert response.headers["etag"] == f'"{resumed["version"]}"'
 
     clock.set(clock.now() + timedelta(days=32))
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     while await renewer.tick():
         pass
     after = (await client.get(f"/subscriptions/{sub['id']}")).json()

@@ -127,6 +127,7 @@ async def test_a_trial_end_not_after_now_is_422_and_writes_nothing(
 
 
 async def test_cancel_during_a_trial_never_charges(
+    lazy_pool: pg.LazyPool,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
     pool: pg.Pool,
@@ -147,7 +148,7 @@ async def test_cancel_during_a_trial_never_charges(
     assert scheduled.json()["cancelAtPeriodEnd"] is True
 
     clock.advance(timedelta(days=40))
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     while await renewer.tick():
         pass
     after = (await client.get(f"/subscriptions/{later_sub['id']}")).json()
@@ -217,6 +218,7 @@ async def test_a_plan_change_during_a_trial_prorates_nothing(
 
 
 async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_kafka_has_it_all(
+    lazy_pool: pg.LazyPool,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
     pool: pg.Pool,
@@ -227,7 +229,7 @@ async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_ka
 ) -> None:
     trial_end = clock.now() + timedelta(days=10)
     sub = await trialing(client, trial_end)
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
 
     await renewer.tick()  # 10 days before the end: no notice yet (3 days' lead)
     assert await event_types(engine, sub["id"]) == ["SubscriptionCreated"]
@@ -274,7 +276,11 @@ async def test_the_renewer_notices_once_then_ends_the_trial_with_catch_up_and_ka
 
 
 async def test_a_trial_without_its_notice_is_not_ended_by_a_renewal_batch(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock, pool: pg.Pool
+    lazy_pool: pg.LazyPool,
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    clock: ManualClock,
+    pool: pg.Pool,
 ) -> None:
     """The notice comes first, also when the trial's end passed while no renewer ran."""
     sub = await trialing(client, clock.now() + timedelta(days=1))
@@ -282,7 +288,7 @@ async def test_a_trial_without_its_notice_is_not_ended_by_a_renewal_batch(
     async with pg.transaction(pool) as conn:
         result = await renew_due_batch(conn, now=clock.now(), batch_size=10)
     assert result.claimed == 0
-    await Renewer(engine, clock, batch_size=10).tick()
+    await Renewer(lazy_pool, clock, batch_size=10).tick()
     assert await event_types(engine, sub["id"]) == [
         "SubscriptionCreated",
         "SubscriptionTrialWillEnd",

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from billing_core.cloudevents import CloudEvent
+from billing_core.db import pg
 from billing_core.domain import events as ev
 from billing_core.domain.events import DomainEvent
 from services.notifier.emails import email_to_send
@@ -33,54 +33,54 @@ def record(event: DomainEvent, sequence: int, *, version: int = 1) -> CloudEvent
 
 
 async def test_later_emails_go_to_the_customer_named_by_subscription_created(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
 ) -> None:
     created = ev.subscription_created(7, 4242, "BASIC_MONTHLY", NOW, NOW, "UTC")
     paid = ev.invoice_paid(7, 70, 990, "EUR", NOW)
     failed = ev.payment_failed(7, 71, 1, "card_declined", None)
-    async with sessions.begin() as session:
-        welcome = await email_to_send(session, record(created, 1))
-    async with sessions.begin() as session:
-        receipt = await email_to_send(session, record(paid, 2))
-        declined = await email_to_send(session, record(failed, 3))
+    async with pg.transaction(pool) as conn:
+        welcome = await email_to_send(conn, record(created, 1))
+    async with pg.transaction(pool) as conn:
+        receipt = await email_to_send(conn, record(paid, 2))
+        declined = await email_to_send(conn, record(failed, 3))
     assert welcome is not None and receipt is not None and declined is not None
     assert {welcome.to, receipt.to, declined.to} == {"customer-4242@example.invalid"}
     assert receipt.subject == "Payment received, thank you"
 
 
 async def test_a_subscription_never_announced_gets_the_fallback_address(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
 ) -> None:
-    async with sessions.begin() as session:
-        email = await email_to_send(session, record(ev.invoice_voided(8, 80, NOW), 5))
+    async with pg.transaction(pool) as conn:
+        email = await email_to_send(conn, record(ev.invoice_voided(8, 80, NOW), 5))
     assert email is not None
     assert email.to == "subscription-8@example.invalid"
 
 
 async def test_a_newer_version_is_skipped_and_a_malformed_payload_raises(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
 ) -> None:
     paid = ev.invoice_paid(9, 90, 990, "EUR", NOW)
-    async with sessions.begin() as session:
-        assert await email_to_send(session, record(paid, 1, version=2)) is None
+    async with pg.transaction(pool) as conn:
+        assert await email_to_send(conn, record(paid, 1, version=2)) is None
     broken = dataclasses.replace(record(paid, 1), data=b'{"subscriptionId": 9, "amount": "x"}')
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
         with pytest.raises(ValidationError):
-            await email_to_send(session, broken)
+            await email_to_send(conn, broken)
 
 
 async def test_a_trial_is_welcomed_as_one_and_its_end_announced(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
 ) -> None:
     trial_end = datetime(2026, 12, 15, 9, 30, tzinfo=UTC)
     created = ev.subscription_created(
         9, 4343, "PRO_MONTHLY", NOW, trial_end, "UTC", trial_end=trial_end
     )
-    async with sessions.begin() as session:
-        welcome = await email_to_send(session, record(created, 1))
-        soon = await email_to_send(session, record(ev.subscription_trial_will_end(9, trial_end), 2))
+    async with pg.transaction(pool) as conn:
+        welcome = await email_to_send(conn, record(created, 1))
+        soon = await email_to_send(conn, record(ev.subscription_trial_will_end(9, trial_end), 2))
         ended = await email_to_send(
-            session, record(ev.subscription_trial_ended(9, trial_end, early=False), 3)
+            conn, record(ev.subscription_trial_ended(9, trial_end, early=False), 3)
         )
     assert welcome is not None and soon is not None and ended is not None
     assert welcome.subject == "Welcome: your free trial has started"

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
 from billing_core.cloudevents import CloudEvent
+from billing_core.db import pg
 from billing_core.domain import events as ev
 from billing_core.repo import notifier_emails
 from services.relay.producer import ensure_topic
@@ -129,6 +130,7 @@ def notifier_env(
 @pytest.mark.slow
 async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
     engine: AsyncEngine,
+    pool: pg.Pool,
     services: Services,
     database_url: str,
     kafka_topic: str,
@@ -173,9 +175,9 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
     assert mail.collapsed() <= len(resent)  # a copy the mailbox held back was such a resend
     by_recipient = Counter(str(m["X-Billing-Envelope-To"]) for m in messages)
     assert set(by_recipient) == {f"c{n}@example.com" for n in range(CUSTOMERS)}
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         assert await notifier_emails.counts(conn) == {"sent": CUSTOMERS, "pending": 0, "failed": 0}
-        processed = (await conn.execute(text("SELECT count(*) FROM processed_event"))).scalar_one()
+        processed = await conn.fetchval("SELECT count(*) FROM processed_event")
     assert processed == CUSTOMERS
 
 

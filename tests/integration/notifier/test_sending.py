@@ -14,9 +14,10 @@ import aiosmtplib
 import pytest
 from pypdf import PdfReader
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.cloudevents import CloudEvent
+from billing_core.db import pg
 from billing_core.documents.invoice_view import Party
 from billing_core.domain import events as ev
 from billing_core.domain.events import DomainEvent
@@ -100,11 +101,11 @@ async def paid_invoice(
     return sub, invoice
 
 
-async def handle(sessions: async_sessionmaker[AsyncSession], *events: CloudEvent) -> None:
+async def handle(pool: pg.Pool, *events: CloudEvent) -> None:
     run = handler()
     for event in events:
-        async with sessions.begin() as session:
-            await run(session, event)
+        async with pg.transaction(pool) as conn:
+            await run(conn, event)
 
 
 def pdf_text(pdf: bytes) -> str:
@@ -113,16 +114,17 @@ def pdf_text(pdf: bytes) -> str:
 
 async def test_a_receipt_goes_to_the_customer_with_the_invoice_pdf(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
+    lazy_pool: pg.LazyPool,
     database_url: str,
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "ana@example.com")
     sub, invoice = await paid_invoice(engine, cid)
     paid = record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2)
-    await handle(sessions, paid)
+    await handle(pool, paid)
 
-    sender = Sender(engine, notifier_settings(database_url, mail.port))
+    sender = Sender(lazy_pool, notifier_settings(database_url, mail.port))
     assert await sender.send_due() == 1
     [message] = mail.messages()
     assert message["To"] == "Ana Example <ana@example.com>"
@@ -139,14 +141,15 @@ async def test_a_receipt_goes_to_the_customer_with_the_invoice_pdf(
     text_of_pdf = pdf_text(attachment.get_content())
     for expected in (f"Invoice #{invoice}", "Billing Example Ltd", "Ana Example", "29.90 EUR"):
         assert expected in text_of_pdf
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         assert await notifier_emails.counts(conn) == {"sent": 1, "pending": 0, "failed": 0}
     assert await sender.send_due() == 0
 
 
 async def test_payment_failed_and_trial_ending_are_sent_and_other_events_only_logged(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
+    lazy_pool: pg.LazyPool,
     database_url: str,
     mail: MailServer,
 ) -> None:
@@ -154,14 +157,14 @@ async def test_payment_failed_and_trial_ending_are_sent_and_other_events_only_lo
     sub, invoice = await paid_invoice(engine, cid)
     trial_end = datetime(2026, 12, 15, 9, 30, tzinfo=UTC)
     await handle(
-        sessions,
+        pool,
         record(
             ev.payment_failed(sub, invoice, 1, "insufficient_funds", NOW + timedelta(days=1)), 3
         ),
         record(ev.subscription_trial_will_end(sub, trial_end), 4),
         record(ev.invoice_voided(sub, invoice, NOW), 5),  # logged, not sent
     )
-    await Sender(engine, notifier_settings(database_url, mail.port)).send_due()
+    await Sender(lazy_pool, notifier_settings(database_url, mail.port)).send_due()
     subjects = {m["Subject"]: m for m in mail.messages()}
     assert set(subjects) == {
         "Your payment did not go through",
@@ -176,32 +179,34 @@ async def test_payment_failed_and_trial_ending_are_sent_and_other_events_only_lo
 
 async def test_an_event_handled_twice_is_one_email_and_no_address_is_no_email(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
+    lazy_pool: pg.LazyPool,
     database_url: str,
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "cy@example.com")
     sub, invoice = await paid_invoice(engine, cid)
     paid = record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2)
-    await handle(sessions, paid, paid)  # e.g. a second consumer group reading the same topic
+    await handle(pool, paid, paid)  # e.g. a second consumer group reading the same topic
     nobody = await customer(engine, None)
     sub2, invoice2 = await paid_invoice(engine, nobody)
-    await handle(sessions, record(ev.invoice_paid(sub2, invoice2, 2_990, "EUR", NOW), 2))
-    await Sender(engine, notifier_settings(database_url, mail.port)).send_due()
+    await handle(pool, record(ev.invoice_paid(sub2, invoice2, 2_990, "EUR", NOW), 2))
+    await Sender(lazy_pool, notifier_settings(database_url, mail.port)).send_due()
     assert [m["To"] for m in mail.messages()] == ["Ana Example <cy@example.com>"]
 
 
 async def test_a_server_that_is_down_is_retried_later_and_then_sent(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
+    lazy_pool: pg.LazyPool,
     database_url: str,
     tmp_path: Path,
 ) -> None:
     cid = await customer(engine, "di@example.com")
     sub, invoice = await paid_invoice(engine, cid)
-    await handle(sessions, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
+    await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     port = free_port()
-    sender = Sender(engine, notifier_settings(database_url, port, notifier_send_retry_seconds=1))
+    sender = Sender(lazy_pool, notifier_settings(database_url, port, notifier_send_retry_seconds=1))
     assert await sender.send_due() == 1  # nothing listens on the port
     async with engine.connect() as conn:
         row = (
@@ -228,32 +233,34 @@ async def test_a_server_that_is_down_is_retried_later_and_then_sent(
 
 async def test_a_permanent_refusal_gives_the_email_up(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
+    lazy_pool: pg.LazyPool,
     database_url: str,
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "someone@nowhere.invalid")
     sub, invoice = await paid_invoice(engine, cid)
-    await handle(sessions, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
-    await Sender(engine, notifier_settings(database_url, mail.port)).send_due()
-    async with engine.connect() as conn:
+    await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
+    await Sender(lazy_pool, notifier_settings(database_url, mail.port)).send_due()
+    async with pool.acquire() as conn:
         assert await notifier_emails.counts(conn) == {"sent": 0, "pending": 0, "failed": 1}
     assert mail.messages() == []
 
 
 async def test_a_sender_that_died_after_the_server_accepted_resends_and_the_mailbox_has_it_once(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
+    lazy_pool: pg.LazyPool,
     database_url: str,
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "ed@example.com")
     sub, invoice = await paid_invoice(engine, cid)
-    await handle(sessions, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
+    await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     # What a sender does up to the server's acceptance, then it dies (nothing marked).
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         [claimed] = await notifier_emails.claim(conn, limit=10, lease_s=60)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         first = await notifier_emails.start_attempt(conn, claimed.id)
     assert (first.number, first.previous_unknown) == (1, False)
     smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=mail.port, start_tls=False)
@@ -261,7 +268,7 @@ async def test_a_sender_that_died_after_the_server_accepted_resends_and_the_mail
     await smtp.sendmail("billing@example.test", [claimed.recipient], claimed.message)
     await smtp.quit()
 
-    sender = Sender(engine, notifier_settings(database_url, mail.port))
+    sender = Sender(lazy_pool, notifier_settings(database_url, mail.port))
     assert await sender.send_due() == 0  # leased to the dead sender
     async with engine.begin() as conn:
         await conn.execute(text("UPDATE notifier_email SET next_attempt_at = now()"))

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import SystemClock
-from billing_core.db.engine import create_engine
+from billing_core.db import pg
 from billing_core.settings import CoreSettings
-from services.relay.main import lease_engine
+from services.relay.main import lease_connection
 from services.relay.producer import ProducerHolder
 from services.relay.relay import Relay
 from services.relay.settings import RelaySettings
@@ -42,15 +42,14 @@ def make_relay(engine: AsyncEngine, settings: CoreSettings, kafka_topic: str) ->
     @contextlib.asynccontextmanager
     async def factory(**overrides: Any) -> AsyncIterator[Relay]:
         s = relay_settings(settings, kafka_topic, **overrides)
-        eng = create_engine(s, pool_size=3)
-        leases = lease_engine(s)
-        relay = Relay(s, eng, ShardLeaser(leases, s.relay_shards), ProducerHolder(s), SystemClock())
+        pool = pg.LazyPool(s, max_size=3)
+        leaser = ShardLeaser(lambda: lease_connection(s), s.relay_shards)
+        relay = Relay(s, pool, leaser, ProducerHolder(s), SystemClock())
         try:
             yield relay
         finally:
             await relay.close()
-            await eng.dispose()
-            await leases.dispose()
+            await pool.close()
 
     return factory
 

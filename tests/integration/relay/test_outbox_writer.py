@@ -9,10 +9,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from billing_core.db.pg import create_pool
+from billing_core.db import pg
 from billing_core.domain import events
 from billing_core.repo import outbox
-from billing_core.settings import CoreSettings
 from tests.integration.relay.helpers import create_subscriptions
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
@@ -70,34 +69,33 @@ async def test_append_then_reserved_numbers_continue_one_gap_free_sequence(
 
 
 async def test_the_insert_embeds_in_a_driver_statement_numbered_from_a_new_subscriptions_base(
-    engine: AsyncEngine, settings: CoreSettings
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     (sub,) = await create_subscriptions(engine, 1)
-    statement = f"""
-        WITH base AS (SELECT $5::bigint AS id, 0::bigint AS base, $6::timestamptz AS at),
-        ev AS ({
-        outbox.insert_sql(bases="base", occurred_at="b.at", params=outbox.EventParams.positional(1))
-    }
-               RETURNING sequence)
+    statement = pg.Statement(
+        f"""
+        WITH base AS (SELECT CAST(:sub AS bigint) AS id, 0::bigint AS base,
+                             CAST(:at AS timestamptz) AS at),
+        ev AS ({outbox.insert_sql(bases="base", occurred_at="b.at")} RETURNING sequence)
         SELECT count(*) FROM ev
-    """
+        """
+    )
     new = [
         events.subscription_canceled(sub, "customer_request", NOW),
         events.invoice_paid(sub, 9, 100, "USD", NOW),
     ]
-    pool = await create_pool(settings, max_size=1)
-    try:
-        async with pool.acquire() as conn:
-            written = await conn.fetchval(statement, *outbox.event_values(new), sub, NOW)
-    finally:
-        await pool.close()
+    async with pg.transaction(pool) as conn:
+        params = {**outbox.event_parameters(new), "sub": sub, "at": NOW}
+        written = await pg.fetchval(conn, statement, params)
     assert written == 2
     assert await _rows(engine, sub) == [(1, "SubscriptionCanceled", 1), (2, "InvoicePaid", 1)]
 
 
-async def test_events_without_reserved_numbers_are_refused(engine: AsyncEngine) -> None:
+async def test_events_without_reserved_numbers_are_refused(
+    pool: pg.Pool, engine: AsyncEngine
+) -> None:
     (sub,) = await create_subscriptions(engine, 1)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         with pytest.raises(KeyError):
             await outbox.insert_numbered_events(
                 conn, [events.invoice_paid(sub, 1, 100, "USD", NOW)], {}, NOW

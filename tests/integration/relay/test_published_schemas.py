@@ -14,6 +14,7 @@ import yaml
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
+from billing_core.db import pg
 from billing_core.domain.events import DomainEvent
 from billing_core.repo.outbox import append_events
 from billing_core.settings import CoreSettings
@@ -32,11 +33,15 @@ def published_schemas() -> dict[str, dict[str, Any]]:
 
 
 async def test_every_event_type_read_from_kafka_validates_against_its_published_schema(
-    engine: AsyncEngine, make_relay: RelayFactory, settings: CoreSettings, kafka_topic: str
+    pool: pg.Pool,
+    engine: AsyncEngine,
+    make_relay: RelayFactory,
+    settings: CoreSettings,
+    kafka_topic: str,
 ) -> None:
     (sub,) = await create_subscriptions(engine, 1)
     events = [DomainEvent(e.data.model_copy(update={"subscriptionId": sub})) for e in ALL]
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         await append_events(conn, events, datetime(2026, 12, 1, tzinfo=UTC))
     async with make_relay() as relay:
         await drain(relay)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.cloudevents import CloudEvent
 from billing_core.consumer import EventConsumer
+from billing_core.db import pg
 from billing_core.domain import events as ev
 from billing_core.repo.outbox import append_events
 from billing_core.settings import CoreSettings
@@ -45,7 +46,7 @@ async def _all_ids(engine: AsyncEngine) -> set[uuid.UUID]:
 @pytest.mark.slow
 async def test_relay_killed_between_send_and_mark_redelivers_and_the_consumer_applies_once(
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    lazy_pool: pg.LazyPool,
     settings: CoreSettings,
     kafka_topic: str,
 ) -> None:
@@ -66,17 +67,15 @@ async def test_relay_killed_between_send_and_mark_redelivers_and_the_consumer_ap
         await conn.execute(text("CREATE TABLE relay_test_effect (event_id uuid NOT NULL)"))
     try:
 
-        async def apply(session: AsyncSession, event: CloudEvent) -> None:
-            await session.execute(
-                text("INSERT INTO relay_test_effect VALUES (:id)"), {"id": event.id}
-            )
+        async def apply(conn: pg.Connection, event: CloudEvent) -> None:
+            await conn.execute("INSERT INTO relay_test_effect VALUES ($1)", event.id)
 
         kit = EventConsumer(
             name="effects",
             group_id=f"effects-{uuid.uuid4().hex[:8]}",
             topic=kafka_topic,
             bootstrap=settings.kafka_bootstrap,
-            sessions=sessions,
+            pool=lazy_pool,
             handler=apply,
         )
         async with kit:
@@ -180,12 +179,12 @@ async def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
 
 @pytest.mark.slow
 async def test_notifier_process_logs_one_email_per_event_to_the_customer(
-    engine: AsyncEngine, make_relay: RelayFactory, kafka_topic: str
+    pool: pg.Pool, engine: AsyncEngine, make_relay: RelayFactory, kafka_topic: str
 ) -> None:
     subs = await create_subscriptions(engine, 3)
     customers = {sub: 1000 + n for n, sub in enumerate(subs, start=1)}  # as created
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for sub in subs:
             created = ev.subscription_created(sub, customers[sub], "BASIC", now, now, "UTC")
             voided = ev.invoice_voided(sub, 10 + sub, now)  # logged only (not sent)

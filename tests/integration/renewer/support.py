@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain import period as period_rules
 from billing_core.usecases.renew import BatchResult, renew_due_batch
 from tests.support.factories import ensure_customers
@@ -78,9 +80,20 @@ async def create_subscription(
 async def run_batch(
     engine: AsyncEngine, now: datetime, *, batch_size: int = 100, max_periods: int = 24
 ) -> BatchResult:
-    """One batch in its own committed transaction, as the loop runs it."""
-    async with engine.begin() as conn:
-        return await renew_due_batch(conn, now=now, batch_size=batch_size, max_periods=max_periods)
+    """One batch in its own committed transaction on a driver connection, as the loop runs it."""
+    conn = await driver_connection(engine)
+    try:
+        async with conn.transaction():
+            return await renew_due_batch(
+                conn, now=now, batch_size=batch_size, max_periods=max_periods
+            )
+    finally:
+        await conn.close()
+
+
+async def driver_connection(engine: AsyncEngine) -> pg.Connection:
+    """A plain driver connection to ``engine``'s database."""
+    return await asyncpg.connect(pg.asyncpg_dsn(engine.url.render_as_string(hide_password=False)))
 
 
 async def subscription(engine: AsyncEngine, sub_id: int) -> dict[str, Any]:

@@ -33,7 +33,11 @@ def expected(prefix: str, count: int) -> list[str]:
 
 
 async def test_two_renewers_at_once_number_every_invoice_once_without_gap(
-    engine: AsyncEngine, pool: db.Pool, pg: asyncpg.Connection, clock: ManualClock
+    lazy_pool: db.LazyPool,
+    engine: AsyncEngine,
+    pool: db.Pool,
+    pg: asyncpg.Connection,
+    clock: ManualClock,
 ) -> None:
     await seed_subscriptions(
         pg,
@@ -41,7 +45,7 @@ async def test_two_renewers_at_once_number_every_invoice_once_without_gap(
             count=1500, due_from=clock.now() - timedelta(hours=2), due_window=timedelta(hours=1)
         ),
     )
-    renewers = [Renewer(engine, clock, batch_size=100, concurrency=2) for _ in range(2)]
+    renewers = [Renewer(lazy_pool, clock, batch_size=100, concurrency=2) for _ in range(2)]
 
     async def run(renewer: Renewer) -> None:
         while await renewer.tick():

@@ -72,8 +72,8 @@ async def test_the_floor_renews_the_lifecycle_mix_as_the_renewer_does(
 
     await truncate_all(database_url)
     await _seed(pg)
-    async with engine.begin() as conn:
-        result = await renew_due_batch(conn, now=NOW, batch_size=1000)
+    async with pg.transaction():
+        result = await renew_due_batch(pg, now=NOW, batch_size=1000)
     assert result.invoices_created == COUNT
     by_renewer = await _outcome(engine)
 

@@ -198,7 +198,7 @@ async def test_kill_9_mid_batch_leaves_nothing_half_done(
         return bool(
             await pg.fetchval(
                 "SELECT count(*) > 0 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE a.application_name = $1 AND l.relation = 'invoice'::regclass",
+                "WHERE a.application_name LIKE $1 || '%' AND l.relation = 'invoice'::regclass",
                 app,
             )
         )
@@ -209,7 +209,7 @@ async def test_kill_9_mid_batch_leaves_nothing_half_done(
 
     async def backend_gone() -> bool:
         return not await pg.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '%'", app
         )
 
     await _wait_until(backend_gone, 30, "PostgreSQL to end the dead renewer's session")

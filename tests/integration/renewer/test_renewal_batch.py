@@ -12,6 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus
@@ -218,7 +219,7 @@ async def test_full_credit_gives_zero_amount_paid_invoice_then_partial(
 
 
 async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
-    engine: AsyncEngine, clock: ManualClock
+    lazy_pool: pg.LazyPool, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     replayed = await create_subscription(engine, anchor=JAN_15, credit_balance=500)
     clock.set(datetime(2025, 2, 16, tzinfo=UTC))
@@ -237,7 +238,7 @@ async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
     other = await create_subscription(engine, anchor=JAN_15, customer_id=7)
     version_before = (await subscription(engine, replayed))["version"]
 
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
     more = await renewer.tick()
 
     assert more is False
@@ -262,7 +263,7 @@ async def test_replayed_batch_inserts_nothing_twice_and_loop_continues(
     assert await renewer.tick() is False
 
 
-async def test_insert_of_an_existing_renewal_is_a_no_op(engine: AsyncEngine) -> None:
+async def test_insert_of_an_existing_renewal_is_a_no_op(pool: pg.Pool, engine: AsyncEngine) -> None:
     sub_id = await create_subscription(engine, anchor=JAN_15)
     now = datetime(2025, 2, 16, tzinfo=UTC)
     row = RenewalInvoice(
@@ -279,9 +280,9 @@ async def test_insert_of_an_existing_renewal_is_a_no_op(engine: AsyncEngine) -> 
         next_attempt_at=now,
         paid_at=None,
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         assert len(await renewal_repo.insert_renewal_invoices(conn, [row], now=now)) == 1
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         assert await renewal_repo.insert_renewal_invoices(conn, [row, row], now=now) == []
     assert len(await invoices(engine, sub_id)) == 1
 
@@ -355,7 +356,7 @@ async def test_api_write_waiting_on_the_batch_lock_then_conflicts(
 
 
 async def test_bad_row_is_parked_and_the_rest_renewed(
-    engine: AsyncEngine, clock: ManualClock
+    lazy_pool: pg.LazyPool, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     good = await create_subscription(engine, anchor=JAN_15)
     bad = await create_subscription(engine, anchor=JAN_15, customer_id=9)
@@ -365,7 +366,7 @@ async def test_bad_row_is_parked_and_the_rest_renewed(
             {"i": bad},
         )
     clock.set(datetime(2025, 2, 16, tzinfo=UTC))
-    renewer = Renewer(engine, clock, batch_size=10)
+    renewer = Renewer(lazy_pool, clock, batch_size=10)
 
     await renewer.tick()
 
@@ -405,7 +406,7 @@ async def test_two_renewers_at_once_renew_each_subscription_exactly_once(
 
 
 async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
-    engine: AsyncEngine, pg: asyncpg.Connection, clock: ManualClock
+    lazy_pool: pg.LazyPool, engine: AsyncEngine, pg: asyncpg.Connection, clock: ManualClock
 ) -> None:
     await seed_subscriptions(
         pg,
@@ -414,7 +415,7 @@ async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
         ),
     )
     before = await snapshot(engine)
-    renewer = Renewer(engine, clock, batch_size=50, concurrency=2)
+    renewer = Renewer(lazy_pool, clock, batch_size=50, concurrency=2)
 
     ticks = 0
     while await renewer.tick():
@@ -424,10 +425,12 @@ async def test_one_renewer_with_two_batches_in_flight_renews_each_once(
     assert await assert_exactly_once(engine, before) == 600
 
 
-async def test_a_non_positive_batch_size_is_refused_before_any_sql(engine: AsyncEngine) -> None:
+async def test_a_non_positive_batch_size_is_refused_before_any_sql(
+    pool: pg.Pool, engine: AsyncEngine
+) -> None:
     """The benchmark once sent LIMIT -2000 to PostgreSQL; every claim now says why it refuses."""
     now = datetime(2025, 2, 16, tzinfo=UTC)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for size in (0, -2000):
             with pytest.raises(ValueError, match="at least one row"):
                 await renew_due_batch(conn, now=now, batch_size=size)
@@ -438,6 +441,7 @@ async def test_a_non_positive_batch_size_is_refused_before_any_sql(engine: Async
 
 
 async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_currency(
+    pool: pg.Pool,
     engine: AsyncEngine,
 ) -> None:
     """The insert reads the customer and the currency from the locked subscription and its
@@ -458,7 +462,7 @@ async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_cu
         next_attempt_at=None,
         paid_at=now,
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         [inserted] = await renewal_repo.insert_renewal_invoices(conn, [row], now=now)
     [inv] = await invoices(engine, sub_id)
     assert inv["id"] == inserted.id
@@ -478,7 +482,11 @@ async def test_inserted_invoice_is_of_the_subscriptions_customer_in_its_plans_cu
     ],
 )
 async def test_an_invoice_that_does_not_open_as_a_renewal_is_refused(
-    engine: AsyncEngine, status: InvoiceStatus, next_attempt: str | None, paid: str | None
+    pool: pg.Pool,
+    engine: AsyncEngine,
+    status: InvoiceStatus,
+    next_attempt: str | None,
+    paid: str | None,
 ) -> None:
     sub_id = await create_subscription(engine, anchor=JAN_15)
     now = datetime(2025, 2, 16, tzinfo=UTC)
@@ -497,13 +505,15 @@ async def test_an_invoice_that_does_not_open_as_a_renewal_is_refused(
         next_attempt_at=times[next_attempt],
         paid_at=times[paid],
     )
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         with pytest.raises(ValueError, match="opens"):
             await renewal_repo.insert_renewal_invoices(conn, [row], now=now)
     assert await invoices(engine, sub_id) == []
 
 
-async def test_a_write_canceled_at_another_time_than_now_is_refused(engine: AsyncEngine) -> None:
+async def test_a_write_canceled_at_another_time_than_now_is_refused(
+    pool: pg.Pool, engine: AsyncEngine
+) -> None:
     """canceled_at is set in SQL from the status (now, or nothing): a write saying otherwise
     is refused before anything is written."""
     sub_id = await create_subscription(engine, anchor=JAN_15)
@@ -528,12 +538,12 @@ async def test_a_write_canceled_at_another_time_than_now_is_refused(engine: Asyn
         write(SubscriptionStatus.CANCELED, now - timedelta(days=1)),
         write(SubscriptionStatus.ACTIVE, now),
     ]
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for w in bad:
             with pytest.raises(ValueError, match="canceled_at"):
                 await renewal_repo.write_subscriptions(conn, [w], event_counts={}, now=now)
     assert await subscription(engine, sub_id) == before
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         reserved = await renewal_repo.write_subscriptions(
             conn, [write(SubscriptionStatus.CANCELED, now)], event_counts={sub_id: 1}, now=now
         )

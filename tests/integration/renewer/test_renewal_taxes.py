@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.invoice_lines import LineKind
 from billing_core.domain.tax import TaxLocation
 from billing_core.invariants.amounts import check_amounts
@@ -31,28 +32,30 @@ async def rates(engine: AsyncEngine) -> None:
         )
 
 
-async def located(engine: AsyncEngine, location: TaxLocation | None, **kw: object) -> int:
+async def located(
+    pool: pg.Pool, engine: AsyncEngine, location: TaxLocation | None, **kw: object
+) -> int:
     sub = await create_subscription(engine, anchor=JAN_15, **kw)  # type: ignore[arg-type]
     if location is not None:
-        async with engine.begin() as conn:
+        async with pg.transaction(pool) as conn:
             await set_location(conn, sub, location, now=JAN_15)
     return sub
 
 
 async def test_exclusive_and_inclusive_taxes_on_renewals(
-    engine: AsyncEngine, clock: ManualClock
+    pool: pg.Pool, engine: AsyncEngine, clock: ManualClock
 ) -> None:
     await rates(engine)
-    ny = await located(engine, TaxLocation("US", "NY"))
-    paris = await located(engine, TaxLocation("FR", "75"))  # no regional rate: France's
-    oregon = await located(engine, TaxLocation("US", "OR"))  # 0 %: no tax line
-    nowhere = await located(engine, None)
+    ny = await located(pool, engine, TaxLocation("US", "NY"))
+    paris = await located(pool, engine, TaxLocation("FR", "75"))  # no regional rate: France's
+    oregon = await located(pool, engine, TaxLocation("US", "OR"))  # 0 %: no tax line
+    nowhere = await located(pool, engine, None)
     clock.set(datetime(2025, 2, 15, 10, tzinfo=UTC))
 
     await run_batch(engine, clock.now())
 
     found = {sub: (await invoices(engine, sub))[0] for sub in (ny, paris, oregon, nowhere)}
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         lines = await lines_of(conn, [inv["id"] for inv in found.values()])
         assert (await check_lines(conn)).ok
         assert (await check_amounts(conn)).ok  # a subtotal with tax on top is still priced right
@@ -77,9 +80,11 @@ async def test_exclusive_and_inclusive_taxes_on_renewals(
     assert created["payload"]["tax"] == 0
 
 
-async def test_credit_is_applied_after_tax(engine: AsyncEngine, clock: ManualClock) -> None:
+async def test_credit_is_applied_after_tax(
+    pool: pg.Pool, engine: AsyncEngine, clock: ManualClock
+) -> None:
     await rates(engine)
-    sub = await located(engine, TaxLocation("US", "NY"), credit_balance=5000)
+    sub = await located(pool, engine, TaxLocation("US", "NY"), credit_balance=5000)
     clock.set(datetime(2025, 3, 15, 10, tzinfo=UTC))  # periods 1 and 2 due
 
     await run_batch(engine, clock.now())
@@ -88,13 +93,9 @@ async def test_credit_is_applied_after_tax(engine: AsyncEngine, clock: ManualClo
     assert (first["subtotal"], first["credit_applied"], first["amount"]) == (3255, 3255, 0)
     assert first["status"] == "PAID"
     assert (second["subtotal"], second["credit_applied"], second["amount"]) == (3255, 1745, 1510)
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         lines = await lines_of(conn, [second["id"]])
-        balance = (
-            await conn.execute(
-                text("SELECT credit_balance FROM subscription WHERE id = :s"), {"s": sub}
-            )
-        ).scalar_one()
+        balance = await conn.fetchval("SELECT credit_balance FROM subscription WHERE id = $1", sub)
         assert (await check_lines(conn)).ok
     assert [(x.kind, x.amount) for x in lines[second["id"]]] == [
         (LineKind.PLAN_PERIOD, 2990),

@@ -164,10 +164,8 @@ async def test_claim_uses_the_partial_due_index(
     )
     await pg.execute("ANALYZE subscription")
 
-    async with engine.connect() as conn:
-        plan = await renewal_repo.explain_claim(conn, now=NOW, limit=1000)
-        assert await renewal_repo.count_due(conn, now=NOW) == 200
-        await conn.execute(text("SELECT 1"))
+    plan = await renewal_repo.explain_claim(pg, now=NOW, limit=1000)
+    assert await renewal_repo.count_due(pg, now=NOW) == 200
 
     assert "idx_sub_due" in plan, plan
     assert "Seq Scan on subscription" not in plan, plan
@@ -185,8 +183,8 @@ async def test_the_seeded_tax_mix_renews_with_tax_lines_that_add_up(
     assert 120 < located < 280
     assert await seed_tax_mix(pg, share=0.5) == 0  # a second run adds nothing
 
-    async with engine.begin() as conn:
-        result = await renew_due_batch(conn, now=now, batch_size=1000)
+    async with pg.transaction():
+        result = await renew_due_batch(pg, now=now, batch_size=1000)
     async with engine.connect() as conn:
         kinds = dict(
             (

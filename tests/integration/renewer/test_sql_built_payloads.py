@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.renewer_sql import floor_batch, row_by_row_batch
+from billing_core.db import pg
 from billing_core.domain import events as ev
 from billing_core.domain.renewal import RenewalInvoice
 from billing_core.invariants.lines import check_lines
@@ -65,20 +66,20 @@ async def _payloads_and_invoices(engine: AsyncEngine) -> list[tuple[str, ev.Doma
     return found
 
 
-async def _check(engine: AsyncEngine, expected: int) -> None:
+async def _check(pool: pg.Pool, engine: AsyncEngine, expected: int) -> None:
     schema = json.loads((ROOT / "docs/schemas/events/InvoiceCreated.v1.json").read_text())
     found = await _payloads_and_invoices(engine)
     assert len(found) == expected
     for stored, built in found:
         jsonschema.Draft202012Validator(schema).validate(json.loads(stored))
         assert json.loads(stored) == built.payload
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         lines = await check_lines(conn)
     assert lines.checked == expected and lines.ok, lines.violations
 
 
 async def test_the_set_based_floor_writes_invoice_created_in_the_published_shape(
-    engine: AsyncEngine, database_url: str
+    pool: pg.Pool, engine: AsyncEngine, database_url: str
 ) -> None:
     subs = [
         await create_subscription(engine, anchor=ANCHOR, time_zone=tz, period_index=0)
@@ -99,7 +100,7 @@ async def test_the_set_based_floor_writes_invoice_created_in_the_published_shape
                 {"s": sub, "c": country, "r": region},
             )
     await _renew_with(engine, database_url, floor_batch)
-    await _check(engine, 4)
+    await _check(pool, engine, 4)
     async with engine.connect() as conn:
         rows = await conn.execute(
             text(
@@ -121,8 +122,8 @@ async def test_the_set_based_floor_writes_invoice_created_in_the_published_shape
 
 
 async def test_the_row_by_row_comparison_writes_the_same_shape(
-    engine: AsyncEngine, database_url: str
+    pool: pg.Pool, engine: AsyncEngine, database_url: str
 ) -> None:
     await create_subscription(engine, anchor=ANCHOR, time_zone="Europe/Paris", period_index=0)
     await _renew_with(engine, database_url, row_by_row_batch)
-    await _check(engine, 1)
+    await _check(pool, engine, 1)
