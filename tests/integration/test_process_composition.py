@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from billing_core.db import pg
-from billing_core.db.engine import create_engine
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from billing_core.settings import CoreSettings
@@ -32,7 +31,7 @@ async def test_a_process_runs_its_parts_in_order_and_tears_down(settings: CoreSe
     steps: list[str] = []
     periodic_runs = 0
     readiness: list[int] = []
-    engine = create_engine(settings, pool_size=2)
+    pool = pg.LazyPool(settings, max_size=2)
 
     async def flaky_gauge() -> None:
         nonlocal periodic_runs
@@ -59,7 +58,7 @@ async def test_a_process_runs_its_parts_in_order_and_tears_down(settings: CoreSe
     parts = process.WorkerProcess(
         name="probe",
         worker=worker,
-        engine=engine,
+        pool=pool,
         health_port=0,
         periodic=[process.Periodic("probe-gauge", 0.01, flaky_gauge)],
         start=[lambda: step("start")],
@@ -71,12 +70,12 @@ async def test_a_process_runs_its_parts_in_order_and_tears_down(settings: CoreSe
     assert steps == ["start", "drain", "close-1", "close-2"]
     assert readiness == [200, 200]  # ready: the database answers (the shared check)
     assert periodic_runs >= 2  # a failing run did not stop the job
-    assert engine.pool.checkedout() == 0  # type: ignore[attr-defined]  # disposed last, nothing left checked out
+    assert not pool.open  # closed last
 
 
 async def test_teardown_runs_even_when_a_start_step_fails(settings: CoreSettings) -> None:
     closed: list[str] = []
-    engine = create_engine(settings, pool_size=1)
+    pool = pg.LazyPool(settings, max_size=1)
 
     async def broken_start() -> None:
         raise ConnectionError("broker unreachable")
@@ -87,7 +86,7 @@ async def test_teardown_runs_even_when_a_start_step_fails(settings: CoreSettings
     parts = process.WorkerProcess(
         name="probe",
         worker=Worker("probe", lambda: asyncio.sleep(0, False), poll_interval=0.01),
-        engine=engine,
+        pool=pool,
         health_port=0,
         start=[broken_start],
         close=[close],
@@ -158,13 +157,11 @@ async def test_readiness_answers_on_the_process_pool_closed_at_teardown(
 
 
 async def test_db_pool_size_overrides_each_process_own_sizing(settings: CoreSettings) -> None:
-    own = create_engine(settings.model_copy(update={"db_pool_size": None}), pool_size=3)
-    overridden = create_engine(settings.model_copy(update={"db_pool_size": 7}), pool_size=3)
-    unpooled = create_engine(settings.model_copy(update={"db_pool_size": 7}), pooled=False)
+    own = await pg.create_pool(settings.model_copy(update={"db_pool_size": None}), max_size=3)
+    overridden = await pg.create_pool(settings.model_copy(update={"db_pool_size": 7}), max_size=3)
     try:
-        assert own.pool.size() == 3  # type: ignore[attr-defined]
-        assert overridden.pool.size() == 7  # type: ignore[attr-defined]
-        assert type(unpooled.pool).__name__ == "NullPool"
+        assert own.get_max_size() == 3
+        assert overridden.get_max_size() == 7
     finally:
-        for engine in (own, overridden, unpooled):
-            await engine.dispose()
+        for pool in (own, overridden):
+            await pool.close()

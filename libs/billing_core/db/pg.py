@@ -68,6 +68,11 @@ class LazyPool:
                     self._pool = await create_pool(self._settings, max_size=self._max_size)
         return self._pool
 
+    @property
+    def open(self) -> bool:
+        """Whether the pool was created and not closed since."""
+        return self._pool is not None
+
     async def close(self) -> None:
         if self._pool is not None:
             await self._pool.close()

@@ -4,7 +4,7 @@
 waits for PostgreSQL (exit 3 when it never answers), then serves the process the service's
 ``build`` returns: the health server (``/readyz``: the database answers, unless the process says
 otherwise), the worker loop under SIGTERM/SIGINT, periodic jobs (gauges), an optional drain after
-the loop stops, and teardown in order with the database's pool (or engine) closed last.
+the loop stops, and teardown in order with the process's driver pool closed last.
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from billing_core.db import pg
-from billing_core.db.engine import database_answers
 from billing_core.logging import configure_logging, get_logger
 from billing_core.runtime import build_info
 from billing_core.runtime.garbage_collection import quiet_garbage_collector
@@ -49,14 +46,12 @@ class WorkerProcess:
     name: str
     worker: Worker
     health_port: int
-    # The process's database: its driver pool, or an engine while it still runs on SQLAlchemy.
-    pool: pg.LazyPool | None = None
-    engine: AsyncEngine | None = None
+    pool: pg.LazyPool  # the process's database
     ready: Check | None = None  # default: the database answers
     periodic: Sequence[Periodic] = ()
     start: Sequence[Step] = ()  # after the health server is up, before the loop
     drain: Step | None = None  # after the loop stopped (e.g. answers still in flight)
-    close: Sequence[Step] = ()  # teardown, in order; the pool or engine is closed after them
+    close: Sequence[Step] = ()  # teardown, in order; the pool is closed after them
     started: Mapping[str, object] = field(default_factory=dict)  # the start log line's fields
     health: HealthServer | None = field(default=None, init=False)
 
@@ -106,17 +101,12 @@ async def serve(process: WorkerProcess, settings: CoreSettings) -> None:
             except Exception as exc:
                 log.warning("teardown_step_failed", process=process.name, error=repr(exc))
         await process.health.stop()
-        if process.pool is not None:
-            await process.pool.close()
-        if process.engine is not None:
-            await process.engine.dispose()
+        await process.pool.close()
     log.info(f"{process.name}_stopped")
 
 
 async def _database_answers(process: WorkerProcess) -> bool:
-    if process.pool is not None:
-        return await pg.database_answers(await process.pool.get())
-    return process.engine is not None and await database_answers(process.engine)
+    return await pg.database_answers(await process.pool.get())
 
 
 def run(name: str, settings_cls: type[S], build: Callable[[S], WorkerProcess]) -> None:
