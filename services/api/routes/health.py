@@ -8,7 +8,8 @@ import asyncio
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from billing_core.db.engine import database_answers
+from billing_core.db import pg
+from billing_core.db.pg import Statement
 from billing_core.logging import get_logger
 from services.api.context import get_context
 from services.api.problems import UNAVAILABLE, ApiProblem
@@ -18,6 +19,7 @@ from services.api.schemas import Health
 router = APIRouter(tags=["operations"])
 log = get_logger(__name__)
 READY_TIMEOUT_SECONDS = 2.0
+_PING = Statement("SELECT 1")
 
 
 @router.get("/healthz", response_model=Health, summary="The process is up")
@@ -34,10 +36,8 @@ async def healthz() -> Response:
 async def readyz(request: Request) -> Response:
     try:
         async with asyncio.timeout(READY_TIMEOUT_SECONDS):
-            engine = get_context(request).engine
-            if engine is None:
-                raise RuntimeError("the process is starting or stopping")
-            await database_answers(engine)
+            async with get_context(request).pg.acquire() as conn:
+                await pg.fetchval(conn, _PING)
     except Exception as exc:
         log.warning("not_ready", error=repr(exc))
         raise ApiProblem(UNAVAILABLE, "The database does not answer.") from exc
