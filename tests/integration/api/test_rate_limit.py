@@ -227,7 +227,7 @@ async def test_parallel_requests_with_one_new_key_share_one_look_up(
 
 
 async def test_a_valid_key_from_a_scanning_address_still_works_once_verified(
-    app: FastAPI, statements: Statements, api_key: str
+    app: FastAPI, api_key: str, statements: Statements
 ) -> None:
     """An unknown key is remembered as unknown: the same bogus key again costs no look-up."""
     bogus = f"bk_{secrets.token_urlsafe(32)}"
