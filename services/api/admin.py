@@ -9,10 +9,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from billing_core.clock import clock_from_offset
-from billing_core.db.engine import create_engine, session_factory
+from billing_core.db import pg
+from billing_core.db.pg import Connection
 from billing_core.domain.scopes import ALL_SCOPES, Scope
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import audit
@@ -34,14 +33,14 @@ def parse_duration(text: str) -> timedelta:
 
 
 async def _in_transaction(
-    settings: CoreSettings, work: Callable[[AsyncSession, datetime], Awaitable[T]]
+    settings: CoreSettings, work: Callable[[Connection, datetime], Awaitable[T]]
 ) -> T:
-    engine = create_engine(settings, pool_size=1)
+    pool = await pg.create_pool(settings, max_size=1)
     try:
-        async with session_factory(engine).begin() as session:
-            return await work(session, clock_from_offset(settings.clock_offset_seconds).now())
+        async with pg.transaction(pool) as conn:
+            return await work(conn, clock_from_offset(settings.clock_offset_seconds).now())
     finally:
-        await engine.dispose()
+        await pool.close()
 
 
 async def create_key_async(
@@ -52,9 +51,9 @@ async def create_key_async(
     expires_in: timedelta | None = None,
     rate_limit_per_minute: int | None = None,
 ) -> api_keys_uc.NewKey:
-    async def work(session: AsyncSession, now: datetime) -> api_keys_uc.NewKey:
+    async def work(conn: Connection, now: datetime) -> api_keys_uc.NewKey:
         return await api_keys_uc.create(
-            session,
+            conn,
             name=name,
             scopes=scopes,
             now=now,
@@ -121,17 +120,17 @@ def create_key(
 def list_keys(
     settings: CoreSettings, *, include_inactive: bool
 ) -> tuple[datetime, list[ApiKeyInfo]]:
-    async def work(session: AsyncSession, now: datetime) -> tuple[datetime, list[ApiKeyInfo]]:
+    async def work(conn: Connection, now: datetime) -> tuple[datetime, list[ApiKeyInfo]]:
         return now, await api_clients_repo.list_all(
-            session, include_inactive=include_inactive, now=now
+            conn, include_inactive=include_inactive, now=now
         )
 
     return asyncio.run(_in_transaction(settings, work))
 
 
 def revoke_key(settings: CoreSettings, prefix: str) -> ApiKeyInfo:
-    async def work(session: AsyncSession, now: datetime) -> ApiKeyInfo:
-        return await api_keys_uc.revoke(session, prefix, now=now, actor=audit.Actor.cli())
+    async def work(conn: Connection, now: datetime) -> ApiKeyInfo:
+        return await api_keys_uc.revoke(conn, prefix, now=now, actor=audit.Actor.cli())
 
     return asyncio.run(_in_transaction(settings, work))
 
@@ -139,9 +138,9 @@ def revoke_key(settings: CoreSettings, prefix: str) -> ApiKeyInfo:
 def rotate_key(
     settings: CoreSettings, prefix: str, *, grace: timedelta, expires_in: timedelta | None
 ) -> tuple[ApiKeyInfo, api_keys_uc.NewKey]:
-    async def work(session: AsyncSession, now: datetime) -> tuple[ApiKeyInfo, api_keys_uc.NewKey]:
+    async def work(conn: Connection, now: datetime) -> tuple[ApiKeyInfo, api_keys_uc.NewKey]:
         return await api_keys_uc.rotate(
-            session, prefix, now=now, grace=grace, actor=audit.Actor.cli(), expires_in=expires_in
+            conn, prefix, now=now, grace=grace, actor=audit.Actor.cli(), expires_in=expires_in
         )
 
     return asyncio.run(_in_transaction(settings, work))

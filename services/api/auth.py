@@ -94,8 +94,8 @@ async def _find(ctx: AppContext, key: str, address: str, now: datetime) -> ApiCl
         )
     failures.add(address)
     try:
-        async with ctx.reads() as session:
-            client = await api_clients_repo.find_active_by_key(session, key, now=now)
+        async with ctx.pg.acquire() as conn:
+            client = await api_clients_repo.find_active_by_key(conn, key, now=now)
     except BaseException:
         failures.forgive(address)
         raise

@@ -240,9 +240,9 @@ class AppContext:
             return await subscription_groups.insert_unless_claimed(conn, items)
 
     async def record_webhooks(self, webhooks: Sequence[WebhookToRecord]) -> list[str]:
-        async with self.sessions.begin() as session:
+        async with self.transaction() as conn:
             return await record_webhooks(
-                session,
+                conn,
                 webhooks,
                 now=self.clock.now(),
                 rng=self.rng,

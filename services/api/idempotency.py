@@ -34,10 +34,9 @@ from typing import Annotated, Any
 
 from asyncpg import UniqueViolationError  # type: ignore[import-untyped]
 from fastapi import Depends, Header, Request
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 from starlette.responses import Response
 
+from billing_core.db.pg import Connection
 from billing_core.domain.errors import DomainError
 from billing_core.domain.scopes import Scope
 from billing_core.logging import get_logger
@@ -80,7 +79,7 @@ class Outcome:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
-Work = Callable[[AsyncSession, datetime], Awaitable[Outcome]]
+Work = Callable[[Connection, datetime], Awaitable[Outcome]]
 # The response to store for an outcome (a 2xx).
 Record = Callable[[Outcome], idempotency_repo.NewRecord]
 # (now, the record to store for an outcome) -> what the create statement found for the
@@ -154,7 +153,7 @@ class IdempotentWrite:
                 if expected_version is not None or attempt >= CONFLICT_ATTEMPTS:
                     raise
                 log.info("write_retried_after_version_conflict", attempt=attempt + 1)
-            except (UniqueViolationError, IntegrityError) as exc:
+            except UniqueViolationError as exc:
                 if not _stored_meanwhile(exc) or attempt >= CONFLICT_ATTEMPTS:
                     raise
                 log.info("write_ran_again_after_a_first_request_committed", attempt=attempt + 1)
@@ -163,24 +162,22 @@ class IdempotentWrite:
     async def _run_once(self, work: Work) -> Response:
         ctx = self._ctx
         fingerprint = await self._fingerprint() if self.key is not None else b""
-        async with ctx.sessions.begin() as session:
+        async with ctx.transaction() as conn:
             now = ctx.clock.now()
             if self.key is not None:
-                replay = await self._claim(session, fingerprint, now)
+                replay = await self._claim(conn, fingerprint, now)
                 if replay is not None:
                     return replay
-            outcome = await work(session, now)
+            outcome = await work(conn, now)
             if self.key is not None and 200 <= outcome.status < 300:
                 record = self._record_for(self.key, fingerprint, now)
-                await idempotency_repo.save(session, record(outcome))
+                await idempotency_repo.save(conn, record(outcome))
         return _answer(outcome)
 
-    async def _claim(
-        self, session: AsyncSession, fingerprint: bytes, now: datetime
-    ) -> Response | None:
-        """Claim the key in ``session``'s transaction: the answer it already has, if any."""
+    async def _claim(self, conn: Connection, fingerprint: bytes, now: datetime) -> Response | None:
+        """Claim the key in ``conn``'s transaction: the answer it already has, if any."""
         assert self.key is not None
-        claim = await idempotency_repo.claim(session, self.client.chain_id, self.key, now=now)
+        claim = await idempotency_repo.claim(conn, self.client.chain_id, self.key, now=now)
         return self._claimed(claim.locked, claim.stored, fingerprint)
 
     def _claimed(
@@ -225,8 +222,8 @@ class IdempotentWrite:
 
     async def _refused(self, refused: DomainError, fingerprint: bytes) -> Response:
         ctx = self._ctx
-        async with ctx.sessions.begin() as session:
-            replay = await self._claim(session, fingerprint, ctx.clock.now())
+        async with ctx.transaction() as conn:
+            replay = await self._claim(conn, fingerprint, ctx.clock.now())
         if replay is None:
             raise refused
         return replay
@@ -277,10 +274,7 @@ class IdempotentWrite:
 def _stored_meanwhile(exc: Exception) -> bool:
     """Did a first request with the key commit its stored response while this one ran (the
     claim's snapshot predates the key's lock)?"""
-    cause = exc.orig.__cause__ if isinstance(exc, IntegrityError) and exc.orig else exc
-    return (
-        isinstance(cause, UniqueViolationError) and cause.constraint_name == STORED_KEY_CONSTRAINT
-    )
+    return isinstance(exc, UniqueViolationError) and exc.constraint_name == STORED_KEY_CONSTRAINT
 
 
 def _headers(outcome: Outcome) -> dict[str, str]:
@@ -347,9 +341,9 @@ SubscriptionsWrite = Annotated[IdempotentWrite, idempotent_write(Scope.SUBSCRIPT
 async def purge_expired(ctx: AppContext, *, batch_size: int = 1000) -> int:
     total = 0
     while True:
-        async with ctx.sessions.begin() as session:
+        async with ctx.transaction() as conn:
             n = await idempotency_repo.purge_expired(
-                session, now=ctx.clock.now(), batch_size=batch_size
+                conn, now=ctx.clock.now(), batch_size=batch_size
             )
         total += n
         if n < batch_size:
@@ -374,10 +368,11 @@ async def rolled_back(ctx: AppContext, work: Work) -> Response:
     """Run ``work`` in a transaction that is always rolled back and answer its outcome: a
     preview made by the real code path, which writes nothing (and stores nothing under an
     Idempotency-Key). Its row locks last only as long as the work."""
-    async with ctx.sessions() as session:
-        transaction = await session.begin()
+    async with ctx.pg.acquire() as conn:
+        transaction = conn.transaction()
+        await transaction.start()
         try:
-            result = await work(session, ctx.clock.now())
+            result = await work(conn, ctx.clock.now())
         finally:
             await transaction.rollback()
     return Response(

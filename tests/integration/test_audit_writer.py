@@ -3,12 +3,11 @@ a caller's statement are written by the same INSERT, with the same values."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from billing_core.db import pg
 from billing_core.repo import audit
 
 NOW = datetime(2026, 12, 3, 10, 0, tzinfo=UTC)
@@ -18,13 +17,13 @@ COLUMNS = (
 )
 
 
-async def _rows(engine: AsyncEngine) -> list[tuple[Any, ...]]:
-    async with engine.connect() as conn:
-        result = await conn.execute(text(f"SELECT {COLUMNS} FROM audit_event ORDER BY id"))
-        return [tuple(r) for r in result.all()]
+async def _rows(pool: pg.Pool) -> list[tuple[Any, ...]]:
+    async with pool.acquire() as conn:
+        found = await conn.fetch(f"SELECT {COLUMNS} FROM audit_event ORDER BY id")
+        return [tuple(r) for r in found]
 
 
-async def test_an_entry_and_rows_of_a_relation_are_written_alike(engine: AsyncEngine) -> None:
+async def test_an_entry_and_rows_of_a_relation_are_written_alike(pool: pg.Pool) -> None:
     entries = [
         audit.AuditEntry(
             audit.Actor.cli(),
@@ -37,12 +36,12 @@ async def test_an_entry_and_rows_of_a_relation_are_written_alike(engine: AsyncEn
         )
         for subject in (41, 42)
     ]
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for entry in entries:
             await audit.record(conn, entry, now=NOW)
-    recorded = await _rows(engine)
-    async with engine.begin() as conn:
-        await conn.execute(text("DELETE FROM audit_event"))
+    recorded = await _rows(pool)
+    async with pg.transaction(pool) as conn:
+        await conn.execute("DELETE FROM audit_event")
         relation = """
             WITH r AS (
                 SELECT * FROM unnest(CAST(:ids AS bigint[]), CAST(:details AS text[]))
@@ -61,8 +60,9 @@ async def test_an_entry_and_rows_of_a_relation_are_written_alike(engine: AsyncEn
             "request_id": "NULL",
             "detail": "r.detail",
         }
-        await conn.execute(
-            text(relation + audit.insert_select_sql(values, rows="r")),
+        await pg.execute(
+            conn,
+            pg.Statement(relation + audit.insert_select_sql(values, rows="r")),
             {
                 "ids": [e.subject_id for e in entries],
                 "details": [audit.parameters(e, NOW)["detail"] for e in entries],
@@ -71,5 +71,5 @@ async def test_an_entry_and_rows_of_a_relation_are_written_alike(engine: AsyncEn
                 "subject_type": audit.SUBSCRIPTION,
             },
         )
-    assert await _rows(engine) == recorded
-    assert recorded[0][-1] == {"reason": "customer_request", "n": 41}
+    assert await _rows(pool) == recorded
+    assert json.loads(recorded[0][-1]) == {"reason": "customer_request", "n": 41}

@@ -5,16 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.repo import collection, outbox_publishing, renewal
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("limit", [0, -1])
-async def test_claims_refuse_a_non_positive_limit(engine: AsyncEngine, limit: int) -> None:
-    async with engine.connect() as conn:
+async def test_claims_refuse_a_non_positive_limit(pool: pg.Pool, limit: int) -> None:
+    async with pool.acquire() as conn:
         claims = [
             renewal.claim_due(conn, now=NOW, limit=limit),
             collection.claim_due_invoices(conn, now=NOW, limit=limit, lease=timedelta(minutes=5)),
@@ -25,4 +25,4 @@ async def test_claims_refuse_a_non_positive_limit(engine: AsyncEngine, limit: in
             with pytest.raises(ValueError, match=f"at least one row, not {limit}"):
                 await claim
         # Nothing reached PostgreSQL: the connection is still usable, no aborted transaction.
-        assert (await conn.exec_driver_sql("SELECT 1")).scalar_one() == 1
+        assert await conn.fetchval("SELECT 1") == 1

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from billing_core.db.pg import Pool
 from billing_core.repo import backlogs, subscription_story
 from services.api.console.probes import ProcessState, probe_all
 
@@ -59,9 +58,9 @@ class Overview:
 
 
 async def gather(
-    engine: AsyncEngine, now: datetime, *, limit: int, processes: list[tuple[str, str]]
+    pool: Pool, now: datetime, *, limit: int, processes: list[tuple[str, str]]
 ) -> Overview:
-    async with engine.connect() as conn:
+    async with pool.acquire() as conn:
         subs = await backlogs.subscriptions_by_status(conn, now)
         invs = await backlogs.invoices_by_status(conn, now)
         outbox = await backlogs.outbox_backlog(conn)

@@ -66,7 +66,7 @@ async def _operator(request: Request) -> tuple[AppContext, Operator, str]:
     operator = await _sessions(request).read(ctx.redis, cookie, time.time())
     if operator is None or cookie is None:
         raise LoginRequired
-    async with ctx.database.connect() as conn:
+    async with ctx.pg.acquire() as conn:
         allowed = await api_clients_repo.still_holds(
             conn, operator.client_id, Scope.ADMIN, now=ctx.clock.now()
         )
@@ -157,7 +157,7 @@ async def logout(request: Request) -> Response:
 async def _overview(ctx: AppContext) -> overview_data.Overview:
     settings = ctx.settings
     return await overview_data.gather(
-        ctx.database,
+        ctx.pg,
         ctx.clock.now(),
         limit=settings.collector_rate_limit_per_second,
         processes=settings.console_process_list(),
@@ -204,7 +204,7 @@ async def search(request: Request, q: str = "") -> Response:
     if number is None:
         error = "Type a subscription id, a customer id or an invoice id (a number)."
     else:
-        async with ctx.database.connect() as conn:
+        async with ctx.pg.acquire() as conn:
             matches = await subscription_story.find(conn, number)
         if len(matches) == 1:
             return RedirectResponse(
@@ -232,7 +232,7 @@ async def subscription_page(request: Request, subscription_id: str) -> Response:
     found = None
     number = _id(subscription_id)
     if number is not None:
-        async with ctx.database.connect() as conn:
+        async with ctx.pg.acquire() as conn:
             found = await subscription_story.story(conn, number)
     if found is None:
         return render(
@@ -255,7 +255,7 @@ async def reconciliation(request: Request, resolved: str | None = None) -> Respo
     except LoginRequired:
         return _to_login(request)
     show_resolved = resolved == "1"
-    async with ctx.database.connect() as conn:
+    async with ctx.pg.acquire() as conn:
         items = await reconciliation_repo.list_items(conn, include_resolved=show_resolved)
     return render(
         "reconciliation.html",
@@ -290,7 +290,7 @@ async def resolve(request: Request, item: str) -> Response:
             status_code=303,
         )
     actor = actor_of(request, operator.client_id)
-    async with ctx.database.begin() as conn:
+    async with ctx.transaction() as conn:
         done = await reconciliation_uc.resolve_item(
             conn,
             item_id,

@@ -56,8 +56,8 @@ async def list_keys(
 ) -> Response:
     ctx = get_context(request)
     now = ctx.clock.now()
-    async with ctx.reads() as session:
-        keys = await api_clients_repo.list_all(session, include_inactive=include_inactive, now=now)
+    async with ctx.pg.acquire() as conn:
+        keys = await api_clients_repo.list_all(conn, include_inactive=include_inactive, now=now)
     return json_response(ApiKeyList(items=[ApiKeyOut.of(k, now) for k in keys]))
 
 
@@ -70,10 +70,10 @@ async def list_keys(
 )
 async def create_key(request: Request, body: CreateApiKeyRequest, client: Admin) -> Response:
     ctx = get_context(request)
-    async with ctx.sessions.begin() as session:
+    async with ctx.transaction() as conn:
         now = ctx.clock.now()
         new = await api_keys_uc.create(
-            session,
+            conn,
             name=body.name,
             scopes=body.scopes,
             now=now,
@@ -95,11 +95,9 @@ async def create_key(request: Request, body: CreateApiKeyRequest, client: Admin)
 )
 async def revoke_key(request: Request, prefix: KeyPrefix, client: Admin) -> Response:
     ctx = get_context(request)
-    async with ctx.sessions.begin() as session:
+    async with ctx.transaction() as conn:
         now = ctx.clock.now()
-        info = await api_keys_uc.revoke(
-            session, prefix, now=now, actor=actor_of(request, client.id)
-        )
+        info = await api_keys_uc.revoke(conn, prefix, now=now, actor=actor_of(request, client.id))
     ctx.key_cache.clear()
     return json_response(ApiKeyOut.of(info, now))
 
@@ -115,10 +113,10 @@ async def rotate_key(
     request: Request, prefix: KeyPrefix, body: RotateApiKeyRequest, client: Admin
 ) -> Response:
     ctx = get_context(request)
-    async with ctx.sessions.begin() as session:
+    async with ctx.transaction() as conn:
         now = ctx.clock.now()
         old, new = await api_keys_uc.rotate(
-            session,
+            conn,
             prefix,
             now=now,
             grace=api_keys_uc.seconds(body.grace_seconds),

@@ -47,17 +47,17 @@ async def put_payment_method(
 ) -> Response:
     ctx = get_context(request)
     if ctx.payment_methods is not None:
-        async with ctx.reads() as session:
-            await customers_repo.get(session, customer_id)  # 404 before asking Stripe
+        async with ctx.pg.acquire() as conn:
+            await customers_repo.get(conn, customer_id)  # 404 before asking Stripe
         await ctx.payment_methods.check(
             customer_id, body.gateway_customer_id, body.payment_method_id
         )
     now = ctx.clock.now()
     actor = actor_of(request, client.id)
-    async with ctx.sessions.begin() as session:
-        await customers_repo.get(session, customer_id)  # 404 customer-not-found
+    async with ctx.transaction() as conn:
+        await customers_repo.get(conn, customer_id)  # 404 customer-not-found
         saved, created = await gateway_customers.put(
-            session,
+            conn,
             customer_id=customer_id,
             gateway=body.gateway,
             gateway_customer_id=body.gateway_customer_id,
@@ -65,7 +65,7 @@ async def put_payment_method(
             now=now,
         )
         await audit.record(
-            session,
+            conn,
             audit.AuditEntry(
                 actor,
                 audit.PAYMENT_METHOD_SET,
@@ -94,8 +94,8 @@ async def get_payment_method(
     customer_id: CustomerId,
     _client: Annotated[ApiClient, requires(Scope.SUBSCRIPTIONS_READ)],
 ) -> Response:
-    async with get_context(request).reads() as session:
-        found = await gateway_customers.get(session, customer_id)
+    async with get_context(request).pg.acquire() as conn:
+        found = await gateway_customers.get(conn, customer_id)
     if found is None:
         raise ApiProblem(NOT_FOUND, f"Customer {customer_id} has no payment method on file.")
     return json_response(PaymentMethodOut.of(found))

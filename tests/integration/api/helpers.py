@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from tests.support.factories import ensure_customers
 
 PROBLEM_JSON = "application/problem+json"
@@ -80,3 +83,24 @@ async def leased(engine: AsyncEngine, invoice_id: int) -> None:
         await conn.execute(
             text("UPDATE invoice SET leased_at = updated_at WHERE id = :i"), {"i": invoice_id}
         )
+
+
+@contextmanager
+def statements_sent(seen: Callable[[str], None]) -> Iterator[None]:
+    """Calls ``seen`` with the SQL of each statement the project's code runs through
+    ``billing_core.db.pg`` (where the API's key look-ups go) while the block runs."""
+    fetch, execute = pg.fetch, pg.execute
+
+    async def counted_fetch(db: Any, statement: pg.Statement, params: Any = None) -> Any:
+        seen(statement.sql)
+        return await fetch(db, statement, params)
+
+    async def counted_execute(db: Any, statement: pg.Statement, params: Any = None) -> int:
+        seen(statement.sql)
+        return await execute(db, statement, params)
+
+    pg.fetch, pg.execute = counted_fetch, counted_execute  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        pg.fetch, pg.execute = fetch, execute  # type: ignore[assignment]

@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.repo import api_clients as api_clients_repo
 from services.api.app import create_app
 from services.api.settings import ApiSettings
@@ -79,7 +80,7 @@ async def test_docs_on_the_public_port_when_asked(
 
 
 async def test_keys_are_stored_hashed_and_revocation_works(
-    app: FastAPI, api_key: str, engine: AsyncEngine
+    app: FastAPI, api_key: str, engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     stored = (await rows(engine, "SELECT * FROM api_client"))[0]
     assert stored["key_hash"] == hashlib.sha256(api_key.encode()).digest()
@@ -87,11 +88,8 @@ async def test_keys_are_stored_hashed_and_revocation_works(
     assert len(stored["key_prefix"]) < len(api_key) // 2
     async with asgi_client(app, api_key) as client:
         assert (await client.get("/plans")).status_code == 200
-        async with engine.begin() as conn:
-            from sqlalchemy.ext.asyncio import AsyncSession  # noqa: PLC0415
-
-            session = AsyncSession(bind=conn)
-            assert await api_clients_repo.revoke(session, stored["id"], now=datetime.now(UTC))
+        async with pg.transaction(pool) as conn:
+            assert await api_clients_repo.revoke(conn, stored["id"], now=datetime.now(UTC))
         assert_problem(await client.get("/plans"), 401, "unauthorized")
 
 
@@ -109,18 +107,15 @@ def test_cli_creates_a_key_that_authenticates(database_url: str) -> None:
     assert len(key) > 40
 
     async def check() -> list[str]:
-        from billing_core.db.engine import create_engine, session_factory  # noqa: PLC0415
         from billing_core.settings import CoreSettings  # noqa: PLC0415
 
-        engine = create_engine(CoreSettings(database_url=database_url))
+        pool = await pg.create_pool(CoreSettings(database_url=database_url), max_size=1)
         try:
-            async with session_factory(engine)() as session:
-                client = await api_clients_repo.find_active_by_key(
-                    session, key, now=datetime.now(UTC)
-                )
+            async with pool.acquire() as conn:
+                client = await api_clients_repo.find_active_by_key(conn, key, now=datetime.now(UTC))
                 return [client.name] if client else []
         finally:
-            await engine.dispose()
+            await pool.close()
 
     import asyncio  # noqa: PLC0415
 

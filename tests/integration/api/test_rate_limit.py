@@ -8,13 +8,11 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
-from typing import Any
 
 import httpx
 import pytest
 import redis.asyncio as aioredis
 from fastapi import FastAPI
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
@@ -24,7 +22,7 @@ from services.api.admin import create_api_key_async
 from services.api.app import create_app
 from services.api.client_limits import ClientRateLimit
 from services.api.settings import ApiSettings
-from tests.integration.api.helpers import assert_problem, scalar, subscribe
+from tests.integration.api.helpers import assert_problem, scalar, statements_sent, subscribe
 from tests.support.processes import free_port
 
 
@@ -38,14 +36,13 @@ def client_from(app: FastAPI, address: str, key: str | None = None) -> httpx.Asy
 
 
 class Statements:
-    """Counts the statements the API sends through its SQLAlchemy engine (where key look-ups
-    go), from the database driver's own cursor events."""
+    """Counts the statements the API sends to the database (where key look-ups go)."""
 
     def __init__(self) -> None:
         self.count = 0
         self.key_look_ups = 0
 
-    def __call__(self, _conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+    def __call__(self, statement: str) -> None:
         self.count += 1
         self.key_look_ups += "FROM api_client" in statement
 
@@ -53,12 +50,8 @@ class Statements:
 @pytest.fixture
 def statements(app: FastAPI) -> Iterator[Statements]:
     counter = Statements()
-    sync_engine = app.state.context.engine.sync_engine
-    event.listen(sync_engine, "before_cursor_execute", counter)
-    try:
+    with statements_sent(counter):
         yield counter
-    finally:
-        event.remove(sync_engine, "before_cursor_execute", counter)
 
 
 async def test_a_key_over_its_limit_gets_429_with_headers_and_recovers(
@@ -234,7 +227,7 @@ async def test_parallel_requests_with_one_new_key_share_one_look_up(
 
 
 async def test_a_valid_key_from_a_scanning_address_still_works_once_verified(
-    app: FastAPI, statements: Statements, api_key: str
+    app: FastAPI, api_key: str, statements: Statements
 ) -> None:
     """An unknown key is remembered as unknown: the same bogus key again costs no look-up."""
     bogus = f"bk_{secrets.token_urlsafe(32)}"

@@ -11,8 +11,9 @@ import random
 from datetime import UTC, datetime
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from billing_core.db import pg
 from billing_core.domain.charge_result import ChargeOutcome, GatewayReport, idempotency_key
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo.payment_results import AttemptToRecord
@@ -101,15 +102,15 @@ async def rows(engine: AsyncEngine, invoices: list[int]) -> tuple[object, ...]:
 
 
 async def test_a_group_of_webhooks_answers_what_one_by_one_answers(
-    engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     answers: dict[str, list[str]] = {}
     seen: dict[str, tuple[object, ...]] = {}
     for way in ("one_by_one", "grouped"):
         a, b, c = await open_invoices(engine, 3)
         earlier = webhook(f"{way}-0", c, ChargeOutcome.SUCCESS)
-        async with sessions.begin() as session:  # recorded before: its redelivery is a duplicate
-            await record_webhooks(session, [earlier], now=NOW, rng=random.Random(1), policy=POLICY)
+        async with pg.transaction(pool) as conn:  # recorded before: its redelivery is a duplicate
+            await record_webhooks(conn, [earlier], now=NOW, rng=random.Random(1), policy=POLICY)
         group = [
             webhook(f"{way}-1", a, ChargeOutcome.SUCCESS),
             webhook(f"{way}-1", a, ChargeOutcome.SUCCESS),  # the same event, twice
@@ -121,14 +122,14 @@ async def test_a_group_of_webhooks_answers_what_one_by_one_answers(
         if way == "one_by_one":
             got = []
             for one in group:
-                async with sessions.begin() as session:
+                async with pg.transaction(pool) as conn:
                     got += await record_webhooks(
-                        session, [one], now=NOW, rng=random.Random(1), policy=POLICY
+                        conn, [one], now=NOW, rng=random.Random(1), policy=POLICY
                     )
         else:
-            async with sessions.begin() as session:
+            async with pg.transaction(pool) as conn:
                 got = await record_webhooks(
-                    session, group, now=NOW, rng=random.Random(1), policy=POLICY
+                    conn, group, now=NOW, rng=random.Random(1), policy=POLICY
                 )
         answers[way] = got
         seen[way] = await rows(engine, [a, b, c])

@@ -8,9 +8,10 @@ import uuid
 from typing import Any
 
 import httpx
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
+from billing_core.db import pg
 from billing_core.domain.charge_result import ChargeOutcome, RecordOutcome
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.usecases.payment_result import record_charge_result
@@ -97,16 +98,16 @@ async def attempts(engine: AsyncEngine, invoice_id: int) -> list[tuple[str, str,
 
 
 async def collector_answered(
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     clock: ManualClock,
     invoice_id: int,
     attempt: int,
     outcome: ChargeOutcome = ChargeOutcome.DECLINED,
 ) -> RecordOutcome:
     """The answer to the collector's own call under ``inv-<id>-try-<attempt>``, recorded."""
-    async with sessions.begin() as session:
+    async with pg.transaction(pool) as conn:
         return await record_charge_result(
-            session,
+            conn,
             invoice_id=invoice_id,
             attempt_number=attempt,
             outcome=outcome,
@@ -203,12 +204,12 @@ async def test_out_of_order_results_never_roll_back(
     anonymous: httpx.AsyncClient,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     clock: ManualClock,
 ) -> None:
     _, invoice_id = await open_invoice(client, engine)
     # Attempt 0 was declined, attempt 1 succeeded; the webhooks arrive success first.
-    await collector_answered(sessions, clock, invoice_id, 0)
+    await collector_answered(pool, clock, invoice_id, 0)
     await leased(engine, invoice_id)
     paid = await deliver(anonymous, clock, event(invoice_id, attempt=1))
     assert paid.json()["result"] == "APPLIED"
@@ -223,7 +224,7 @@ async def test_stale_attempt_is_recorded_without_effect(
     anonymous: httpx.AsyncClient,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     clock: ManualClock,
 ) -> None:
     sub_id, invoice_id = await open_invoice(client, engine)
@@ -236,7 +237,7 @@ async def test_stale_attempt_is_recorded_without_effect(
     )
     # The collector's own answer, then a second, different event about attempt 0 (already
     # decided): neither changes anything.
-    own = await collector_answered(sessions, clock, invoice_id, 0)
+    own = await collector_answered(pool, clock, invoice_id, 0)
     assert own == RecordOutcome.STALE_ATTEMPT
     stale = await deliver(anonymous, clock, event(invoice_id, kind="charge.declined"))
     assert stale.json()["result"] == "STALE_ATTEMPT"
@@ -256,7 +257,7 @@ async def test_success_after_failed_or_void_is_refunded(
     anonymous: httpx.AsyncClient,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     clock: ManualClock,
 ) -> None:
     _, invoice_id = await open_invoice(client, engine)
@@ -288,7 +289,7 @@ async def test_success_after_failed_or_void_is_refunded(
 
     other_sub, other_invoice = await open_invoice(client, engine)
     uncertain = ChargeOutcome.UNKNOWN  # the collector's call timed out: it may have charged
-    await collector_answered(sessions, clock, other_invoice, 0, uncertain)
+    await collector_answered(pool, clock, other_invoice, 0, uncertain)
     canceled = await client.post(f"/subscriptions/{other_sub}/cancel", json={"atPeriodEnd": False})
     assert canceled.status_code == 200
     after_void = await deliver(anonymous, clock, event(other_invoice))
@@ -380,7 +381,7 @@ async def test_a_signed_success_for_an_attempt_never_sent_or_declined_never_pays
     anonymous: httpx.AsyncClient,
     client: httpx.AsyncClient,
     engine: AsyncEngine,
-    sessions: async_sessionmaker[AsyncSession],
+    pool: pg.Pool,
     clock: ManualClock,
 ) -> None:
     """In dunning after two declines of the collector's calls, the next attempt not yet made:
@@ -389,7 +390,7 @@ async def test_a_signed_success_for_an_attempt_never_sent_or_declined_never_pays
     true, the next attempt would charge twice)."""
     sub_id, invoice_id = await open_invoice(client, engine)
     for attempt in (0, 1):
-        await collector_answered(sessions, clock, invoice_id, attempt)
+        await collector_answered(pool, clock, invoice_id, attempt)
     assert await invoice_state(engine, invoice_id) == ("OPEN", 2)
 
     never_sent = await deliver(anonymous, clock, event(invoice_id, attempt=2))

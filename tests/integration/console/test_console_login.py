@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import ManualClock
@@ -19,6 +17,7 @@ from billing_core.settings import CoreSettings
 from services.api.admin import create_api_key_async
 from services.api.app import create_app
 from services.api.settings import ApiSettings
+from tests.integration.api.helpers import statements_sent
 from tests.integration.console.conftest import console_client, post_login
 
 FAILURES_PER_ADDRESS = 3
@@ -44,19 +43,11 @@ async def strict_app(
 
 
 @pytest.fixture
-def statements(app: FastAPI) -> Iterator[list[Any]]:
-    """The statements the API sends through its engine (where key look-ups go)."""
-    sent: list[Any] = []
-    sync_engine = app.state.context.engine.sync_engine
-
-    def count(*args: Any) -> None:
-        sent.append(args)
-
-    event.listen(sync_engine, "before_cursor_execute", count)
-    try:
+def statements(app: FastAPI) -> Iterator[list[str]]:
+    """The statements the API sends to the database (where key look-ups go)."""
+    sent: list[str] = []
+    with statements_sent(sent.append):
         yield sent
-    finally:
-        event.remove(sync_engine, "before_cursor_execute", count)
 
 
 async def test_an_unknown_key_and_a_key_without_admin_get_the_same_answer(
@@ -97,7 +88,7 @@ async def test_an_address_past_the_unknown_key_limit_is_refused_before_any_look_
         assert (await post_login(other, api_key)).status_code == 303
 
 
-async def test_an_unknown_key_is_looked_up_once(app: FastAPI, statements: list[Any]) -> None:
+async def test_an_unknown_key_is_looked_up_once(app: FastAPI, statements: list[str]) -> None:
     key = _bogus()
     async with console_client(app) as client:
         answers = [await post_login(client, key) for _ in range(5)]
