@@ -13,10 +13,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 import redis.asyncio as aioredis
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from billing_core.db import migrate, pg
-from billing_core.db.engine import create_engine, session_factory
 from billing_core.settings import CoreSettings
 from tests.support.db import recreate_database, truncate_all
 from tests.support.infra import Services, checkout_database_name, start_services
@@ -61,9 +60,10 @@ def settings(database_url: str, services: Services) -> CoreSettings:
 
 @pytest.fixture
 async def engine(settings: CoreSettings) -> AsyncIterator[AsyncEngine]:
-    """A clean database (every table but the plan catalogue emptied) and an engine on it."""
+    """A clean database (every table but the plan catalogue emptied) and a SQLAlchemy engine
+    on it, for a test's own seeding and inspection SQL (the project runs on ``pool``)."""
     await truncate_all(settings.database_url)
-    eng = create_engine(settings)
+    eng = create_async_engine(settings.database_url)
     yield eng
     await eng.dispose()
 
@@ -83,11 +83,6 @@ async def lazy_pool(engine: AsyncEngine, settings: CoreSettings) -> AsyncIterato
     created = pg.LazyPool(settings, max_size=4)
     yield created
     await created.close()
-
-
-@pytest.fixture
-def sessions(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return session_factory(engine)
 
 
 @pytest.fixture

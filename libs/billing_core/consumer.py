@@ -33,7 +33,7 @@ from billing_core import cloudevents
 from billing_core.cloudevents import CloudEvent, InvalidCloudEvent
 from billing_core.db import pg
 from billing_core.db.arrays import text_array
-from billing_core.db.pg import Connection, Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.logging import get_logger
 
 log = get_logger(__name__)
@@ -64,7 +64,7 @@ _INFRA_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-async def record_new(conn: Db, consumer: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+async def record_new(conn: Connection, consumer: str, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
     """Record ``ids`` as processed by ``consumer``; return the ids that were not recorded before."""
     if not ids:
         return set()

@@ -38,7 +38,7 @@ from billing_core.db.arrays import (
     int_array,
     text_array,
 )
-from billing_core.db.pg import Connection, Db, Statement, execute, fetch
+from billing_core.db.pg import Connection, Statement, execute, fetch
 from billing_core.domain import period as period_rules
 from billing_core.domain.subscription import SubscriptionStatus
 
@@ -140,7 +140,7 @@ _SET_SEED = Statement("SELECT setseed(CAST(:seed AS float8))")
 
 
 async def seed_customers(
-    conn: Db, *, first_id: int, count: int, email_domain: str | None = None
+    conn: Connection, *, first_id: int, count: int, email_domain: str | None = None
 ) -> int:
     """Customers ``first_id`` .. ``first_id + count - 1`` in one statement (those that exist
     are kept), each with the address ``customer-<id>@<email_domain>`` when a domain is given;
@@ -156,7 +156,7 @@ async def seed_customers(
     return inserted
 
 
-async def _plans(conn: Db, codes: Sequence[str] | None) -> list[_Plan]:
+async def _plans(conn: Connection, codes: Sequence[str] | None) -> list[_Plan]:
     rows = await fetch(conn, _PLANS, {"codes": None if codes is None else text_array(codes)})
     if not rows:
         raise ValueError(f"no active plan matches {codes!r}")
@@ -307,7 +307,7 @@ _TAX_LOCATIONS = Statement(
 
 
 async def seed_tax_mix(
-    conn: Db, *, share: float, first_customer_id: int = 1, random_seed: float = 0.5
+    conn: Connection, *, share: float, first_customer_id: int = 1, random_seed: float = 0.5
 ) -> int:
     """Give ``share`` of the subscriptions of customers from ``first_customer_id`` on a tax
     location (France, Germany, New York, Oregon in turn), and insert :data:`SEED_TAX_RATES`
@@ -394,7 +394,7 @@ class LifecycleMix:
 
 
 async def seed_lifecycle_mix(
-    conn: Db,
+    conn: Connection,
     *,
     trial_share: float,
     pause_share: float,
@@ -450,7 +450,7 @@ _FILLER = Statement(
 
 
 async def seed_filler_sql(
-    conn: Db,
+    conn: Connection,
     *,
     count: int,
     due_from: datetime,
@@ -558,7 +558,7 @@ class HistoryReport:
     credit_entries: int
 
 
-async def seed_history(conn: Db, *, first_customer_id: int) -> HistoryReport:
+async def seed_history(conn: Connection, *, first_customer_id: int) -> HistoryReport:
     """The paid history of the subscriptions of customers from ``first_customer_id`` on that
     have none yet: a PAID RENEWAL invoice for each period 0..current (bounds from the domain's
     period functions), each with a SUCCESS payment attempt of source IMPORT, and an ADJUSTMENT

@@ -1,6 +1,6 @@
 """The FastAPI application factory: ``create_app(settings, clock)``.
 
-The engine is created in the lifespan (never at import time) and disposed at shutdown; the
+The database pool is created in the lifespan (never at import time) and closed at shutdown; the
 lifespan also runs the periodic purge of expired idempotency keys.
 """
 
@@ -14,11 +14,9 @@ from collections.abc import AsyncIterator
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.clock import Clock
 from billing_core.db import pg
-from billing_core.db.engine import create_engine, session_factory
 from billing_core.logging import get_logger
 from billing_core.runtime.batcher import Batcher
 from billing_core.runtime.http import HealthServer
@@ -82,14 +80,6 @@ class UnsafeSettings(RuntimeError):
     one outside the development profile."""
 
 
-def api_engine(settings: ApiSettings) -> AsyncEngine:
-    """Without the pre-ping: it costs a transaction (three round trips) on every checkout,
-    which doubles the work of a read. A connection that died is caught by its first statement
-    instead (SQLAlchemy then invalidates the whole pool), so after a database restart at most
-    one request per process fails, with a 500 problem."""
-    return create_engine(settings, pool_size=10, pre_ping=False)
-
-
 def internal_server(app: FastAPI, context: AppContext) -> HealthServer:
     """``/metrics``, ``/healthz``, ``/readyz``, ``/docs`` and ``/openapi.json`` on the internal
     port (``api_internal_port`` on ``health_host``), apart from the public one: the network
@@ -132,9 +122,6 @@ def refuse_unsafe(settings: ApiSettings) -> None:
 
 async def open_context(context: AppContext, settings: ApiSettings, clock: Clock) -> None:
     """The process's connections and batchers, on ``context``."""
-    context.engine = api_engine(settings)
-    context.sessions_ = session_factory(context.engine)
-    context.reads_ = session_factory(context.engine.execution_options(isolation_level="AUTOCOMMIT"))
     context.pg_ = await pg.create_pool(settings, max_size=PG_POOL_SIZE)
     context.creates_ = Batcher(context.write_creates, max_size=CREATE_GROUP_SIZE, max_wait=0)
     context.webhooks_ = Batcher(
@@ -164,12 +151,8 @@ async def close_context(context: AppContext) -> None:
         context.payment_methods = None
     context.rate_limit_ = None
     context.redis_ = None
-    if context.engine is not None:
-        await context.engine.dispose()
     await context.pg.close()
     context.pg_ = None
-    context.sessions_ = None
-    context.reads_ = None
     context.webhooks_ = None
     context.creates_ = None
 

@@ -1,4 +1,4 @@
-"""What the routes need from the process: settings, clock, sessions, caches (one per app)."""
+"""What the routes need from the process: settings, clock, the database pool and caches."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
 from fastapi import Request
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from billing_core.clock import Clock
 from billing_core.db import pg
@@ -160,43 +159,18 @@ class AppContext:
     subscription_ids: IdBlocks
     rng: random.Random = field(default_factory=random.SystemRandom)
     policy: DunningPolicy = field(default_factory=DunningPolicy)
-    engine: AsyncEngine | None = None
-    sessions_: async_sessionmaker[AsyncSession] | None = None
-    reads_: async_sessionmaker[AsyncSession] | None = None
     webhooks_: Batcher[WebhookToRecord, str] | None = None
     creates_: Batcher[KeyedNew, Claimed] | None = None
     pg_: Pool | None = None
     # With BILLING_GATEWAY=stripe: checks each payment method set against Stripe.
     payment_methods: StripePaymentMethods | None = None
-
-    @property
-    def database(self) -> AsyncEngine:
-        """The engine, for reads that take a connection (``async with ctx.database.connect()``)."""
-        if self.engine is None:
-            raise RuntimeError("the application's lifespan has not started")
-        return self.engine
-
     rate_limit_: ClientRateLimit | None = None
     redis_: aioredis.Redis | None = None
     internal_port: int | None = None
 
     @property
-    def sessions(self) -> async_sessionmaker[AsyncSession]:
-        """Sessions for units of work: ``async with ctx.sessions.begin() as session``."""
-        if self.sessions_ is None:
-            raise RuntimeError("the application's lifespan has not started")
-        return self.sessions_
-
-    @property
-    def reads(self) -> async_sessionmaker[AsyncSession]:
-        """Autocommit sessions for single-statement reads (no BEGIN/ROLLBACK round trips)."""
-        if self.reads_ is None:
-            raise RuntimeError("the application's lifespan has not started")
-        return self.reads_
-
-    @property
     def pg(self) -> Pool:
-        """Plain asyncpg connections for the hot paths (``async with ctx.pg.acquire()``)."""
+        """The process's database pool: a read takes ``async with ctx.pg.acquire() as conn``."""
         if self.pg_ is None:
             raise RuntimeError("the application's lifespan has not started")
         return self.pg_

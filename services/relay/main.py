@@ -6,7 +6,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.clock import clock_from_offset
 from billing_core.db import pg
-from billing_core.db.engine import server_settings
+from billing_core.db.pg import server_settings
 from billing_core.runtime import process
 from billing_core.runtime.worker import Worker
 from services.relay.producer import ProducerHolder

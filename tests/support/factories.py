@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement, execute, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchval
 
 _PLAN_ID = Statement("SELECT id FROM plan WHERE code = :code")
 
 
-async def plan_id(conn: Db, code: str) -> int:
+async def plan_id(conn: Connection, code: str) -> int:
     return int(await fetchval(conn, _PLAN_ID, {"code": code}))
 
 
@@ -32,7 +32,7 @@ _SEQUENCE_PAST_CUSTOMERS = Statement(
 )
 
 
-async def ensure_customers(conn: Db, customer_ids: list[int]) -> None:
+async def ensure_customers(conn: Connection, customer_ids: list[int]) -> None:
     """A customer row (external id: the number) for each of ``customer_ids`` that has none."""
     await execute(conn, _ENSURE_CUSTOMERS, {"ids": int_array(customer_ids)})
     await execute(conn, _SEQUENCE_PAST_CUSTOMERS)
@@ -51,7 +51,7 @@ _SUBSCRIPTION = Statement(
 
 
 async def create_subscription(
-    conn: Db,
+    conn: Connection,
     *,
     customer_id: int,
     start: datetime,
@@ -97,7 +97,7 @@ _INVOICE = Statement(
 
 
 async def create_invoice(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     customer_id: int,
@@ -161,7 +161,7 @@ _DUE_WITH_INVOICES = Statement(
 
 
 async def due_subscriptions_with_invoices(
-    conn: Db, n: int, *, now: datetime, amount: int = 990, first_customer: int = 1
+    conn: Connection, n: int, *, now: datetime, amount: int = 990, first_customer: int = 1
 ) -> list[int]:
     """``n`` subscriptions, each with one OPEN invoice due at ``now`` (set-based), of
     customers ``first_customer`` .. ``first_customer + n - 1``."""

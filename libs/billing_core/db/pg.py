@@ -1,16 +1,17 @@
-"""A plain asyncpg pool, for the few statements on a process's hot path.
+"""The one runtime data access: named statements on asyncpg connections.
 
-Through SQLAlchemy (session, statement construction and caching, the asyncpg adapter and its
-greenlet bridge) one statement costs about 0.4 ms of CPU; the same prepared statement on the
-driver costs a tenth of that. The processes keep SQLAlchemy for everything else; their hot paths
-run hand-written SQL from ``billing_core.repo`` on connections of this pool (asyncpg prepares and
-caches each statement per connection). The pool never closes a connection under load (no
-overflow churn): callers past ``max_size`` wait for one to be released.
+A module's SQL is :class:`Statement` constants with ``:name`` parameters, compiled once to the
+driver's ``$n`` form; asyncpg prepares and caches each per connection. :func:`fetch`,
+:func:`fetchrow`, :func:`fetchval` and :func:`execute` run one with its parameters by name;
+rows are read by column name. A process has one pool (:func:`create_pool`, :class:`LazyPool`);
+a unit of work is :func:`transaction`, opened and committed at the edge. The pool never closes
+a connection under load: callers past ``max_size`` wait for one to be released.
 
 A released connection is not reset with asyncpg's default query (``RESET ALL``, unlock every
 session advisory lock, ``CLOSE ALL``, ``UNLISTEN *``: one more round trip per use). The
-statements run here never change session state: they take transaction-scoped locks only, set
-nothing and listen to nothing. A transaction left open is still rolled back on release.
+statements run on a pool never change session state: they take transaction-scoped locks only,
+set nothing and listen to nothing. A transaction left open is still rolled back on release.
+(The relay's shard leases, which hold session locks, run on a connection of their own.)
 """
 
 from __future__ import annotations
@@ -22,18 +23,20 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy import TextClause, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from billing_core.db.engine import server_settings
 from billing_core.settings import CoreSettings
 
 # An ``asyncpg.Connection`` / ``asyncpg.Pool``: the library ships no type information.
 Connection: TypeAlias = Any
 Pool: TypeAlias = Any
-# What repository functions take while callers move from SQLAlchemy sessions to the driver;
-# ends as ``Connection`` alone.
-Db: TypeAlias = AsyncSession | AsyncConnection | Connection
+
+
+def server_settings(settings: CoreSettings, name_suffix: str = "") -> dict[str, str]:
+    """The session settings every connection of the process starts with."""
+    values = {"application_name": settings.process_name + name_suffix, "timezone": "UTC"}
+    if settings.db_statement_timeout_ms:
+        values["statement_timeout"] = str(settings.db_statement_timeout_ms)
+    return values
 
 
 def asyncpg_dsn(database_url: str) -> str:
@@ -93,7 +96,6 @@ class Statement:
     connection."""
 
     def __init__(self, sql: str) -> None:
-        self.clause: TextClause = text(sql)
         numbers: dict[str, int] = {}
 
         def number(match: re.Match[str]) -> str:
@@ -104,39 +106,38 @@ class Statement:
 
 
 async def fetch(
-    db: Db, statement: Statement, params: Mapping[str, Any] | None = None
-) -> Sequence[Mapping[Any, Any]]:
-    """Run ``statement`` in ``db``'s transaction; its rows, columns by name."""
+    conn: Connection, statement: Statement, params: Mapping[str, Any] | None = None
+) -> Sequence[Mapping[str, Any]]:
+    """Run ``statement`` in ``conn``'s transaction; its rows, columns by name."""
     params = params or {}
-    if isinstance(db, AsyncSession | AsyncConnection):
-        return (await db.execute(statement.clause, dict(params))).mappings().all()
-    rows: Sequence[Mapping[Any, Any]] = await db.fetch(
+    rows: Sequence[Mapping[str, Any]] = await conn.fetch(
         statement.sql, *(params[name] for name in statement.names)
     )
     return rows
 
 
 async def fetchrow(
-    db: Db, statement: Statement, params: Mapping[str, Any] | None = None
-) -> Mapping[Any, Any] | None:
+    conn: Connection, statement: Statement, params: Mapping[str, Any] | None = None
+) -> Mapping[str, Any] | None:
     """The first row of ``statement`` (None without one), columns by name."""
-    rows = await fetch(db, statement, params)
+    rows = await fetch(conn, statement, params)
     return rows[0] if rows else None
 
 
-async def fetchval(db: Db, statement: Statement, params: Mapping[str, Any] | None = None) -> Any:
+async def fetchval(
+    conn: Connection, statement: Statement, params: Mapping[str, Any] | None = None
+) -> Any:
     """The first column of the first row of ``statement`` (None without a row)."""
-    row = await fetchrow(db, statement, params)
+    row = await fetchrow(conn, statement, params)
     return None if row is None else next(iter(row.values()))
 
 
-async def execute(db: Db, statement: Statement, params: Mapping[str, Any] | None = None) -> int:
-    """Run ``statement`` in ``db``'s transaction; how many rows it wrote (or returned)."""
+async def execute(
+    conn: Connection, statement: Statement, params: Mapping[str, Any] | None = None
+) -> int:
+    """Run ``statement`` in ``conn``'s transaction; how many rows it wrote (or returned)."""
     params = params or {}
-    if isinstance(db, AsyncSession | AsyncConnection):
-        result: Any = await db.execute(statement.clause, dict(params))
-        return int(result.rowcount)
-    status: str = await db.execute(statement.sql, *(params[name] for name in statement.names))
+    status: str = await conn.execute(statement.sql, *(params[name] for name in statement.names))
     last = status.rsplit(" ", 1)[-1]
     return int(last) if last.isdigit() else 0
 
@@ -149,9 +150,6 @@ async def database_answers(pool: Pool) -> bool:
     connection of ``pool``."""
     async with pool.acquire() as conn:
         return bool(await fetchval(conn, _ANSWERS) == 1)
-
-
-_ANSWERS = Statement("SELECT 1")
 
 
 @asynccontextmanager

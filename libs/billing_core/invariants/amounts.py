@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array, text_array
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 from billing_core.invariants.topic import PlanChangeSeen
 
@@ -188,7 +188,7 @@ _CREDIT_USE = Statement(
 )
 
 
-async def check_amounts(conn: Db, *, plan_changes: Sequence[PlanChangeSeen] = ()) -> Check:
+async def check_amounts(conn: Connection, *, plan_changes: Sequence[PlanChangeSeen] = ()) -> Check:
     check = Check("amounts", "subtotal = plan price of the period, amount = subtotal - credit")
     check.checked = int(await fetchval(conn, _COUNT))
     params = {

@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.report import Check
@@ -188,7 +188,7 @@ _PAID_IN = Statement(
 
 
 async def _check_paid_against_attempts(
-    check: Check, conn: Db, *, since: datetime | None, until: datetime | None
+    check: Check, conn: Connection, *, since: datetime | None, until: datetime | None
 ) -> int:
     """PAID invoices (paid in ``[since, until)``) need a SUCCESS payment attempt; return how
     many PAID invoices that window holds when it is bounded."""
@@ -205,7 +205,7 @@ async def _check_paid_against_attempts(
 
 
 async def check_charges(
-    conn: Db,
+    conn: Connection,
     ledger: LedgerEvidence | None,
     *,
     now: datetime,

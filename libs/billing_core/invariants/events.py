@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from billing_core.db.arrays import int_array, text_array
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 from billing_core.invariants.topic import TopicEvidence, read_topic
 
@@ -117,7 +117,7 @@ _TOLD = (
 
 
 async def check_events(
-    conn: Db,
+    conn: Connection,
     evidence: TopicEvidence,
     *,
     now: datetime,

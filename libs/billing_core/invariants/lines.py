@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 
 _COUNT = Statement("SELECT count(*) FROM invoice")
@@ -28,7 +28,7 @@ _MISMATCHED = Statement(
 )
 
 
-async def check_lines(conn: Db) -> Check:
+async def check_lines(conn: Connection) -> Check:
     check = Check("lines", "invoice amount = sum of its lines, credit = its credit lines")
     check.checked = int(await fetchval(conn, _COUNT))
     for r in await fetch(conn, _MISMATCHED):

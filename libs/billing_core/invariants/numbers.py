@@ -10,7 +10,7 @@ the check's notes count them.
 
 from __future__ import annotations
 
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.domain.numbering import DocumentKind, format_number, number_prefix, series
 from billing_core.invariants.report import Check
 
@@ -30,7 +30,7 @@ _UNNUMBERED = Statement(
 )
 
 
-async def check_numbers(conn: Db) -> Check:
+async def check_numbers(conn: Connection) -> Check:
     check = Check("numbers", "each document series numbered 1..n, no gap, no repeat")
     given: dict[str, list[str]] = {}
     for r in await fetch(conn, _DOCUMENTS):

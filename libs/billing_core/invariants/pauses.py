@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 
 DEFAULT_PAUSE_GRACE = timedelta(minutes=5)
@@ -67,7 +67,7 @@ _CHARGED = Statement(
 )
 
 
-async def check_pauses(conn: Db, *, grace: timedelta = DEFAULT_PAUSE_GRACE) -> Check:
+async def check_pauses(conn: Connection, *, grace: timedelta = DEFAULT_PAUSE_GRACE) -> Check:
     check = Check(
         "pauses", "no paused period collectible, no DRAFT charged, no charge while paused"
     )

@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from billing_core.db.arrays import instant_array, instant_sql, int_array
-from billing_core.db.pg import Db, Statement, fetch
+from billing_core.db.pg import Connection, Statement, fetch
 from billing_core.invariants.report import Check
 from billing_core.invariants.topic import PlanChangeSeen
 
@@ -140,7 +140,7 @@ _OVERDUE = Statement(
 
 
 async def check_periods(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime,
     renewal_tolerance: timedelta,

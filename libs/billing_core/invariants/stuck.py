@@ -17,7 +17,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, fetch, fetchval
 from billing_core.invariants.report import Check
 
 DEFAULT_RETRY_BOUND = timedelta(minutes=15) + timedelta(seconds=120)
@@ -41,7 +41,7 @@ _STUCK = Statement(
 
 
 async def check_stuck(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime,
     retry_bound: timedelta,

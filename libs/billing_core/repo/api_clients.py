@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from billing_core.db import pg
 from billing_core.db.arrays import text_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.errors import DomainError
 from billing_core.domain.scopes import Scope
 
@@ -134,7 +134,7 @@ _CREATE = Statement(
 
 
 async def create(
-    conn: Db,
+    conn: Connection,
     *,
     name: str,
     now: datetime,
@@ -189,7 +189,7 @@ FROM k
 )
 
 
-async def find_active_by_key(conn: Db, key: str, *, now: datetime) -> ApiClient | None:
+async def find_active_by_key(conn: Connection, key: str, *, now: datetime) -> ApiClient | None:
     row = await pg.fetchrow(
         conn,
         _FIND_ACTIVE,
@@ -217,7 +217,7 @@ _STILL_HOLDS = Statement(
 )
 
 
-async def still_holds(conn: Db, client_id: int, scope: Scope, *, now: datetime) -> bool:
+async def still_holds(conn: Connection, client_id: int, scope: Scope, *, now: datetime) -> bool:
     """Is this client still active (not revoked, not expired) and does it still hold ``scope``?"""
     found = await pg.fetchrow(
         conn, _STILL_HOLDS, {"id": client_id, "scope": str(scope), "now": now}
@@ -235,7 +235,7 @@ _LIST_ACTIVE = Statement(
 )
 
 
-async def list_all(conn: Db, *, include_inactive: bool, now: datetime) -> list[ApiKeyInfo]:
+async def list_all(conn: Connection, *, include_inactive: bool, now: datetime) -> list[ApiKeyInfo]:
     if include_inactive:
         rows = await pg.fetch(conn, _LIST_ALL)
     else:
@@ -254,7 +254,7 @@ _LOCK_BY_PREFIX = Statement(
 )
 
 
-async def lock_by_prefix(conn: Db, prefix: str) -> ApiKeyInfo:
+async def lock_by_prefix(conn: Connection, prefix: str) -> ApiKeyInfo:
     """The key whose prefix starts with ``prefix``, row-locked until the end of the transaction."""
     if len(prefix) < 6:
         raise ApiKeyAmbiguous(prefix)
@@ -269,11 +269,11 @@ async def lock_by_prefix(conn: Db, prefix: str) -> ApiKeyInfo:
 _REVOKE = Statement("UPDATE api_client SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL")
 
 
-async def revoke(conn: Db, client_id: int, *, now: datetime) -> bool:
+async def revoke(conn: Connection, client_id: int, *, now: datetime) -> bool:
     return await pg.execute(conn, _REVOKE, {"id": client_id, "now": now}) > 0
 
 
-async def revoke_by_prefix(conn: Db, prefix: str, *, now: datetime) -> ApiKeyInfo:
+async def revoke_by_prefix(conn: Connection, prefix: str, *, now: datetime) -> ApiKeyInfo:
     """Revoke the key (already revoked: unchanged); return it as it is now."""
     found = await lock_by_prefix(conn, prefix)
     await revoke(conn, found.id, now=now)
@@ -284,7 +284,7 @@ _SHORTEN = Statement("UPDATE api_client SET expires_at = :expires_at WHERE id = 
 
 
 async def rotate(
-    conn: Db,
+    conn: Connection,
     prefix: str,
     *,
     now: datetime,

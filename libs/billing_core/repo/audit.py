@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 
 # Actions (audit_event.action).
 SUBSCRIPTION_CREATE = "subscription.create"
@@ -84,12 +84,12 @@ class AuditEntry:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
-async def record(conn: Db, entry: AuditEntry, *, now: datetime) -> None:
+async def record(conn: Connection, entry: AuditEntry, *, now: datetime) -> None:
     await pg.execute(conn, _RECORD, parameters(entry, now))
 
 
 async def record_subscription_change(
-    conn: Db,
+    conn: Connection,
     actor: Actor | None,
     action: str,
     subscription_id: int,

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 
 _SUBSCRIPTIONS = Statement(
     """
@@ -77,30 +77,32 @@ _PROGRESS = Statement(
 )
 
 
-async def subscriptions_by_status(conn: Db, now: datetime) -> list[dict[str, Any]]:
+async def subscriptions_by_status(conn: Connection, now: datetime) -> list[dict[str, Any]]:
     """Per status: how many, how many due now (ACTIVE), the next period end."""
     return [dict(r) for r in await pg.fetch(conn, _SUBSCRIPTIONS, {"now": now})]
 
 
-async def invoices_by_status(conn: Db, now: datetime) -> list[dict[str, Any]]:
+async def invoices_by_status(conn: Connection, now: datetime) -> list[dict[str, Any]]:
     """Per status and attempt count (the dunning pipeline): due now, leased, next attempt."""
     return [dict(r) for r in await pg.fetch(conn, _INVOICES, {"now": now})]
 
 
-async def outbox_backlog(conn: Db) -> dict[str, Any]:
+async def outbox_backlog(conn: Connection) -> dict[str, Any]:
     """Unpublished, parked and total outbox rows, and the oldest unpublished one's time."""
     [row] = await pg.fetch(conn, _OUTBOX)
     return dict(row)
 
 
-async def money_back(conn: Db, now: datetime) -> dict[str, int]:
+async def money_back(conn: Connection, now: datetime) -> dict[str, int]:
     """Refunds by status (and how many are due), requested voids still waiting for their call,
     and the reconciliation items no one has resolved yet."""
     [row] = await pg.fetch(conn, _MONEY_BACK, {"now": now})
     return {k: int(v) for k, v in row.items()}
 
 
-async def demo_progress(conn: Db, *, first_customer_id: int, now: datetime) -> dict[str, int]:
+async def demo_progress(
+    conn: Connection, *, first_customer_id: int, now: datetime
+) -> dict[str, int]:
     """The demo's counts, over the customers it seeded (ids from ``first_customer_id``)."""
     [row] = await pg.fetch(conn, _PROGRESS, {"first": first_customer_id, "now": now})
     return {k: int(v) for k, v in row.items()}

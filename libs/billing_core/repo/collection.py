@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array
-from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchrow
 from billing_core.domain.charge_result import idempotency_key
 from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
@@ -103,7 +103,7 @@ _BACKLOG = Statement(
 
 
 async def claim_due_invoices(
-    conn: Db,
+    conn: Connection,
     *,
     limit: int,
     lease: timedelta,
@@ -163,7 +163,7 @@ _STILL_OURS = Statement(
 )
 
 
-async def still_ours_to_charge(conn: Db, invoices: Sequence[LeasedInvoice]) -> set[int]:
+async def still_ours_to_charge(conn: Connection, invoices: Sequence[LeasedInvoice]) -> set[int]:
     """The ids of ``invoices`` still OPEN, at the attempt they were claimed at, under our lease.
 
     A cancel (VOID, or a void requested while the invoice was leased), a webhook that settled
@@ -193,7 +193,9 @@ _RELEASE_VOID_REQUESTED = Statement(
 )
 
 
-async def release_void_requested(conn: Db, invoice: LeasedInvoice, *, now: datetime) -> None:
+async def release_void_requested(
+    conn: Connection, invoice: LeasedInvoice, *, now: datetime
+) -> None:
     """A call not made for an invoice whose void was requested meanwhile: its lease ends now
     (nothing was sent), so the void is decided at once instead of when the lease would end."""
     await execute(
@@ -229,14 +231,14 @@ _KEY_CALLS = Statement(
 )
 
 
-async def key_calls(conn: Db, invoice: LeasedInvoice) -> KeyCalls | None:
+async def key_calls(conn: Connection, invoice: LeasedInvoice) -> KeyCalls | None:
     """The charge calls under the key of ``invoice``, whose void is requested (None: it is not)."""
     row = await fetchrow(conn, _KEY_CALLS, {"id": invoice.id, "key": invoice.idempotency_key})
     return None if row is None else KeyCalls(row["last_call_at"], row["reference"])
 
 
 async def due_backlog(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime | None = None,
     clock_offset: timedelta = timedelta(0),
@@ -248,7 +250,7 @@ async def due_backlog(
 
 
 async def due_backlog_at(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime | None = None,
     clock_offset: timedelta = timedelta(0),

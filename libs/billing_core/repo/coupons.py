@@ -13,7 +13,7 @@ from typing import Any
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.coupons import Coupon, Discount, Duration, check_redeemable
 from billing_core.domain.errors import DomainError
 
@@ -69,7 +69,7 @@ _INSERT = Statement(
 _GET = Statement(f"SELECT {_COLUMNS} FROM coupon WHERE code = :code")
 
 
-async def create(conn: Db, coupon: Coupon, *, now: datetime) -> tuple[int, Coupon]:
+async def create(conn: Connection, coupon: Coupon, *, now: datetime) -> tuple[int, Coupon]:
     """Insert ``coupon``; its id (``CouponExists`` when the code is taken)."""
     row = await pg.fetchrow(
         conn,
@@ -91,7 +91,7 @@ async def create(conn: Db, coupon: Coupon, *, now: datetime) -> tuple[int, Coupo
     return int(row["id"]), _coupon(row)
 
 
-async def get(conn: Db, code: str) -> Coupon:
+async def get(conn: Connection, code: str) -> Coupon:
     row = await pg.fetchrow(conn, _GET, {"code": code})
     if row is None:
         raise CouponNotFound(code)
@@ -117,7 +117,7 @@ def _refused(found: Mapping[Any, Any] | None, code: str, currency: str, now: dat
     raise RuntimeError(f"coupon {code!r} is redeemable but was not counted")
 
 
-async def redeem(conn: Db, code: str, *, currency: str, now: datetime) -> Coupon:
+async def redeem(conn: Connection, code: str, *, currency: str, now: datetime) -> Coupon:
     """Count one redemption of ``code`` (in the caller's transaction); raises
     ``CouponNotFound`` or ``CouponNotRedeemable`` (nothing counted)."""
     row = await pg.fetchrow(conn, _REDEEM, {"code": code, "now": now, "currency": currency})
@@ -139,7 +139,7 @@ _INSERT_DISCOUNT = Statement(
 
 
 async def set_discount(
-    conn: Db, subscription_id: int, discount: Discount, *, now: datetime
+    conn: Connection, subscription_id: int, discount: Discount, *, now: datetime
 ) -> None:
     """Give the subscription ``discount``; ``DiscountExists`` when it has one (the invoices of
     its periods keep the one coupon that priced them)."""
@@ -168,7 +168,7 @@ _DISCOUNTS = Statement(
 )
 
 
-async def discounts_for(conn: Db, subscription_ids: Sequence[int]) -> dict[int, Discount]:
+async def discounts_for(conn: Connection, subscription_ids: Sequence[int]) -> dict[int, Discount]:
     """The discount of each subscription that has one (one statement for a batch)."""
     if not subscription_ids:
         return {}

@@ -8,7 +8,7 @@ from datetime import datetime
 from itertools import product
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.errors import DomainError
 from billing_core.repo import subscriptions as subscriptions_repo
 
@@ -67,7 +67,7 @@ _PAGE_BEFORE = Statement(
 )
 
 
-async def insert_customer(conn: Db, new: NewCustomer, *, now: datetime) -> Customer:
+async def insert_customer(conn: Connection, new: NewCustomer, *, now: datetime) -> Customer:
     """Insert ``new``; :class:`CustomerExists` when its external id is taken (nothing written,
     the transaction stays usable)."""
     row = await pg.fetchrow(
@@ -88,19 +88,19 @@ async def insert_customer(conn: Db, new: NewCustomer, *, now: datetime) -> Custo
     return Customer(**row)
 
 
-async def get(conn: Db, customer_id: int) -> Customer:
+async def get(conn: Connection, customer_id: int) -> Customer:
     row = await pg.fetchrow(conn, _GET, {"id": customer_id})
     if row is None:
         raise CustomerNotFound(customer_id)
     return Customer(**row)
 
 
-async def get_by_external_id(conn: Db, external_id: str) -> Customer | None:
+async def get_by_external_id(conn: Connection, external_id: str) -> Customer | None:
     row = await pg.fetchrow(conn, _GET_BY_EXTERNAL_ID, {"external_id": external_id})
     return None if row is None else Customer(**row)
 
 
-async def page(conn: Db, *, limit: int, before_id: int | None = None) -> list[Customer]:
+async def page(conn: Connection, *, limit: int, before_id: int | None = None) -> list[Customer]:
     """Up to ``limit`` customers, newest (highest id) first, below ``before_id`` if given."""
     if before_id is None:
         rows = await pg.fetch(conn, _PAGE, {"limit": limit})
@@ -154,7 +154,7 @@ _SUBSCRIPTIONS_PAGES = {
 
 
 async def subscriptions_page(
-    conn: Db,
+    conn: Connection,
     *,
     limit: int,
     customer_id: int | None = None,

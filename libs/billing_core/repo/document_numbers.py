@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db.arrays import int_array, text_array
-from billing_core.db.pg import Db, Statement, execute, fetch, fetchval
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchval
 from billing_core.repo.limits import require_positive_limit
 
 
@@ -81,20 +81,20 @@ def _rows(rows: Sequence[Mapping[str, Any]]) -> list[Unnumbered]:
     return [Unnumbered(int(r["id"]), r["issued_at"]) for r in rows]
 
 
-async def lock_unnumbered_invoices(conn: Db, *, limit: int) -> list[Unnumbered]:
+async def lock_unnumbered_invoices(conn: Connection, *, limit: int) -> list[Unnumbered]:
     """Up to ``limit`` invoices without a number, oldest first, locked (others' locked rows are
     skipped)."""
     require_positive_limit(limit)
     return _rows(await fetch(conn, _PENDING_INVOICES, {"limit": limit}))
 
 
-async def lock_unnumbered_credit_notes(conn: Db, *, limit: int) -> list[Unnumbered]:
+async def lock_unnumbered_credit_notes(conn: Connection, *, limit: int) -> list[Unnumbered]:
     """Up to ``limit`` succeeded refunds without a credit note number, oldest first, locked."""
     require_positive_limit(limit)
     return _rows(await fetch(conn, _PENDING_CREDIT_NOTES, {"limit": limit}))
 
 
-async def reserve(conn: Db, counts: Mapping[str, int]) -> dict[str, int]:
+async def reserve(conn: Connection, counts: Mapping[str, int]) -> dict[str, int]:
     """Advance each series by its count, in series order (a fixed lock order); return, for each,
     the last number given before (the run reserved is ``before + 1 .. before + count``)."""
     if not counts:
@@ -110,13 +110,13 @@ def _numbers(numbers: Sequence[tuple[int, str]]) -> dict[str, str]:
     return {"ids": int_array(n[0] for n in numbers), "numbers": text_array(n[1] for n in numbers)}
 
 
-async def number_invoices(conn: Db, numbers: Sequence[tuple[int, str]]) -> int:
+async def number_invoices(conn: Connection, numbers: Sequence[tuple[int, str]]) -> int:
     if not numbers:
         return 0
     return await execute(conn, _NUMBER_INVOICES, _numbers(numbers))
 
 
-async def number_credit_notes(conn: Db, numbers: Sequence[tuple[int, str]]) -> int:
+async def number_credit_notes(conn: Connection, numbers: Sequence[tuple[int, str]]) -> int:
     if not numbers:
         return 0
     return await execute(conn, _NUMBER_CREDIT_NOTES, _numbers(numbers))

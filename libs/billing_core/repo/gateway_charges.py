@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from billing_core.db.arrays import text_array
-from billing_core.db.pg import Db, Statement, fetch
+from billing_core.db.pg import Connection, Statement, fetch
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ _FIND = Statement(
 )
 
 
-async def find_charges(conn: Db, references: Sequence[str]) -> dict[str, KnownCharge]:
+async def find_charges(conn: Connection, references: Sequence[str]) -> dict[str, KnownCharge]:
     if not references:
         return {}
     rows = await fetch(conn, _FIND, {"references": text_array(references)})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from billing_core.db.pg import Db, Statement, fetch, fetchrow
+from billing_core.db.pg import Connection, Statement, fetch, fetchrow
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,13 @@ _PUT = Statement(
 )
 
 
-async def get(conn: Db, customer_id: int) -> GatewayCustomer | None:
+async def get(conn: Connection, customer_id: int) -> GatewayCustomer | None:
     row = await fetchrow(conn, _GET, {"customer_id": customer_id})
     return None if row is None else _customer(row)
 
 
 async def put(
-    conn: Db,
+    conn: Connection,
     *,
     customer_id: int,
     gateway: str,

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,9 @@ LIMIT :limit
 )
 
 
-async def for_subscription(conn: Db, subscription_id: int, *, limit: int) -> list[HistoryRow]:
+async def for_subscription(
+    conn: Connection, subscription_id: int, *, limit: int
+) -> list[HistoryRow]:
     rows = await pg.fetch(conn, _HISTORY, {"id": subscription_id, "limit": limit})
     return [HistoryRow(**{**row, "detail": _document(row["detail"])}) for row in rows]
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ FROM req LEFT JOIN found ON found.n = req.n AND found.expires_at > req.completed
 )
 
 
-async def claim(conn: Db, client_id: int, key: str, *, now: datetime) -> Claim:
+async def claim(conn: Connection, client_id: int, key: str, *, now: datetime) -> Claim:
     """Claim ``key`` in ``conn``'s transaction (see the module)."""
     row = await pg.fetchrow(
         conn,
@@ -165,7 +165,7 @@ def insert_select_sql(rows: str = "") -> str:
 _SAVE = Statement(insert_select_sql())
 
 
-async def save(conn: Db, record: NewRecord) -> None:
+async def save(conn: Connection, record: NewRecord) -> None:
     await pg.execute(conn, _SAVE, record_values(record))
 
 
@@ -215,6 +215,6 @@ _PURGE_EXPIRED = Statement(
 )
 
 
-async def purge_expired(conn: Db, *, now: datetime, batch_size: int = 1000) -> int:
+async def purge_expired(conn: Connection, *, now: datetime, batch_size: int = 1000) -> int:
     """Delete up to ``batch_size`` expired records (rows other replicas hold are skipped)."""
     return await pg.execute(conn, _PURGE_EXPIRED, {"now": now, "batch_size": batch_size})

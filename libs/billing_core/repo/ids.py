@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 
@@ -26,7 +26,7 @@ def _statement(sequences: Sequence[str]) -> Statement:
 _STATEMENTS: dict[tuple[str, ...], Statement] = {}
 
 
-async def draw(conn: Db, sequences: Sequence[str], count: int) -> list[tuple[int, ...]]:
+async def draw(conn: Connection, sequences: Sequence[str], count: int) -> list[tuple[int, ...]]:
     """``count`` rows of the next value of each of ``sequences``, in one statement."""
     if count < 1:
         raise ValueError(f"count must be positive, not {count}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from billing_core.db.pg import Db, Statement, fetchrow
+from billing_core.db.pg import Connection, Statement, fetchrow
 from billing_core.documents.invoice_view import (
     InvoiceDocument,
     InvoiceFacts,
@@ -50,7 +50,7 @@ class Recipient:
         return Party(name, tuple(details))
 
 
-async def load(conn: Db, invoice_id: int, *, seller: Party) -> InvoiceDocument | None:
+async def load(conn: Connection, invoice_id: int, *, seller: Party) -> InvoiceDocument | None:
     """The document of invoice ``invoice_id``, or None when there is no such invoice: its lines
     and tax lines from its line items, its document number once it has one. (An invoice without
     lines, which the checker reports, gets one line naming the subscription's plan as it is

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from billing_core.db.arrays import bool_array, instant_array, instant_sql, int_array, text_array
-from billing_core.db.pg import Db, Statement, fetch
+from billing_core.db.pg import Connection, Statement, fetch
 from billing_core.domain.invoice_lines import InvoiceLine, InvoiceTotalMismatch, LineKind
 
 _INSERT = Statement(
@@ -88,7 +88,9 @@ _SELECT = Statement(
 )
 
 
-async def insert_lines(conn: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine]]]) -> None:
+async def insert_lines(
+    conn: Connection, lines: Sequence[tuple[int, Sequence[InvoiceLine]]]
+) -> None:
     """Write each ``(invoice_id, lines)`` pair's lines, numbered from 1, in one statement.
 
     Raises :class:`InvoiceTotalMismatch` if a written invoice's amount or credit is not the sum
@@ -117,7 +119,7 @@ async def insert_lines(conn: Db, lines: Sequence[tuple[int, Sequence[InvoiceLine
         raise InvoiceTotalMismatch(f"invoices whose lines do not add up: {ids[:10]}")
 
 
-async def append_lines(conn: Db, invoice_id: int, lines: Sequence[InvoiceLine]) -> None:
+async def append_lines(conn: Connection, invoice_id: int, lines: Sequence[InvoiceLine]) -> None:
     """Add ``lines`` to an invoice after its last line (credit applied to it later), in one
     statement that also checks its amount and credit against all of its lines.
 
@@ -144,7 +146,7 @@ async def append_lines(conn: Db, invoice_id: int, lines: Sequence[InvoiceLine]) 
         raise InvoiceTotalMismatch(f"invoice {invoice_id}: its lines do not add up")
 
 
-async def lines_of(conn: Db, invoice_ids: Sequence[int]) -> dict[int, list[InvoiceLine]]:
+async def lines_of(conn: Connection, invoice_ids: Sequence[int]) -> dict[int, list[InvoiceLine]]:
     """The lines of each invoice, in order (an id without lines is absent)."""
     if not invoice_ids:
         return {}

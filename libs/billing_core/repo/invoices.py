@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchrow
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.errors import DomainError
 from billing_core.domain.invoice import InvoiceStatus
@@ -64,7 +64,7 @@ _INSERT = Statement(
 )
 
 
-async def get_invoice(conn: Db, invoice_id: int) -> Invoice:
+async def get_invoice(conn: Connection, invoice_id: int) -> Invoice:
     row = await fetchrow(conn, _GET, {"invoice_id": invoice_id})
     if row is None:
         raise InvoiceNotFound(invoice_id)
@@ -72,7 +72,7 @@ async def get_invoice(conn: Db, invoice_id: int) -> Invoice:
 
 
 async def insert_invoice(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     customer_id: int,
@@ -144,7 +144,7 @@ _OPEN_FOR_CANCEL = Statement(
 
 
 async def lock_open_invoices(
-    conn: Db, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
+    conn: Connection, subscription_id: int, *, now: datetime, keep_invoice_id: int | None = None
 ) -> list[CancelableInvoice]:
     """Row-lock the subscription's OPEN invoices (but ``keep_invoice_id``), in id order."""
     rows = await fetch(
@@ -190,13 +190,13 @@ _REQUEST_VOID = Statement(
 )
 
 
-async def void_invoices(conn: Db, ids: list[int], *, now: datetime) -> None:
+async def void_invoices(conn: Connection, ids: list[int], *, now: datetime) -> None:
     """VOID the (locked, OPEN) invoices: the state ``domain.invoice.void`` gives, no lease."""
     if ids:
         await execute(conn, _VOID, {"ids": int_array(ids), "now": now})
 
 
-async def request_voids(conn: Db, ids: list[int], *, now: datetime) -> None:
+async def request_voids(conn: Connection, ids: list[int], *, now: datetime) -> None:
     """Record that the (locked, OPEN) invoices are to be voided once their call's result (or
     the end of its lease) is known."""
     if ids:
@@ -231,7 +231,9 @@ _RETURN_CREDITS = Statement(
 )
 
 
-async def return_credits(conn: Db, returns: Sequence[CreditReturn], *, now: datetime) -> None:
+async def return_credits(
+    conn: Connection, returns: Sequence[CreditReturn], *, now: datetime
+) -> None:
     """Give back credit voided invoices consumed (balance + a VOID_REFUND ledger line each), in
     a transaction that has already made its version-checked write to each subscription (it
     holds the row locks and bumped each version once for the whole change)."""
@@ -260,7 +262,7 @@ _PAGE = Statement(
 
 
 async def list_for_subscription(
-    conn: Db,
+    conn: Connection,
     subscription_id: int,
     *,
     limit: int,
@@ -316,7 +318,7 @@ _APPLY_CREDIT = Statement(
 
 
 async def apply_credit_to_open(
-    conn: Db, subscription_id: int, credit: int, *, now: datetime
+    conn: Connection, subscription_id: int, credit: int, *, now: datetime
 ) -> list[CreditApplied]:
     """Pay up to ``credit`` of the subscription's OPEN invoices whose collection never started
     (never leased: no gateway call was ever made for them, so no charge for the old amount can

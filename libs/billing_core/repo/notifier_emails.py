@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.repo.invoice_documents import Recipient
 
 _RECIPIENT = Statement(
@@ -127,25 +127,25 @@ class Attempt:
     previous_error: str | None  # what the previous attempt (or connection) failed with
 
 
-async def recipient_of(conn: Db, subscription_id: int) -> Recipient | None:
+async def recipient_of(conn: Connection, subscription_id: int) -> Recipient | None:
     """The customer a subscription's e-mails go to: the one its SubscriptionCreated named
     (``notifier_recipient``), else the subscription's own; None when neither is known."""
     row = await pg.fetchrow(conn, _RECIPIENT, {"subscription_id": subscription_id})
     return None if row is None else Recipient(**row)
 
 
-async def queue(conn: Db, email: QueuedEmail) -> bool:
+async def queue(conn: Connection, email: QueuedEmail) -> bool:
     """Add ``email`` to the outbox; False when its event already has one (nothing written)."""
     return await pg.fetchrow(conn, _QUEUE, email.__dict__) is not None
 
 
-async def claim(conn: Db, *, limit: int, lease_s: float) -> list[Claimed]:
+async def claim(conn: Connection, *, limit: int, lease_s: float) -> list[Claimed]:
     """Up to ``limit`` due e-mails, each leased for ``lease_s``."""
     rows = await pg.fetch(conn, _CLAIM, {"limit": limit, "lease_s": lease_s})
     return sorted((Claimed(**row) for row in rows), key=lambda c: c.id)
 
 
-async def start_attempt(conn: Db, email_id: int) -> Attempt:
+async def start_attempt(conn: Connection, email_id: int) -> Attempt:
     """Count an attempt at sending ``email_id``, just before handing it to the server."""
     row = await pg.fetchrow(conn, _START_ATTEMPT, {"id": email_id})
     if row is None:
@@ -157,17 +157,17 @@ async def start_attempt(conn: Db, email_id: int) -> Attempt:
     )
 
 
-async def release(conn: Db, email_ids: list[int]) -> None:
+async def release(conn: Connection, email_ids: list[int]) -> None:
     """Give claimed e-mails that were not tried back (due now, for any sender)."""
     await pg.execute(conn, _RELEASE, {"ids": int_array(email_ids)})
 
 
-async def mark_sent(conn: Db, email_id: int) -> None:
+async def mark_sent(conn: Connection, email_id: int) -> None:
     await pg.execute(conn, _SENT, {"id": email_id})
 
 
 async def mark_failed_attempt(
-    conn: Db, email_id: int, *, error: str, retry_s: float, give_up: bool, attempted: bool
+    conn: Connection, email_id: int, *, error: str, retry_s: float, give_up: bool, attempted: bool
 ) -> None:
     """Record a failure. ``attempted``: the server answered this attempt with a refusal, so its
     outcome is known; otherwise (no connection, no answer) an unknown outcome stays unknown."""
@@ -184,7 +184,7 @@ async def mark_failed_attempt(
     )
 
 
-async def counts(conn: Db) -> dict[str, int]:
+async def counts(conn: Connection) -> dict[str, int]:
     """E-mails by state: sent, pending, failed (for status pages and tests)."""
     [row] = await pg.fetch(conn, _COUNTS)
     return {"sent": int(row["sent"]), "pending": int(row["pending"]), "failed": int(row["failed"])}

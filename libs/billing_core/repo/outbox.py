@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from billing_core.db.arrays import int_array, json_array, json_elements_sql, text_array
-from billing_core.db.pg import Db, Statement, execute
+from billing_core.db.pg import Connection, Statement, execute
 from billing_core.domain.events import DomainEvent
 
 
@@ -118,7 +118,7 @@ def _check_aware(occurred_at: datetime) -> None:
 
 
 async def append_events(
-    conn: Db,
+    conn: Connection,
     events: Sequence[DomainEvent],
     occurred_at: datetime,
 ) -> None:
@@ -141,7 +141,7 @@ async def append_events(
 
 
 async def insert_numbered_events(
-    conn: Db,
+    conn: Connection,
     events: Sequence[DomainEvent],
     reserved_after: Mapping[int, int],
     occurred_at: datetime,

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array, text_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.repo.limits import require_positive_limit
 
 # Unpublished, unparked rows of the given shards, oldest id first, locked (SKIP LOCKED: a row a
@@ -106,7 +106,9 @@ class OutboxStats:
     parked: int
 
 
-async def claim(conn: Db, *, shards: int, owned: Sequence[int], limit: int) -> list[OutboxRow]:
+async def claim(
+    conn: Connection, *, shards: int, owned: Sequence[int], limit: int
+) -> list[OutboxRow]:
     require_positive_limit(limit)
     rows = await pg.fetch(
         conn, _CLAIM, {"shards": shards, "owned": int_array(owned), "limit": limit}
@@ -114,12 +116,12 @@ async def claim(conn: Db, *, shards: int, owned: Sequence[int], limit: int) -> l
     return [OutboxRow(**row) for row in rows]
 
 
-async def mark_published(conn: Db, ids: Sequence[int], now: datetime) -> None:
+async def mark_published(conn: Connection, ids: Sequence[int], now: datetime) -> None:
     if ids:
         await pg.execute(conn, _MARK, {"ids": int_array(ids), "now": now})
 
 
-async def park(conn: Db, parked: Sequence[tuple[int, str]], now: datetime) -> None:
+async def park(conn: Connection, parked: Sequence[tuple[int, str]], now: datetime) -> None:
     if parked:
         await pg.execute(
             conn,
@@ -133,7 +135,7 @@ async def park(conn: Db, parked: Sequence[tuple[int, str]], now: datetime) -> No
 
 
 async def prune(
-    conn: Db, *, cutoff: datetime, shards: int, owned: Sequence[int], limit: int
+    conn: Connection, *, cutoff: datetime, shards: int, owned: Sequence[int], limit: int
 ) -> int:
     require_positive_limit(limit)
     return await pg.execute(
@@ -143,7 +145,7 @@ async def prune(
     )
 
 
-async def stats(conn: Db) -> OutboxStats:
+async def stats(conn: Connection) -> OutboxStats:
     [row] = await pg.fetch(conn, _STATS)
     return OutboxStats(
         unpublished=int(row["unpublished"]), oldest=row["oldest"], parked=int(row["parked"])

@@ -9,7 +9,7 @@ from datetime import datetime
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.repo.limits import require_positive_limit
 
 # Uses idx_sub_pause_resumes. An ACTIVE subscription whose periods starting before resumesAt
@@ -47,14 +47,14 @@ class DueResume:
     resumes_at: datetime
 
 
-async def claim_due_resumes(conn: Db, *, now: datetime, limit: int) -> list[DueResume]:
+async def claim_due_resumes(conn: Connection, *, now: datetime, limit: int) -> list[DueResume]:
     """Lock up to ``limit`` paused subscriptions due to resume at ``now``, soonest first."""
     require_positive_limit(limit)
     rows = await pg.fetch(conn, _CLAIM, {"now": now, "limit": limit})
     return [DueResume(**row) for row in rows]
 
 
-async def mark_resumed(conn: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
+async def mark_resumed(conn: Connection, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
     """Clear the pauses of ``ids`` (a version bump, one event sequence number reserved each);
     return each id's ``event_seq`` before the reservation."""
     if not ids:

@@ -22,7 +22,7 @@ from billing_core.db.arrays import (
     nullable_int_array,
     text_array,
 )
-from billing_core.db.pg import Db, Statement, execute, fetch
+from billing_core.db.pg import Connection, Statement, execute, fetch
 from billing_core.domain.charge_result import GatewayReport, KeyHistory
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceState, InvoiceStatus
@@ -68,7 +68,7 @@ _LOCK_SUBSCRIPTIONS = Statement(
 
 
 async def lock_subscriptions_of_invoices(
-    conn: Db, invoice_ids: Collection[int]
+    conn: Connection, invoice_ids: Collection[int]
 ) -> dict[int, SubscriptionState]:
     """Row-lock the invoices' subscriptions (in id order); the state of each invoice's
     subscription by invoice id (an invoice that does not exist is absent)."""
@@ -137,7 +137,7 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
 
 
 async def lock_invoices_and_record_attempts(
-    conn: Db, attempts: Sequence[AttemptToRecord], *, now: datetime
+    conn: Connection, attempts: Sequence[AttemptToRecord], *, now: datetime
 ) -> dict[int, LockedInvoice]:
     """Row-lock the invoices and write one ``payment_attempt`` audit row per result (always,
     whatever the result then does; with the amount and currency the gateway reported, when it
@@ -243,7 +243,7 @@ _WRITE_DECISIONS = Statement(
 
 
 async def write_decisions(
-    conn: Db,
+    conn: Connection,
     invoices: Sequence[InvoiceState],
     subscriptions: Sequence[SubscriptionState],
     events: Sequence[DomainEvent],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from billing_core.db.pg import Db, Statement, fetch, fetchrow
+from billing_core.db.pg import Connection, Statement, fetch, fetchrow
 from billing_core.domain.errors import DomainError
 
 
@@ -39,11 +39,11 @@ _BY_CODE = Statement(
 )
 
 
-async def list_active(conn: Db) -> list[Plan]:
+async def list_active(conn: Connection) -> list[Plan]:
     return [Plan(**row) for row in await fetch(conn, _ACTIVE)]
 
 
-async def get_by_code(conn: Db, code: str, *, active_only: bool = True) -> Plan:
+async def get_by_code(conn: Connection, code: str, *, active_only: bool = True) -> Plan:
     row = await fetchrow(conn, _BY_CODE, {"code": code, "active_only": active_only})
     if row is None:
         raise PlanNotFound(code)

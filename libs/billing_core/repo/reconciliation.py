@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from billing_core.db.arrays import int_array, nullable_int_array, text_array
-from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchrow
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ _ADD = Statement(
 )
 
 
-async def add_items(conn: Db, items: Sequence[NewItem], *, now: datetime) -> None:
+async def add_items(conn: Connection, items: Sequence[NewItem], *, now: datetime) -> None:
     if not items:
         return
     await execute(
@@ -118,7 +118,9 @@ _LIST = Statement(
 )
 
 
-async def list_items(conn: Db, *, include_resolved: bool = False, limit: int = 1000) -> list[Item]:
+async def list_items(
+    conn: Connection, *, include_resolved: bool = False, limit: int = 1000
+) -> list[Item]:
     """The open items, oldest first (with ``include_resolved``, the settled ones too)."""
     rows = await fetch(conn, _LIST, {"everything": include_resolved, "limit": limit})
     return [Item(**row) for row in rows]
@@ -134,7 +136,9 @@ _RESOLVE = Statement(
 )
 
 
-async def resolve_item(conn: Db, item_id: int, *, who: str, how: str, now: datetime) -> bool:
+async def resolve_item(
+    conn: Connection, item_id: int, *, who: str, how: str, now: datetime
+) -> bool:
     """Mark an open item settled, saying who and how; False when there is no such open item."""
     resolved = await fetchrow(conn, _RESOLVE, {"id": item_id, "who": who, "how": how, "now": now})
     return resolved is not None

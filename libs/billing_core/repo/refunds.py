@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from billing_core.db.arrays import int_array, text_array
-from billing_core.db.pg import Db, Statement, execute, fetch, fetchrow
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchrow
 from billing_core.domain.refund import RefundState, RefundStatus
 from billing_core.repo.lease_clock import CLOCK_CTE, clock_params
 from billing_core.repo.limits import require_positive_limit
@@ -52,7 +52,9 @@ _REQUEST = Statement(
 )
 
 
-async def request_refunds(conn: Db, refunds: Sequence[RefundToRequest], *, now: datetime) -> int:
+async def request_refunds(
+    conn: Connection, refunds: Sequence[RefundToRequest], *, now: datetime
+) -> int:
     """Write REQUESTED refunds, due now; a charge already being refunded is skipped. Returns
     how many were new."""
     if not refunds:
@@ -103,7 +105,7 @@ _CLAIM = Statement(
 
 
 async def claim_due_refunds(
-    conn: Db,
+    conn: Connection,
     *,
     limit: int,
     lease: timedelta,
@@ -134,7 +136,7 @@ _LOCK = Statement(
 )
 
 
-async def lock_refund(conn: Db, refund_id: int) -> RefundState | None:
+async def lock_refund(conn: Connection, refund_id: int) -> RefundState | None:
     """Row-lock the refund's subscription, then the refund (the subscription first: the lock
     order of every writer; its events take the subscription's sequence)."""
     row = await fetchrow(conn, _LOCK, {"id": refund_id})
@@ -152,7 +154,7 @@ _WRITE = Statement(
 )
 
 
-async def write_refund(conn: Db, refund: RefundState, *, now: datetime) -> None:
+async def write_refund(conn: Connection, refund: RefundState, *, now: datetime) -> None:
     await execute(
         conn,
         _WRITE,

@@ -26,7 +26,7 @@ from billing_core.db.arrays import (
     nullable_int_array,
     text_array,
 )
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.invoice import InvoiceStatus
 from billing_core.domain.renewal import DueSubscription, RenewalInvoice, RenewedSubscription
 from billing_core.domain.subscription import SubscriptionStatus
@@ -183,7 +183,7 @@ _ROLLBACK_TO = Statement("ROLLBACK TO SAVEPOINT renewal_invoices")
 
 
 async def claim_due(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime,
     limit: int,
@@ -220,7 +220,7 @@ async def claim_due(
     ]
 
 
-async def explain_claim(conn: Db, *, now: datetime, limit: int) -> str:
+async def explain_claim(conn: Connection, *, now: datetime, limit: int) -> str:
     """The plan PostgreSQL chooses for the claim (tests and benchmarks check the index)."""
     rows = await pg.fetch(
         conn, _EXPLAIN_CLAIM, {"now": now, "limit": limit, "exclude": int_array(())}
@@ -229,7 +229,7 @@ async def explain_claim(conn: Db, *, now: datetime, limit: int) -> str:
 
 
 async def insert_renewal_invoices(
-    conn: Db, invoices: Sequence[RenewalInvoice], *, now: datetime
+    conn: Connection, invoices: Sequence[RenewalInvoice], *, now: datetime
 ) -> list[InsertedInvoice]:
     """Insert the invoices in one statement, in the given order. A renewal that already exists
     for its (subscription, period_start) is not inserted again (the UNIQUE safety net) and is
@@ -284,7 +284,7 @@ async def insert_renewal_invoices(
 
 
 async def insert_all_renewal_invoices(
-    conn: Db, invoices: Sequence[RenewalInvoice], *, now: datetime
+    conn: Connection, invoices: Sequence[RenewalInvoice], *, now: datetime
 ) -> list[InsertedInvoice] | None:
     """:func:`insert_renewal_invoices` of every one of ``invoices`` or of none: under a
     savepoint, rolled back (None) when any of them already existed."""
@@ -300,7 +300,7 @@ async def insert_all_renewal_invoices(
 
 
 async def existing_renewals(
-    conn: Db, keys: Sequence[tuple[int, datetime]]
+    conn: Connection, keys: Sequence[tuple[int, datetime]]
 ) -> set[tuple[int, datetime]]:
     """Which (subscription_id, period_start) renewal invoices already exist."""
     if not keys:
@@ -317,7 +317,7 @@ async def existing_renewals(
 
 
 async def write_subscriptions(
-    conn: Db,
+    conn: Connection,
     writes: Sequence[RenewedSubscription],
     *,
     event_counts: Mapping[int, int],
@@ -382,7 +382,7 @@ async def write_subscriptions(
     return {int(row["id"]): int(row["reserved_after"]) for row in rows}
 
 
-async def insert_credit_uses(conn: Db, uses: Sequence[CreditUse], *, now: datetime) -> None:
+async def insert_credit_uses(conn: Connection, uses: Sequence[CreditUse], *, now: datetime) -> None:
     """Record the credit consumed by invoices (negative ``credit_entry`` rows, reason INVOICE)."""
     if not uses:
         return
@@ -398,6 +398,6 @@ async def insert_credit_uses(conn: Db, uses: Sequence[CreditUse], *, now: dateti
     )
 
 
-async def count_due(conn: Db, *, now: datetime) -> int:
+async def count_due(conn: Connection, *, now: datetime) -> int:
     """How many ACTIVE or TRIALING subscriptions are due at ``now`` (the backlog gauge)."""
     return int(await pg.fetchval(conn, _COUNT_DUE, {"now": now}))

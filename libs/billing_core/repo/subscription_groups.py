@@ -31,7 +31,7 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]
 
 from billing_core.db import pg
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice_lines import InvoiceLine
 from billing_core.repo import audit, idempotency, outbox
@@ -294,7 +294,7 @@ def _claimed(row: Mapping[str, Any], item: KeyedNew) -> Claimed:
     return Claimed(claim.locked, created, claim.stored)
 
 
-async def insert_unless_claimed(conn: Db, items: Sequence[KeyedNew]) -> list[Claimed]:
+async def insert_unless_claimed(conn: Connection, items: Sequence[KeyedNew]) -> list[Claimed]:
     """One :class:`Claimed` per item, in order, from one statement (see the module). Raises what
     the statement raised (nothing written) — :class:`subscriptions.UnknownCustomer` for the
     unknown customer of a group of one, ``asyncpg.ForeignKeyViolationError`` in a larger group,

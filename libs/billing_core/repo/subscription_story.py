@@ -10,7 +10,7 @@ from typing import Any
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 
 _SUBSCRIPTION = Statement(
     """
@@ -91,7 +91,7 @@ class Match:
     subscription_id: int
 
 
-async def find(conn: Db, number: int) -> list[Match]:
+async def find(conn: Connection, number: int) -> list[Match]:
     """The subscriptions a number may mean: its own id, an invoice's, a customer's (each
     subscription once, by the first of these that matched)."""
     if not -(2**63) <= number < 2**63:
@@ -103,7 +103,7 @@ async def find(conn: Db, number: int) -> list[Match]:
 
 
 async def story(
-    conn: Db, subscription_id: int, *, invoices: int = 50, events: int = 200
+    conn: Connection, subscription_id: int, *, invoices: int = 50, events: int = 200
 ) -> SubscriptionStory | None:
     """The subscription with its latest ``invoices`` invoices (newest first, each with its
     lines, attempts and refunds in order) and its latest ``events`` events; None when it does
@@ -137,7 +137,7 @@ _CALLS = Statement(
 
 
 async def gateway_answers_per_second(
-    conn: Db, *, now: datetime, seconds: int, cap: int
+    conn: Connection, *, now: datetime, seconds: int, cap: int
 ) -> dict[int, int]:
     """Gateway answers recorded per second (the collector's charges and look-ups; webhooks are
     not calls) over the last ``seconds``, from the newest ``cap`` attempts only, so the read stays

@@ -16,7 +16,7 @@ from typing import Any
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.errors import DomainError
 from billing_core.domain.subscription import (
     Pause,
@@ -177,14 +177,16 @@ def unknown_customer(exc: Exception, sub: Subscription) -> Exception:
     return exc
 
 
-async def get(conn: Db, subscription_id: int) -> Subscription:
+async def get(conn: Connection, subscription_id: int) -> Subscription:
     row = await pg.fetchrow(conn, _GET, {"subscription_id": subscription_id})
     if row is None:
         raise SubscriptionNotFound(subscription_id)
     return Subscription(**row)
 
 
-async def get_at(conn: Db, subscription_id: int, expected_version: int | None) -> Subscription:
+async def get_at(
+    conn: Connection, subscription_id: int, expected_version: int | None
+) -> Subscription:
     """:func:`get`, refused with ``VersionConflict`` when the caller expects another version
     (``None``: any version)."""
     sub = await get(conn, subscription_id)
@@ -194,7 +196,7 @@ async def get_at(conn: Db, subscription_id: int, expected_version: int | None) -
 
 
 async def get_for_change(
-    conn: Db, subscription_id: int, expected_version: int | None, now: datetime
+    conn: Connection, subscription_id: int, expected_version: int | None, now: datetime
 ) -> tuple[Subscription, datetime]:
     """:func:`get_at`, and the instant a change asked for at ``now`` happens
     (``subscription.change_instant``: never before the row's last write)."""
@@ -202,7 +204,7 @@ async def get_for_change(
     return sub, change_instant(now, sub.updated_at)
 
 
-async def exists(conn: Db, subscription_id: int) -> bool:
+async def exists(conn: Connection, subscription_id: int) -> bool:
     return await pg.fetchrow(conn, _EXISTS, {"subscription_id": subscription_id}) is not None
 
 
@@ -245,7 +247,7 @@ def _update_statement(columns: tuple[str, ...]) -> Statement:
 
 
 async def update_versioned(
-    conn: Db,
+    conn: Connection,
     subscription_id: int,
     *,
     expected_version: int,
@@ -297,7 +299,7 @@ _LOCK = Statement(
 
 
 async def add_credit_entry(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     amount: int,
@@ -319,7 +321,9 @@ async def add_credit_entry(
     )
 
 
-async def consume_credit(conn: Db, subscription_id: int, amount: int, *, now: datetime) -> None:
+async def consume_credit(
+    conn: Connection, subscription_id: int, amount: int, *, now: datetime
+) -> None:
     """Take ``amount`` off the balance (its INVOICE ledger lines are the caller's), in a
     transaction that already made its version-checked write to this subscription."""
     await pg.execute(
@@ -327,7 +331,7 @@ async def consume_credit(conn: Db, subscription_id: int, amount: int, *, now: da
     )
 
 
-async def lock_subscriptions(conn: Db, ids: list[int]) -> None:
+async def lock_subscriptions(conn: Connection, ids: list[int]) -> None:
     """Row-lock the subscriptions, in id order (the lock order of every writer)."""
     if ids:
         await pg.fetch(conn, _LOCK, {"ids": int_array(sorted(ids))})

@@ -9,7 +9,7 @@ from typing import Any
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.domain.tax import TaxLocation, TaxRate
 
 _RATES = Statement(
@@ -39,7 +39,7 @@ _SET_LOCATION = Statement(
 _RATE_COLUMNS = ("country", "region", "rate_ppm", "inclusive", "name")
 
 
-async def rates_for(conn: Db, subscription_ids: Sequence[int]) -> dict[int, TaxRate]:
+async def rates_for(conn: Connection, subscription_ids: Sequence[int]) -> dict[int, TaxRate]:
     """The rate each subscription's invoices are taxed at (its region's, else its country's);
     a subscription without a location or without a rate is absent."""
     if not subscription_ids:
@@ -59,7 +59,7 @@ async def rates_for(conn: Db, subscription_ids: Sequence[int]) -> dict[int, TaxR
 
 
 async def set_location(
-    conn: Db, subscription_id: int, location: TaxLocation, *, now: datetime
+    conn: Connection, subscription_id: int, location: TaxLocation, *, now: datetime
 ) -> None:
     await pg.execute(
         conn,

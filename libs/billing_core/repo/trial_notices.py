@@ -9,7 +9,7 @@ from datetime import datetime
 
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
-from billing_core.db.pg import Db, Statement
+from billing_core.db.pg import Connection, Statement
 from billing_core.repo.limits import require_positive_limit
 
 # Uses idx_sub_trial_will_end (current_period_end WHERE status = 'TRIALING' AND
@@ -53,7 +53,7 @@ class TrialEnding:
 
 
 async def claim_due_notices(
-    conn: Db, *, horizon: datetime, limit: int, only_id: int | None = None
+    conn: Connection, *, horizon: datetime, limit: int, only_id: int | None = None
 ) -> list[TrialEnding]:
     """Lock up to ``limit`` TRIALING subscriptions whose trial ends by ``horizon`` and whose
     notice is not written yet, soonest first (``SKIP LOCKED``: replicas take disjoint sets;
@@ -68,7 +68,7 @@ async def claim_due_notices(
     return [TrialEnding(**row) for row in rows]
 
 
-async def mark_sent(conn: Db, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
+async def mark_sent(conn: Connection, ids: Sequence[int], *, now: datetime) -> dict[int, int]:
     """Mark the notices of ``ids`` written at ``now`` (a version bump, and one event sequence
     number reserved each); return each id's ``event_seq`` before the reservation."""
     if not ids:

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db.arrays import json_array, json_elements_sql, nullable_int_array, text_array
-from billing_core.db.pg import Db, Statement, fetch
+from billing_core.db.pg import Connection, Statement, fetch
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ _RECORD_MANY = Statement(
 
 
 async def record_many(
-    conn: Db,
+    conn: Connection,
     events: Sequence[ReceivedEvent],
     *,
     received_at: datetime,

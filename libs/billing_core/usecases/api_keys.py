@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain.scopes import ALL_SCOPES, Scope, require_held
 from billing_core.repo import api_clients as api_clients_repo
 from billing_core.repo import audit
@@ -22,7 +22,7 @@ class NewKey:
 
 
 async def create(
-    conn: Db,
+    conn: Connection,
     *,
     name: str,
     scopes: Sequence[Scope],
@@ -48,14 +48,14 @@ async def create(
     return NewKey(info, key)
 
 
-async def revoke(conn: Db, prefix: str, *, now: datetime, actor: audit.Actor) -> ApiKeyInfo:
+async def revoke(conn: Connection, prefix: str, *, now: datetime, actor: audit.Actor) -> ApiKeyInfo:
     info = await api_clients_repo.revoke_by_prefix(conn, prefix, now=now)
     await _audit(conn, actor, audit.API_KEY_REVOKE, info, now)
     return info
 
 
 async def rotate(
-    conn: Db,
+    conn: Connection,
     prefix: str,
     *,
     now: datetime,
@@ -78,7 +78,7 @@ async def rotate(
 
 
 async def _audit(
-    conn: Db,
+    conn: Connection,
     actor: audit.Actor,
     action: str,
     info: ApiKeyInfo,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import subscription as sub_domain
 from billing_core.repo import audit
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -13,7 +13,7 @@ from billing_core.usecases.voiding import void_open_invoices
 
 
 async def cancel(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     at_period_end: bool,
@@ -67,7 +67,7 @@ async def cancel(
 
 
 async def resume_renewal(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     now: datetime,

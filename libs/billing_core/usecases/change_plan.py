@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import interval_change as interval_rules
 from billing_core.domain import invoice_lines
@@ -72,7 +72,7 @@ class PlanChange:
 
 
 async def _renewed_if_due(
-    conn: Db, sub: subscriptions_repo.Subscription, now: datetime
+    conn: Connection, sub: subscriptions_repo.Subscription, now: datetime
 ) -> subscriptions_repo.Subscription:
     """``sub`` renewed first when its period (or its trial) ended and the renewer has not run
     yet (with the renewer's own code), so the change is prorated in the period it falls in: a
@@ -110,7 +110,7 @@ def _proration(
 
 
 async def change_plan(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     plan_code: str,
@@ -173,7 +173,7 @@ async def change_plan(
 
 
 async def _prorate(
-    conn: Db,
+    conn: Connection,
     sub: subscriptions_repo.Subscription,
     new_plan: plans_repo.Plan,
     now: datetime,
@@ -236,7 +236,7 @@ async def _prorate(
 
 
 async def _insert_proration_invoice(
-    conn: Db,
+    conn: Connection,
     sub: subscriptions_repo.Subscription,
     new_plan: plans_repo.Plan,
     priced: TaxedLines,
@@ -279,7 +279,7 @@ async def _insert_proration_invoice(
 
 
 async def _apply_credit_now(
-    conn: Db, subscription_id: int, credit: int, now: datetime
+    conn: Connection, subscription_id: int, credit: int, now: datetime
 ) -> list[ev.DomainEvent]:
     """``always_invoice`` on a downgrade: the credit just granted pays the OPEN invoices whose
     collection never started, at once (the subscription row is already locked and versioned by
@@ -316,7 +316,7 @@ def _require_same_currency(sub: subscriptions_repo.Subscription, new_plan: plans
 
 
 async def _change_interval(
-    conn: Db,
+    conn: Connection,
     sub: subscriptions_repo.Subscription,
     new_plan: plans_repo.Plan,
     now: datetime,
@@ -423,7 +423,7 @@ def _schedule(
 
 
 async def cancel_scheduled_change(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     now: datetime,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import coupons as coupon_rules
 from billing_core.domain.subscription import SubscriptionStatus
 from billing_core.repo import audit
@@ -21,7 +21,7 @@ class Redeemed:
 
 
 async def apply_coupon(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     code: str,

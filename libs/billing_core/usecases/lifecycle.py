@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain.events import DomainEvent
 from billing_core.repo import audit, outbox
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -49,7 +49,7 @@ Refresh = Callable[
 
 
 async def change_subscription(
-    conn: Db,
+    conn: Connection,
     decide: Decide[R],
     *,
     subscription_id: int,

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import numbering as rules
 from billing_core.domain.numbering import DocumentKind
 from billing_core.repo import document_numbers as repo
@@ -42,10 +42,10 @@ def assign(
 
 
 async def _number(
-    conn: Db,
+    conn: Connection,
     kind: DocumentKind,
     docs: Sequence[repo.Unnumbered],
-    write: Callable[[Db, Sequence[tuple[int, str]]], Awaitable[int]],
+    write: Callable[[Connection, Sequence[tuple[int, str]]], Awaitable[int]],
 ) -> int:
     if not docs:
         return 0
@@ -58,7 +58,7 @@ async def _number(
     return written
 
 
-async def number_documents(conn: Db, *, limit: int) -> NumberingResult:
+async def number_documents(conn: Connection, *, limit: int) -> NumberingResult:
     """Number up to ``limit`` invoices and ``limit`` credit notes."""
     invoices = await repo.lock_unnumbered_invoices(conn, limit=limit)
     n_invoices = await _number(conn, DocumentKind.INVOICE, invoices, repo.number_invoices)

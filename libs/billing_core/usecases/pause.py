@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.subscription import PauseBehavior
@@ -26,7 +26,7 @@ class ResumeConflict(Exception):
 
 
 async def pause(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     behavior: PauseBehavior,
@@ -58,7 +58,7 @@ async def pause(
 
 
 async def resume(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     now: datetime,
@@ -85,7 +85,7 @@ async def resume(
     )
 
 
-async def resume_due_pauses(conn: Db, *, now: datetime, limit: int = 1000) -> int:
+async def resume_due_pauses(conn: Connection, *, now: datetime, limit: int = 1000) -> int:
     """Resume the pauses whose ``resumesAt`` has come (the renewer, each tick, after its
     renewal batches); return how many. Exactly once: the claim locks the rows
     (``SKIP LOCKED``) and the write clears the pause with its SubscriptionResumed. A pause is

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain.charge_result import (
     ChargeOutcome,
     GatewayReport,
@@ -51,7 +51,7 @@ Source = Literal["COLLECTOR", "WEBHOOK", "LOOKUP"]
 
 
 async def record_charge_result(
-    conn: Db,
+    conn: Connection,
     *,
     invoice_id: int,
     attempt_number: int,
@@ -98,7 +98,7 @@ async def record_charge_result(
 
 
 async def record_charge_results(
-    conn: Db,
+    conn: Connection,
     attempts: Sequence[AttemptToRecord],
     *,
     now: datetime,
@@ -161,7 +161,7 @@ def _one_round(
 
 
 async def _record_round(
-    conn: Db,
+    conn: Connection,
     attempts: list[AttemptToRecord],
     subscriptions: dict[int, SubscriptionState],
     *,
@@ -241,7 +241,7 @@ async def _record_round(
 
 
 async def _write_the_rest(
-    conn: Db,
+    conn: Connection,
     refunds: list[refunds_repo.RefundToRequest],
     items: list[reconciliation_repo.NewItem],
     credit_back: list[tuple[int, LockedInvoice]],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain.credit import CreditSplit
 from billing_core.domain.period import Period
@@ -16,7 +16,7 @@ from billing_core.repo import subscriptions as subscriptions_repo
 
 
 async def insert_period_invoice(
-    conn: Db,
+    conn: Connection,
     sub: subscriptions_repo.Subscription,
     *,
     period_index: int,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.repo import audit
 from billing_core.repo import reconciliation as reconciliation_repo
 
 
 async def resolve_item(
-    conn: Db, item_id: int, *, actor: audit.Actor, who: str, how: str, now: datetime
+    conn: Connection, item_id: int, *, actor: audit.Actor, who: str, how: str, now: datetime
 ) -> bool:
     """Mark an open item resolved (who, how, when) and audit it; False when no such open item
     exists (nothing written)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.domain.refund import RefundAnswer, RefundState, apply_refund_answer
 from billing_core.repo import reconciliation as reconciliation_repo
@@ -15,7 +15,7 @@ from billing_core.repo.outbox import append_events
 
 
 async def record_refund_answer(
-    conn: Db,
+    conn: Connection,
     refund_id: int,
     answer: RefundAnswer,
     *,

@@ -25,7 +25,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import renewal as renewal_rules
 from billing_core.domain.events import DomainEvent
 from billing_core.domain.invoice import InvoiceStatus
@@ -87,7 +87,7 @@ def _plan_all(
 
 
 async def _insert_invoices(
-    conn: Db, plans: Sequence[RenewalPlan], *, now: datetime
+    conn: Connection, plans: Sequence[RenewalPlan], *, now: datetime
 ) -> list[renewal_repo.InsertedInvoice] | None:
     """Insert all planned invoices, or none (None) if any already existed."""
     wanted = [invoice for plan in plans for invoice in plan.invoices]
@@ -95,7 +95,7 @@ async def _insert_invoices(
 
 
 async def _plan_and_insert(
-    conn: Db,
+    conn: Connection,
     rows: Sequence[DueSubscription],
     now: datetime,
     max_periods: int,
@@ -138,7 +138,7 @@ def _count_invoices(
 
 
 async def renew_due_batch(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime,
     batch_size: int,

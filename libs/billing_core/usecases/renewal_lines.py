@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import invoice_lines as line_rules
 from billing_core.domain.coupons import Discount
 from billing_core.domain.invoice_lines import InvoiceLine
@@ -34,7 +34,7 @@ class BatchPricing:
     discounts: Mapping[int, Discount] = field(default_factory=dict)
 
 
-async def batch_pricing(conn: Db, subscription_ids: Sequence[int]) -> BatchPricing:
+async def batch_pricing(conn: Connection, subscription_ids: Sequence[int]) -> BatchPricing:
     """The rates and discounts of a batch's subscriptions: one statement each."""
     return BatchPricing(
         await tax_repo.rates_for(conn, subscription_ids),
@@ -68,6 +68,6 @@ def batch_lines(
 
 
 async def write_batch_lines(
-    conn: Db, plans: Sequence[RenewalPlan], invoice_ids: Mapping[tuple[int, int], int]
+    conn: Connection, plans: Sequence[RenewalPlan], invoice_ids: Mapping[tuple[int, int], int]
 ) -> None:
     await lines_repo.insert_lines(conn, batch_lines(plans, invoice_ids))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain.tax import TaxLocation, TaxRate
 from billing_core.repo import audit
 from billing_core.repo import subscriptions as subscriptions_repo
@@ -15,7 +15,7 @@ Rate = TaxRate | None
 
 
 async def set_tax_location(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     location: TaxLocation,

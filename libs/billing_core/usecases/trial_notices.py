@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.repo import outbox as outbox_repo
 from billing_core.repo import trial_notices as notices_repo
@@ -26,7 +26,7 @@ class NoticeConflict(Exception):
 
 
 async def send_trial_notices(
-    conn: Db,
+    conn: Connection,
     *,
     now: datetime,
     lead: timedelta = DEFAULT_LEAD,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import subscription as sub_domain
 from billing_core.domain.coupons import plan_period_lines
 from billing_core.domain.credit import apply_credit
@@ -20,7 +20,7 @@ from billing_core.usecases.subscribe import opened_invoice_events
 
 
 async def end_trial_now(
-    conn: Db,
+    conn: Connection,
     *,
     subscription_id: int,
     now: datetime,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain import events as ev
 from billing_core.domain import invoice as invoice_rules
 from billing_core.domain.events import DomainEvent
@@ -15,7 +15,7 @@ from billing_core.repo import invoices as invoices_repo
 
 
 async def void_open_invoices(
-    conn: Db,
+    conn: Connection,
     subscription_id: int,
     *,
     now: datetime,
@@ -47,7 +47,7 @@ async def void_open_invoices(
 
 
 async def give_back_credit(
-    conn: Db,
+    conn: Connection,
     voided: Sequence[tuple[int, int, int]],
     *,
     now: datetime,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from billing_core.db.pg import Db
+from billing_core.db.pg import Connection
 from billing_core.domain.dunning import DunningPolicy
 from billing_core.repo import gateway_charges, webhook_events
 from billing_core.repo import reconciliation as reconciliation_repo
@@ -43,7 +43,7 @@ class WebhookToRecord:
 
 
 async def record_webhooks(
-    conn: Db,
+    conn: Connection,
     webhooks: Sequence[WebhookToRecord],
     *,
     now: datetime,
@@ -85,7 +85,7 @@ async def record_webhooks(
 
 
 async def _about_charges(
-    conn: Db, about: dict[int, AboutACharge], *, now: datetime
+    conn: Connection, about: dict[int, AboutACharge], *, now: datetime
 ) -> dict[int, str]:
     known = await gateway_charges.find_charges(
         conn, sorted({a.gateway_reference for a in about.values()})

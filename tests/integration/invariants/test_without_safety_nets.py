@@ -17,7 +17,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from billing_core.db import migrate, pg
-from billing_core.db.engine import create_engine
 from billing_core.invariants.checker import check_all
 from billing_core.settings import CoreSettings
 from tests.integration.invariants.world import World
@@ -40,7 +39,7 @@ async def bare_engine(services: Services, settings: CoreSettings) -> AsyncIterat
     await recreate_database(services.admin_database_url, name)
     url = services.database_url(name)
     await asyncio.to_thread(migrate.upgrade, url)
-    engine = create_engine(settings.model_copy(update={"database_url": url}))
+    engine = create_async_engine(url)
     async with engine.begin() as conn:
         await conn.execute(text("DROP INDEX uq_invoice_renewal_period"))
         await conn.execute(text("ALTER TABLE invoice DROP CONSTRAINT ck_invoice_amount"))
