@@ -99,10 +99,9 @@ class CoreSettings(BaseSettings):
         default=None,
         ge=1,
         le=200,
-        description="Connections each process keeps open; unset, each process sizes its own "
-        "pool from its work (API 10, renewer concurrency + 1, collector in-flight calls, ...).",
+        description="The most connections each process opens; unset, each process sizes its "
+        "own pool from its work (API 16, renewer concurrency + 1, collector 12, relay 3, ...).",
     )
-    db_max_overflow: int = Field(default=5, ge=0, le=200)
     db_statement_timeout_ms: int = Field(default=30_000, ge=0)
     redis_url: str = Field(default="redis://127.0.0.1:56379/0")
     kafka_bootstrap: str = Field(default="127.0.0.1:59092")
