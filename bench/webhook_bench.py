@@ -108,7 +108,7 @@ _SENT = pg.Statement(
                                  amount, currency, error, recorded_at)
     SELECT id, 0, 'inv-' || id || '-try-0', 'COLLECTOR', 'UNKNOWN', amount, currency,
            'timeout', :now
-    FROM invoice WHERE id = ANY(CAST(:ids AS text)::bigint[])
+    FROM invoice JOIN unnest(CAST(:ids AS text)::bigint[]) AS sent(invoice_id) ON id = invoice_id
     """
 )
 
