@@ -97,16 +97,27 @@ class Urls:
         return pg.asyncpg_dsn(self.sa(name))
 
 
+# The other connections to a database (pg_backend_pid() is the asking connection's own).
+_TERMINATE = pg.Statement(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE datname = :name AND pid <> pg_backend_pid()"
+)
+_VACUUM_SUBSCRIPTIONS = pg.Statement("VACUUM ANALYZE subscription")
+_SUBSCRIPTIONS = pg.Statement("SELECT count(*) FROM subscription")
+_LAST_INVOICE = pg.Statement("SELECT coalesce(max(id), 0) FROM invoice")
+_STILL_DUE = pg.Statement(
+    "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' "
+    "AND current_period_end <= now() - interval '1 hour'"
+)
+_INVOICES = pg.Statement("SELECT count(*) FROM invoice")
+
+
 async def recreate(urls: Urls, name: str, template: str | None = None) -> float:
     admin = await asyncpg.connect(urls.pg("postgres"))
     try:
         for db in (name, template):
             if db:
-                await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = $1 AND pid <> pg_backend_pid()",
-                    db,
-                )
+                await pg.execute(admin, _TERMINATE, {"name": db})
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         started = time.perf_counter()
         if template:
@@ -122,9 +133,7 @@ async def drop(urls: Urls, *names: str) -> None:
     admin = await asyncpg.connect(urls.pg("postgres"))
     try:
         for name in names:
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
-            )
+            await pg.execute(admin, _TERMINATE, {"name": name})
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     finally:
         await admin.close()
@@ -171,7 +180,7 @@ async def seed_template(urls: Urls, args: argparse.Namespace) -> tuple[float, da
             f"{mix.scheduled_changes:,} scheduled plan changes"
         )
         seconds = time.perf_counter() - started
-        await conn.execute("VACUUM ANALYZE subscription")
+        await pg.execute(conn, _VACUUM_SUBSCRIPTIONS)
     finally:
         await conn.close()
     return seconds, now
@@ -298,7 +307,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
 async def drain_with_processes(urls: Urls, args: argparse.Namespace) -> tuple[float, int]:
     await recreate(urls, WORK, TEMPLATE)
     conn = await asyncpg.connect(urls.pg(WORK))
-    total = await conn.fetchval("SELECT count(*) FROM subscription")
+    total = await pg.fetchval(conn, _SUBSCRIPTIONS)
     env = os.environ.copy()
     env.update(
         {
@@ -326,17 +335,14 @@ async def drain_with_processes(urls: Urls, args: argparse.Namespace) -> tuple[fl
             done = 0
             while done < total:
                 await asyncio.sleep(0.5)
-                done = await conn.fetchval("SELECT coalesce(max(id), 0) FROM invoice")
+                done = await pg.fetchval(conn, _LAST_INVOICE)
                 elapsed = time.perf_counter() - started
                 bar.update(task, completed=done, rate=f"{done / elapsed:,.0f} inv/s")
                 if any(p.poll() is not None for p in procs):
                     raise SystemExit("a renewer process died")
         seconds = time.perf_counter() - started
-        due = await conn.fetchval(
-            "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' "
-            "AND current_period_end <= now() - interval '1 hour'"
-        )
-        invoices = await conn.fetchval("SELECT count(*) FROM invoice")
+        due = await pg.fetchval(conn, _STILL_DUE)
+        invoices = await pg.fetchval(conn, _INVOICES)
         if due or invoices != total:
             raise SystemExit(f"drain incomplete: due={due} invoices={invoices}")
     finally:
@@ -378,7 +384,7 @@ async def claim_scaling(urls: Urls, args: argparse.Namespace) -> list[tuple[int,
                     )
                     size += chunk
                     bar.update(task, completed=size, rate=f"{size:,} rows")
-                await conn.execute("VACUUM ANALYZE subscription")
+                await pg.execute(conn, _VACUUM_SUBSCRIPTIONS)
                 plan = await renewal_repo.explain_claim(conn, now=now, limit=1000)
                 timings = []
                 for _ in range(args.claim_reps):
