@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from billing_core.db import migrate
+from billing_core.db import migrate, pg
+from billing_core.settings import CoreSettings
 from tests.support.db import recreate_database, truncate_all
 from tests.support.factories import due_subscriptions_with_invoices
 from tests.support.infra import checkout_database_name, start_services
@@ -110,14 +109,16 @@ def collector_readings(health_ports: list[int]) -> dict[str, Any]:
     }
 
 
-async def paid(engine: AsyncEngine) -> int:
-    async with engine.connect() as conn:
-        q = text("SELECT count(*) FROM invoice WHERE status = 'PAID'")
-        return int((await conn.execute(q)).scalar_one())
+_PAID = pg.Statement("SELECT count(*) FROM invoice WHERE status = 'PAID'")
+
+
+async def paid(pool: pg.Pool) -> int:
+    async with pool.acquire() as conn:
+        return int(await pg.fetchval(conn, _PAID))
 
 
 async def phase(
-    engine: AsyncEngine,
+    pool: pg.Pool,
     database_url: str,
     logs: Path,
     *,
@@ -126,7 +127,7 @@ async def phase(
     in_flight: int,
 ) -> dict[str, Any]:
     await truncate_all(database_url)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         await due_subscriptions_with_invoices(conn, invoices, now=datetime.now(UTC))
     sim_port = free_port()
     sim = start(
@@ -183,7 +184,7 @@ async def phase(
         measured_from = time.monotonic()
         calls_before = httpx.get(f"{sim_url}/v1/ledger/summary", timeout=30).json()["calls"]
         deadline = time.monotonic() + invoices / limit * 3 + 60
-        while await paid(engine) < invoices and time.monotonic() < deadline:
+        while await paid(pool) < invoices and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         wall = time.monotonic() - started
         used = [cpu_seconds(p) - c for p, c in zip(procs, cpu_start, strict=True)]
@@ -208,7 +209,7 @@ async def phase(
     return {
         "limit": limit,
         "invoices": invoices,
-        "paid": await paid(engine),
+        "paid": await paid(pool),
         "wall_s": round(wall, 1),
         "drain_s": drain,
         "floor_s": round(floor, 1),
@@ -259,18 +260,18 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     await asyncio.to_thread(migrate.upgrade, database_url)
     os.environ["BILLING_DATABASE_URL"] = database_url
     os.environ["BILLING_REDIS_URL"] = services.redis_url
-    engine = create_async_engine(database_url)
+    pool = await pg.create_pool(
+        CoreSettings(database_url=database_url, process_name="bench.collector"), max_size=2
+    )
     logs = Path(tempfile.mkdtemp(prefix="collector-bench-"))
     try:
         results = [
-            await phase(
-                engine, database_url, logs, invoices=args.invoices, limit=200, in_flight=128
-            )
+            await phase(pool, database_url, logs, invoices=args.invoices, limit=200, in_flight=128)
         ]
         if args.fast_invoices > 0:
             results.append(
                 await phase(
-                    engine,
+                    pool,
                     database_url,
                     logs,
                     invoices=args.fast_invoices,
@@ -279,7 +280,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 )
             )
     finally:
-        await engine.dispose()
+        await pool.close()
     return results
 
 

@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import cast
 
 import httpx
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from billing_core.db import migrate
+from billing_core.db import migrate, pg
+from billing_core.settings import CoreSettings
 from services.ops.seed import seed
 from tests.support.db import recreate_database
 from tests.support.infra import start_services
@@ -43,7 +42,7 @@ from tests.support.system import PROCESSES, System
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-_BACKLOG = text(
+_BACKLOG = pg.Statement(
     """
     SELECT
       (SELECT count(*) FROM subscription WHERE status = 'ACTIVE'
@@ -55,7 +54,7 @@ _BACKLOG = text(
     """
 )
 
-_OUTBOX_LAG = text(
+_OUTBOX_LAG = pg.Statement(
     """
     SELECT percentile_cont(0.99) WITHIN GROUP (
              ORDER BY extract(epoch FROM published_at - created_at)) AS p99,
@@ -138,9 +137,10 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
 
 
-async def backlog(engine: AsyncEngine) -> dict[str, int]:
-    async with engine.connect() as conn:
-        row = (await conn.execute(_BACKLOG)).mappings().one()
+async def backlog(pool: pg.Pool) -> dict[str, int]:
+    async with pool.acquire() as conn:
+        row = await pg.fetchrow(conn, _BACKLOG)
+    assert row is not None
     return {k: int(v) for k, v in row.items()}
 
 
@@ -172,7 +172,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         extra_env={"BILLING_GATEWAY_SIM_DECLINE_RATE": str(args.decline_rate)},
     )
     system.start()
-    engine = create_async_engine(url, pool_size=2)
+    pool = await pg.create_pool(
+        CoreSettings(database_url=url, process_name="bench.first_of_month"), max_size=2
+    )
     client = httpx.AsyncClient(timeout=30)
     samples: list[Sample] = []
     try:
@@ -189,7 +191,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         drained_at: float | None = None
         first_pass_at: float | None = None
         while time.monotonic() - started < args.timeout_s:
-            counts = await backlog(engine)
+            counts = await backlog(pool)
             body = (await client.get(f"{system.gateway_url}/metrics")).text
             sample = Sample(
                 time.monotonic() - started,
@@ -227,15 +229,12 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             await client.get(f"{system.gateway_url}/v1/ledger/calls-per-second", timeout=120)
         ).json()
         body = (await client.get(f"{system.gateway_url}/metrics")).text
-        async with engine.connect() as conn:
-            lag = (
-                (await conn.execute(_OUTBOX_LAG, {"since": due_at - timedelta(minutes=5)}))
-                .mappings()
-                .one()
-            )
+        async with pool.acquire() as conn:
+            lag = await pg.fetchrow(conn, _OUTBOX_LAG, {"since": due_at - timedelta(minutes=5)})
+        assert lag is not None
     finally:
         await client.aclose()
-        await engine.dispose()
+        await pool.close()
         stopped_cleanly = system.stop()
 
     calls = int(summary["calls"])

@@ -32,7 +32,7 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 
 from billing_core import cloudevents
-from billing_core.db import migrate
+from billing_core.db import migrate, pg
 from billing_core.seeding import seed_customers
 from services.relay.producer import ensure_topic, new_producer
 from services.relay.settings import RelaySettings
@@ -41,18 +41,37 @@ ROOT = Path(__file__).resolve().parents[1]
 SUBSCRIPTIONS = 5_000
 
 
-def _dsn(url: str) -> str:
-    return url.replace("postgresql+asyncpg://", "postgresql://")
+_TERMINATE = pg.Statement(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"
+)
+_SUBSCRIPTIONS = pg.Statement(
+    """
+    INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
+        current_period_start, current_period_end)
+    SELECT g, (SELECT id FROM plan ORDER BY id LIMIT 1), 'ACTIVE', now(), now(),
+           now() + interval '1 month'
+    FROM generate_series(1, :count) g
+    """
+)
+_RESET = pg.Statement("TRUNCATE outbox_event, subscription RESTART IDENTITY CASCADE")
+_EMPTY_OUTBOX = pg.Statement("TRUNCATE outbox_event")
+_VACUUM_OUTBOX = pg.Statement("VACUUM ANALYZE outbox_event")
+_ANALYZE_OUTBOX = pg.Statement("ANALYZE outbox_event")
+_WAITING = pg.Statement(
+    "SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND parked_at IS NULL"
+)
+_UNPUBLISHED = pg.Statement("SELECT count(*) FROM outbox_event WHERE published_at IS NULL")
+_LAGS = pg.Statement(
+    "SELECT extract(epoch FROM published_at - occurred_at) AS lag FROM outbox_event"
+)
 
 
 async def prepare_database(base_url: str) -> str:
     head, _, name = base_url.rpartition("/")
     bench = f"{name}_bench_relay"
-    admin = await asyncpg.connect(_dsn(f"{head}/postgres"))
+    admin = await asyncpg.connect(pg.asyncpg_dsn(f"{head}/postgres"))
     try:
-        await admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", bench
-        )
+        await pg.execute(admin, _TERMINATE, {"name": bench})
         await admin.execute(f'DROP DATABASE IF EXISTS "{bench}"')
         await admin.execute(f'CREATE DATABASE "{bench}"')
     finally:
@@ -63,49 +82,44 @@ async def prepare_database(base_url: str) -> str:
 
 
 async def reset(url: str) -> None:
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(pg.asyncpg_dsn(url))
     try:
-        await conn.execute("TRUNCATE outbox_event, subscription RESTART IDENTITY CASCADE")
+        await pg.execute(conn, _RESET)
         await seed_customers(conn, first_id=1, count=SUBSCRIPTIONS)
-        await conn.execute(
-            """
-            INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
-                current_period_start, current_period_end)
-            SELECT g, (SELECT id FROM plan ORDER BY id LIMIT 1), 'ACTIVE', now(), now(),
-                   now() + interval '1 month'
-            FROM generate_series(1, $1) g
-            """,
-            SUBSCRIPTIONS,
-        )
-        await conn.execute("VACUUM ANALYZE outbox_event")
+        await pg.execute(conn, _SUBSCRIPTIONS, {"count": SUBSCRIPTIONS})
+        await pg.execute(conn, _VACUUM_OUTBOX)
     finally:
         await conn.close()
 
 
 _INSERT_TEMPLATE = """
     WITH s AS (
-        UPDATE subscription SET event_seq = event_seq + $2
-        WHERE {where} RETURNING id, event_seq - $2 AS base
+        UPDATE subscription SET event_seq = event_seq + :per_subscription
+        WHERE {where} RETURNING id, event_seq - :per_subscription AS base
     )
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
     SELECT gen_random_uuid(), s.id, s.base + r, 'InvoicePaid',
            jsonb_build_object('invoice_id', s.base + r, 'subscription_id', s.id,
                               'amount', 1999, 'currency', 'EUR'),
            clock_timestamp()
-    FROM generate_series(1, $2) r, s
+    FROM generate_series(1, :per_subscription) r, s
     ORDER BY r, s.id
 """
-_INSERT = _INSERT_TEMPLATE.format(where="id <= $1")
-# $1 subscriptions after id $3, one event each: the steady writer of the lag run
-_INSERT_WINDOW = _INSERT_TEMPLATE.format(where="id > $3 AND id <= $3 + $1")
+_INSERT = pg.Statement(_INSERT_TEMPLATE.format(where="id <= :subscriptions"))
+# :subscriptions subscriptions after id :after, one event each: the steady writer of the lag run
+_INSERT_WINDOW = pg.Statement(
+    _INSERT_TEMPLATE.format(where="id > :after AND id <= :after + :subscriptions")
+)
 
 
 async def insert_backlog(url: str, events: int) -> None:
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(pg.asyncpg_dsn(url))
     try:
         per_sub = events // SUBSCRIPTIONS
-        await conn.execute(_INSERT, SUBSCRIPTIONS, per_sub)
-        await conn.execute("ANALYZE outbox_event")
+        await pg.execute(
+            conn, _INSERT, {"subscriptions": SUBSCRIPTIONS, "per_subscription": per_sub}
+        )
+        await pg.execute(conn, _ANALYZE_OUTBOX)
     finally:
         await conn.close()
 
@@ -191,15 +205,13 @@ async def relay_run(url: str, replicas: int, events: int) -> float:
     await reset(url)
     await insert_backlog(url, events)
     topic = f"bench-relay-{uuid.uuid4().hex[:8]}"
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(pg.asyncpg_dsn(url))
     procs = start_relays(replicas, url, topic)
     try:
         first: tuple[float, int] | None = None
         while True:
             # the partial index: cheap, and it shrinks as the relay works
-            waiting = await conn.fetchval(
-                "SELECT count(*) FROM outbox_event WHERE published_at IS NULL AND parked_at IS NULL"
-            )
+            waiting = await pg.fetchval(conn, _WAITING)
             published = events - waiting
             now = time.perf_counter()
             if first is None and published > 0:
@@ -220,27 +232,29 @@ async def lag_run(url: str, seconds: float, rate: int = 1000) -> tuple[float, fl
     await reset(url)
     topic = f"bench-relay-lag-{uuid.uuid4().hex[:8]}"
     procs = start_relays(1, url, topic)
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(pg.asyncpg_dsn(url))
     try:
         await asyncio.sleep(3)  # the relay starts, creates its topic, takes its shards
-        await conn.execute("TRUNCATE outbox_event")
+        await pg.execute(conn, _EMPTY_OUTBOX)
         per_tick, tick = rate // 10, 0.1
         start = time.perf_counter()
         n = 0
         while time.perf_counter() - start < seconds:
             # 100 events: one for each of 100 subscriptions, rotating
             lo = (n * per_tick) % SUBSCRIPTIONS
-            await conn.execute(_INSERT_WINDOW, per_tick, 1, lo)
+            await pg.execute(
+                conn,
+                _INSERT_WINDOW,
+                {"subscriptions": per_tick, "per_subscription": 1, "after": lo},
+            )
             n += 1
             await asyncio.sleep(max(0.0, start + n * tick - time.perf_counter()))
         deadline = time.perf_counter() + 30
-        while await conn.fetchval("SELECT count(*) FROM outbox_event WHERE published_at IS NULL"):
+        while await pg.fetchval(conn, _UNPUBLISHED):
             if time.perf_counter() > deadline:
                 raise RuntimeError("the relay did not keep up")
             await asyncio.sleep(0.1)
-        rows = await conn.fetch(
-            "SELECT extract(epoch FROM published_at - occurred_at) AS lag FROM outbox_event"
-        )
+        rows = await pg.fetch(conn, _LAGS)
         lags = sorted(float(r["lag"]) for r in rows)
         p50 = lags[len(lags) // 2]
         p99 = lags[min(len(lags) - 1, int(len(lags) * 0.99))]

@@ -50,12 +50,9 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 from rich.table import Table
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from bench.renewer_sql import floor_batch, row_by_row_batch
-from billing_core.db import migrate
-from billing_core.db.engine import create_engine
-from billing_core.db.pg import asyncpg_dsn
+from billing_core.db import migrate, pg
 from billing_core.repo import renewal as renewal_repo
 from billing_core.runtime.garbage_collection import quiet_garbage_collector
 from billing_core.seeding import (
@@ -97,7 +94,22 @@ class Urls:
         return f"{self.base.rpartition('/')[0]}/{name}"
 
     def pg(self, name: str) -> str:
-        return asyncpg_dsn(self.sa(name))
+        return pg.asyncpg_dsn(self.sa(name))
+
+
+# The other connections to a database (pg_backend_pid() is the asking connection's own).
+_TERMINATE = pg.Statement(
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE datname = :name AND pid <> pg_backend_pid()"
+)
+_VACUUM_SUBSCRIPTIONS = pg.Statement("VACUUM ANALYZE subscription")
+_SUBSCRIPTIONS = pg.Statement("SELECT count(*) FROM subscription")
+_LAST_INVOICE = pg.Statement("SELECT coalesce(max(id), 0) FROM invoice")
+_STILL_DUE = pg.Statement(
+    "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' "
+    "AND current_period_end <= now() - interval '1 hour'"
+)
+_INVOICES = pg.Statement("SELECT count(*) FROM invoice")
 
 
 async def recreate(urls: Urls, name: str, template: str | None = None) -> float:
@@ -105,11 +117,7 @@ async def recreate(urls: Urls, name: str, template: str | None = None) -> float:
     try:
         for db in (name, template):
             if db:
-                await admin.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = $1 AND pid <> pg_backend_pid()",
-                    db,
-                )
+                await pg.execute(admin, _TERMINATE, {"name": db})
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         started = time.perf_counter()
         if template:
@@ -125,9 +133,7 @@ async def drop(urls: Urls, *names: str) -> None:
     admin = await asyncpg.connect(urls.pg("postgres"))
     try:
         for name in names:
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
-            )
+            await pg.execute(admin, _TERMINATE, {"name": name})
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     finally:
         await admin.close()
@@ -174,7 +180,7 @@ async def seed_template(urls: Urls, args: argparse.Namespace) -> tuple[float, da
             f"{mix.scheduled_changes:,} scheduled plan changes"
         )
         seconds = time.perf_counter() - started
-        await conn.execute("VACUUM ANALYZE subscription")
+        await pg.execute(conn, _VACUUM_SUBSCRIPTIONS)
     finally:
         await conn.close()
     return seconds, now
@@ -191,7 +197,7 @@ class Variant:
     rates: list[float] = field(default_factory=list)
 
 
-async def renewer_tasks(engine: AsyncEngine, slice_size: int, tasks: int, batch: int) -> int:
+async def renewer_tasks(pool: pg.Pool, slice_size: int, tasks: int, batch: int) -> int:
     """Renew ``slice_size`` due subscriptions with ``tasks`` concurrent batches; each task
     reserves its rows before claiming them, so the tasks together never ask for more than the
     slice (a catch-up row creates several invoices: invoices are counted, rows reserved)."""
@@ -202,7 +208,7 @@ async def renewer_tasks(engine: AsyncEngine, slice_size: int, tasks: int, batch:
         nonlocal reserved, done
         while (take := min(batch, slice_size - reserved)) > 0:
             reserved += take
-            async with engine.begin() as conn:
+            async with pg.transaction(pool) as conn:
                 result = await renew_due_batch(conn, now=datetime.now(UTC), batch_size=take)
             if result.claimed == 0:
                 return
@@ -232,7 +238,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
     copy_seconds = await recreate(urls, WORK, TEMPLATE)
     console.print(f"fresh copy of the seeded database in {copy_seconds:.1f} s")
     settings = CoreSettings(database_url=urls.sa(WORK), process_name="bench.renewer")
-    engine = create_engine(settings, pool_size=5)
+    pool = await pg.create_pool(settings, max_size=5)
     conn = await asyncpg.connect(urls.pg(WORK))
     batch = args.batch_size
 
@@ -245,17 +251,17 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
         Variant(
             "renewer: 1 batch in flight",
             args.slice,
-            lambda s: timed(renewer_tasks(engine, s, 1, batch)),
+            lambda s: timed(renewer_tasks(pool, s, 1, batch)),
         ),
         Variant(
             "one renewer: 2 batches in flight (default)",
             args.slice,
-            lambda s: timed(renewer_tasks(engine, s, 2, batch)),
+            lambda s: timed(renewer_tasks(pool, s, 2, batch)),
         ),
         Variant(
             "two renewers: 4 batches in flight",
             args.slice,
-            lambda s: timed(renewer_tasks(engine, s, 4, batch)),
+            lambda s: timed(renewer_tasks(pool, s, 4, batch)),
         ),
         Variant(
             f"floor: 1 SQL statement / batch of {batch}",
@@ -270,7 +276,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
     ]
     # Warm-up (untimed): the copied database starts with a cold cache.
     await pg_loop(conn, args.slice, batch, floor_batch)
-    await renewer_tasks(engine, args.slice, 2, batch)
+    await renewer_tasks(pool, args.slice, 2, batch)
     # The garbage collector as a renewer process runs it (runtime.process.serve): what exists
     # after start-up frozen, full collections rare. Without this the in-process variants pay
     # for full collections re-scanning every module and the seeding's objects, which the
@@ -291,7 +297,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
                     bar.update(task, advance=n, rate=f"{n / seconds:,.0f} inv/s")
     finally:
         await conn.close()
-        await engine.dispose()
+        await pool.close()
     return variants
 
 
@@ -301,7 +307,7 @@ async def throughput(urls: Urls, args: argparse.Namespace) -> list[Variant]:
 async def drain_with_processes(urls: Urls, args: argparse.Namespace) -> tuple[float, int]:
     await recreate(urls, WORK, TEMPLATE)
     conn = await asyncpg.connect(urls.pg(WORK))
-    total = await conn.fetchval("SELECT count(*) FROM subscription")
+    total = await pg.fetchval(conn, _SUBSCRIPTIONS)
     env = os.environ.copy()
     env.update(
         {
@@ -329,17 +335,14 @@ async def drain_with_processes(urls: Urls, args: argparse.Namespace) -> tuple[fl
             done = 0
             while done < total:
                 await asyncio.sleep(0.5)
-                done = await conn.fetchval("SELECT coalesce(max(id), 0) FROM invoice")
+                done = await pg.fetchval(conn, _LAST_INVOICE)
                 elapsed = time.perf_counter() - started
                 bar.update(task, completed=done, rate=f"{done / elapsed:,.0f} inv/s")
                 if any(p.poll() is not None for p in procs):
                     raise SystemExit("a renewer process died")
         seconds = time.perf_counter() - started
-        due = await conn.fetchval(
-            "SELECT count(*) FROM subscription WHERE status = 'ACTIVE' "
-            "AND current_period_end <= now() - interval '1 hour'"
-        )
-        invoices = await conn.fetchval("SELECT count(*) FROM invoice")
+        due = await pg.fetchval(conn, _STILL_DUE)
+        invoices = await pg.fetchval(conn, _INVOICES)
         if due or invoices != total:
             raise SystemExit(f"drain incomplete: due={due} invoices={invoices}")
     finally:
@@ -358,8 +361,6 @@ async def claim_scaling(urls: Urls, args: argparse.Namespace) -> list[tuple[int,
     await recreate(urls, SCALE)
     await asyncio.to_thread(migrate.upgrade, urls.sa(SCALE))
     conn = await asyncpg.connect(urls.pg(SCALE))
-    settings = CoreSettings(database_url=urls.sa(SCALE), process_name="bench.renewer")
-    engine = create_engine(settings, pool_size=2)
     now = datetime.now(UTC)
     due = args.scale_due
     results: list[tuple[int, float, bool]] = []
@@ -383,22 +384,20 @@ async def claim_scaling(urls: Urls, args: argparse.Namespace) -> list[tuple[int,
                     )
                     size += chunk
                     bar.update(task, completed=size, rate=f"{size:,} rows")
-                await conn.execute("VACUUM ANALYZE subscription")
-                async with engine.connect() as sa_conn:
-                    plan = await renewal_repo.explain_claim(sa_conn, now=now, limit=1000)
+                await pg.execute(conn, _VACUUM_SUBSCRIPTIONS)
+                plan = await renewal_repo.explain_claim(conn, now=now, limit=1000)
                 timings = []
                 for _ in range(args.claim_reps):
-                    async with engine.connect() as sa_conn:
-                        trans = await sa_conn.begin()
-                        started = time.perf_counter()
-                        rows = await renewal_repo.claim_due(sa_conn, now=now, limit=1000)
-                        timings.append(time.perf_counter() - started)
-                        await trans.rollback()
+                    trans = conn.transaction()
+                    await trans.start()
+                    started = time.perf_counter()
+                    rows = await renewal_repo.claim_due(conn, now=now, limit=1000)
+                    timings.append(time.perf_counter() - started)
+                    await trans.rollback()
                     assert len(rows) == 1000
                 results.append((size, statistics.median(timings), "idx_sub_due" in plan))
     finally:
         await conn.close()
-        await engine.dispose()
     return results
 
 

@@ -17,8 +17,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-import asyncpg  # type: ignore[import-untyped]
-
+from billing_core.db import pg
 from billing_core.domain import period as period_rules
 from billing_core.domain.event_payloads import InvoiceCreatedV1
 from billing_core.domain.invoice import InvoiceKind
@@ -40,7 +39,8 @@ def iso_utc_sql(column: str) -> str:
 # scheduled for the period end is applied at the boundary and the new period invoiced at the
 # new plan (SubscriptionPlanChanged first); a paused period's invoice is created VOID
 # (InvoiceVoided after its InvoiceCreated) or DRAFT and never due for a charge.
-FLOOR_SQL = f"""
+_FLOOR = pg.Statement(
+    f"""
 WITH due AS (
     SELECT s.id, s.customer_id, s.status, s.period_index, s.billing_anchor, s.time_zone,
            s.current_period_end, s.pause_behavior, s.pause_resumes_at,
@@ -50,10 +50,10 @@ WITH due AS (
            CASE p.billing_interval WHEN 'YEAR' THEN 12 ELSE 1 END AS months
     FROM subscription s JOIN plan p ON p.id = s.plan_id
     LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id
-    WHERE s.status IN ('ACTIVE', 'TRIALING') AND s.current_period_end <= $1
+    WHERE s.status IN ('ACTIVE', 'TRIALING') AND s.current_period_end <= :now
       AND (s.status = 'ACTIVE' OR s.trial_will_end_sent_at IS NOT NULL)
     ORDER BY s.current_period_end
-    LIMIT $2
+    LIMIT :batch_size
     FOR UPDATE OF s SKIP LOCKED
 ),
 rated AS (
@@ -98,8 +98,8 @@ inv AS (
     SELECT id, customer_id, 'RENEWAL', next_index, new_start, new_end,
            price_amount + CASE WHEN inclusive THEN 0 ELSE tax END, 0,
            price_amount + CASE WHEN inclusive THEN 0 ELSE tax END, currency, invoice_status,
-           CASE WHEN invoice_status = 'OPEN' THEN $1 END,
-           CASE WHEN invoice_status = 'VOID' THEN $1 END, $1, $1
+           CASE WHEN invoice_status = 'OPEN' THEN :now END,
+           CASE WHEN invoice_status = 'VOID' THEN :now END, :now, :now
     FROM counted
     ON CONFLICT (subscription_id, period_start) WHERE kind = 'RENEWAL' DO NOTHING
     RETURNING id, subscription_id, kind, period_index, period_start, period_end, subtotal,
@@ -121,7 +121,7 @@ adv AS (
     UPDATE subscription s
     SET status = 'ACTIVE', period_index = n.next_index, current_period_start = n.new_start,
         current_period_end = n.new_end, version = s.version + 1,
-        event_seq = s.event_seq + n.event_count, updated_at = $1,
+        event_seq = s.event_seq + n.event_count, updated_at = :now,
         plan_id = coalesce(s.scheduled_plan_id, s.plan_id), scheduled_plan_id = NULL
     FROM counted n JOIN inv i ON i.subscription_id = n.id
     WHERE s.id = n.id
@@ -130,7 +130,7 @@ adv AS (
 events AS (
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
     SELECT gen_random_uuid(), i.subscription_id, a.reserved_after + e.ord, e.event_type, e.payload,
-           $1
+           :now
     FROM inv i JOIN adv a ON a.id = i.subscription_id JOIN counted n ON n.id = i.subscription_id
     CROSS JOIN LATERAL (
         SELECT ev.event_type, ev.payload, row_number() OVER (ORDER BY ev.slot) AS ord
@@ -138,7 +138,8 @@ events AS (
             (1, CASE WHEN n.status = 'TRIALING' THEN 'SubscriptionTrialEnded' END,
              CASE WHEN n.status = 'TRIALING' THEN
                  jsonb_build_object('subscriptionId', i.subscription_id,
-                                    'endedAt', {iso_utc_sql("$1::timestamptz")}, 'early', false)
+                                    'endedAt', {iso_utc_sql("CAST(:now AS timestamptz)")},
+                                    'early', false)
              END),
             (2, CASE WHEN n.new_plan_code IS NOT NULL THEN 'SubscriptionPlanChanged' END,
              CASE WHEN n.new_plan_code IS NOT NULL THEN
@@ -159,7 +160,7 @@ events AS (
             (4, CASE WHEN i.status = 'VOID' THEN 'InvoiceVoided' END,
              CASE WHEN i.status = 'VOID' THEN
                  jsonb_build_object('subscriptionId', i.subscription_id, 'invoiceId', i.id,
-                                    'voidedAt', {iso_utc_sql("$1::timestamptz")})
+                                    'voidedAt', {iso_utc_sql("CAST(:now AS timestamptz)")})
              END)
         ) AS ev(slot, event_type, payload)
         WHERE ev.event_type IS NOT NULL
@@ -167,52 +168,65 @@ events AS (
 )
 SELECT count(*) FROM inv
 """
+)
 
 
-async def floor_batch(conn: asyncpg.Connection, *, now: datetime, batch_size: int) -> int:
+async def floor_batch(conn: pg.Connection, *, now: datetime, batch_size: int) -> int:
     """One batch in one statement (its own transaction); returns the invoices written."""
-    return int(await conn.fetchval(FLOOR_SQL, now, batch_size))
+    return int(await pg.fetchval(conn, _FLOOR, {"now": now, "batch_size": batch_size}))
 
 
-_LOCK = """
+_LOCK = pg.Statement(
+    """
     SELECT s.id, s.customer_id, s.period_index, s.billing_anchor, s.time_zone,
            s.current_period_end, s.event_seq, p.price_amount, p.currency, p.billing_interval,
            p.code AS plan_code
     FROM subscription s JOIN plan p ON p.id = s.plan_id
-    WHERE s.status = 'ACTIVE' AND s.current_period_end <= $1
+    WHERE s.status = 'ACTIVE' AND s.current_period_end <= :now
     ORDER BY s.current_period_end
-    LIMIT $2
+    LIMIT :batch_size
     FOR UPDATE OF s SKIP LOCKED
 """
-_INSERT_INVOICE = """
+)
+_INSERT_INVOICE = pg.Statement(
+    """
     INSERT INTO invoice (subscription_id, customer_id, kind, period_index, period_start,
                          period_end, subtotal, credit_applied, amount, currency, status,
                          next_attempt_at, created_at, updated_at)
-    VALUES ($1, $2, 'RENEWAL', $3, $4, $5, $6, 0, $6, $7, 'OPEN', $8, $8, $8)
+    VALUES (:subscription_id, :customer_id, 'RENEWAL', :period_index, :period_start,
+            :period_end, :amount, 0, :amount, :currency, 'OPEN', :now, :now, :now)
     RETURNING id
 """
-_LINE = """
+)
+_LINE = pg.Statement(
+    """
     INSERT INTO invoice_line (invoice_id, line_no, kind, description, quantity, unit_amount,
                               amount, period_start, period_end)
-    VALUES ($1, 1, 'PLAN_PERIOD', $2, 1, $3, $3, $4, $5)
+    VALUES (:invoice_id, 1, 'PLAN_PERIOD', :description, 1, :amount, :amount, :period_start,
+            :period_end)
 """
-_ADVANCE = """
-    UPDATE subscription SET period_index = $2, current_period_start = $3,
-        current_period_end = $4, version = version + 1, event_seq = event_seq + 1,
-        updated_at = $5
-    WHERE id = $1
+)
+_ADVANCE = pg.Statement(
+    """
+    UPDATE subscription SET period_index = :period_index, current_period_start = :period_start,
+        current_period_end = :period_end, version = version + 1, event_seq = event_seq + 1,
+        updated_at = :now
+    WHERE id = :id
     RETURNING event_seq
 """
-_EVENT = """
+)
+_EVENT = pg.Statement(
+    """
     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type, payload, occurred_at)
-    VALUES ($1, $2, $3, 'InvoiceCreated', $4::jsonb, $5)
+    VALUES (:event_id, :aggregate_id, :sequence, 'InvoiceCreated', CAST(:payload AS jsonb), :now)
 """
+)
 
 
-async def row_by_row_batch(conn: asyncpg.Connection, *, now: datetime, batch_size: int) -> int:
+async def row_by_row_batch(conn: pg.Connection, *, now: datetime, batch_size: int) -> int:
     """The row-by-row loop: lock a batch, then one statement per row and per write."""
     async with conn.transaction():
-        rows = await conn.fetch(_LOCK, now, batch_size)
+        rows = await pg.fetch(conn, _LOCK, {"now": now, "batch_size": batch_size})
         for r in rows:
             index = r["period_index"] + 1
             start = r["current_period_end"]
@@ -222,21 +236,42 @@ async def row_by_row_batch(conn: asyncpg.Connection, *, now: datetime, batch_siz
                 index,
                 r["time_zone"],
             )
-            invoice_id = await conn.fetchval(
+            invoice_id = await pg.fetchval(
+                conn,
                 _INSERT_INVOICE,
-                r["id"],
-                r["customer_id"],
-                index,
-                start,
-                end,
-                r["price_amount"],
-                r["currency"],
-                now,
+                {
+                    "subscription_id": r["id"],
+                    "customer_id": r["customer_id"],
+                    "period_index": index,
+                    "period_start": start,
+                    "period_end": end,
+                    "amount": r["price_amount"],
+                    "currency": r["currency"],
+                    "now": now,
+                },
             )
-            await conn.execute(
-                _LINE, invoice_id, f"Plan {r['plan_code']}", r["price_amount"], start, end
+            await pg.execute(
+                conn,
+                _LINE,
+                {
+                    "invoice_id": invoice_id,
+                    "description": f"Plan {r['plan_code']}",
+                    "amount": r["price_amount"],
+                    "period_start": start,
+                    "period_end": end,
+                },
             )
-            seq = await conn.fetchval(_ADVANCE, r["id"], index, start, end, now)
+            seq = await pg.fetchval(
+                conn,
+                _ADVANCE,
+                {
+                    "id": r["id"],
+                    "period_index": index,
+                    "period_start": start,
+                    "period_end": end,
+                    "now": now,
+                },
+            )
             payload = InvoiceCreatedV1(
                 subscriptionId=r["id"],
                 invoiceId=invoice_id,
@@ -249,5 +284,15 @@ async def row_by_row_batch(conn: asyncpg.Connection, *, now: datetime, batch_siz
                 amount=r["price_amount"],
                 currency=r["currency"],
             )
-            await conn.execute(_EVENT, uuid.uuid4(), r["id"], seq, payload.to_json(), now)
+            await pg.execute(
+                conn,
+                _EVENT,
+                {
+                    "event_id": uuid.uuid4(),
+                    "aggregate_id": r["id"],
+                    "sequence": seq,
+                    "payload": payload.to_json(),
+                    "now": now,
+                },
+            )
     return len(rows)

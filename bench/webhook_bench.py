@@ -25,9 +25,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
-
 from bench.api_bench import (
     Result,
     api_server,
@@ -39,7 +36,10 @@ from bench.api_bench import (
     migrated_database,
     open_loop_over,
 )
+from billing_core.db import pg
+from billing_core.db.arrays import int_array
 from billing_core.domain.charge_result import idempotency_key
+from billing_core.settings import CoreSettings
 from services.api.signatures import sign_header
 from tests.support.factories import due_subscriptions_with_invoices
 
@@ -102,27 +102,29 @@ def run_load(**kwargs: Any) -> Result:
 
 # The collector's call of each invoice's attempt 0 timed out (an uncertain answer recorded
 # under its key): the attempt was sent, and the webhook brings its result.
-_SENT = text(
+_SENT = pg.Statement(
     """
     INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source, outcome,
                                  amount, currency, error, recorded_at)
     SELECT id, 0, 'inv-' || id || '-try-0', 'COLLECTOR', 'UNKNOWN', amount, currency,
            'timeout', :now
-    FROM invoice WHERE id = ANY(:ids)
+    FROM invoice JOIN unnest(CAST(:ids AS text)::bigint[]) AS sent(invoice_id) ON id = invoice_id
     """
 )
 
 
 async def seed_invoices(url: str, n: int) -> list[int]:
-    engine = create_async_engine(url)
+    pool = await pg.create_pool(
+        CoreSettings(database_url=url, process_name="bench.webhook"), max_size=1
+    )
     now = datetime.now(UTC)
     try:
-        async with engine.begin() as conn:
+        async with pg.transaction(pool) as conn:
             ids = await due_subscriptions_with_invoices(conn, n, now=now)
-            await conn.execute(_SENT, {"ids": ids, "now": now})
+            await pg.execute(conn, _SENT, {"ids": int_array(ids), "now": now})
             return ids
     finally:
-        await engine.dispose()
+        await pool.close()
 
 
 # Open-loop scenarios: events offered on a fixed schedule at this many per second.
