@@ -17,7 +17,6 @@ from billing_core.domain import period as period_rules
 from billing_core.usecases.renew import BatchResult, renew_due_batch
 from tests.support.factories import ensure_customers
 
-
 _PLAN = pg.Statement(
     "SELECT id, price_amount, currency, billing_interval FROM plan WHERE code = :code"
 )
