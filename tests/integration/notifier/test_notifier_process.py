@@ -40,20 +40,17 @@ NOW = datetime(2026, 12, 1, 8, tzinfo=UTC)
 CUSTOMERS = 80
 
 
-async def receipts_to_send(engine: AsyncEngine, customers: int = CUSTOMERS) -> list[CloudEvent]:
+async def receipts_to_send(pool: pg.Pool, customers: int = CUSTOMERS) -> list[CloudEvent]:
     """A customer (with an address), a subscription and a paid invoice each; their InvoicePaid."""
     events = []
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         for n in range(customers):
-            customer = (
-                await conn.execute(
-                    text(
-                        "INSERT INTO customer (external_id, email, name) VALUES (:x, :e, :n) "
-                        "RETURNING id"
-                    ),
-                    {"x": f"crm-{n}", "e": f"c{n}@example.com", "n": f"Customer {n}"},
-                )
-            ).scalar_one()
+            customer = await conn.fetchval(
+                "INSERT INTO customer (external_id, email, name) VALUES ($1, $2, $3) RETURNING id",
+                f"crm-{n}",
+                f"c{n}@example.com",
+                f"Customer {n}",
+            )
             sub = await create_subscription(conn, customer_id=customer, start=NOW)
             invoice = await create_invoice(
                 conn,
@@ -136,7 +133,7 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
     kafka_topic: str,
     tmp_path: Path,
 ) -> None:
-    events = await receipts_to_send(engine)
+    events = await receipts_to_send(pool)
     await publish(services.kafka_bootstrap, kafka_topic, events)
     expected = {f"<{e.id}@example.test>" for e in events}
     with mail_server(tmp_path / "mail") as mail:
@@ -184,6 +181,7 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
 @pytest.mark.slow
 async def test_sigterm_during_a_long_poll_stops_within_the_budget_and_loses_no_e_mail(
     engine: AsyncEngine,
+    pool: pg.Pool,
     services: Services,
     database_url: str,
     kafka_topic: str,
@@ -194,7 +192,7 @@ async def test_sigterm_during_a_long_poll_stops_within_the_budget_and_loses_no_e
     under a supervisor's grace period (honcho under ``make up`` waits 5 s), by rolling the poll
     back. Started again, the notifier reads those records again and queues every e-mail once."""
     receipts = 300
-    events = await receipts_to_send(engine, receipts)
+    events = await receipts_to_send(pool, receipts)
     await publish(services.kafka_bootstrap, kafka_topic, events)
     # Nothing is sent here (no SMTP server on port 1): only what is queued counts.
     env = notifier_env(database_url, services, kafka_topic, smtp_port=1)

@@ -84,10 +84,8 @@ async def customer(engine: AsyncEngine, email: str | None, name: str | None = "A
         )
 
 
-async def paid_invoice(
-    engine: AsyncEngine, customer_id: int, amount: int = 2_990
-) -> tuple[int, int]:
-    async with engine.begin() as conn:
+async def paid_invoice(pool: pg.Pool, customer_id: int, amount: int = 2_990) -> tuple[int, int]:
+    async with pg.transaction(pool) as conn:
         sub = await create_subscription(conn, customer_id=customer_id, start=NOW)
         invoice = await create_invoice(
             conn,
@@ -120,7 +118,7 @@ async def test_a_receipt_goes_to_the_customer_with_the_invoice_pdf(
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "ana@example.com")
-    sub, invoice = await paid_invoice(engine, cid)
+    sub, invoice = await paid_invoice(pool, cid)
     paid = record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2)
     await handle(pool, paid)
 
@@ -154,7 +152,7 @@ async def test_payment_failed_and_trial_ending_are_sent_and_other_events_only_lo
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "bo@example.com", name=None)
-    sub, invoice = await paid_invoice(engine, cid)
+    sub, invoice = await paid_invoice(pool, cid)
     trial_end = datetime(2026, 12, 15, 9, 30, tzinfo=UTC)
     await handle(
         pool,
@@ -185,11 +183,11 @@ async def test_an_event_handled_twice_is_one_email_and_no_address_is_no_email(
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "cy@example.com")
-    sub, invoice = await paid_invoice(engine, cid)
+    sub, invoice = await paid_invoice(pool, cid)
     paid = record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2)
     await handle(pool, paid, paid)  # e.g. a second consumer group reading the same topic
     nobody = await customer(engine, None)
-    sub2, invoice2 = await paid_invoice(engine, nobody)
+    sub2, invoice2 = await paid_invoice(pool, nobody)
     await handle(pool, record(ev.invoice_paid(sub2, invoice2, 2_990, "EUR", NOW), 2))
     await Sender(lazy_pool, notifier_settings(database_url, mail.port)).send_due()
     assert [m["To"] for m in mail.messages()] == ["Ana Example <cy@example.com>"]
@@ -203,7 +201,7 @@ async def test_a_server_that_is_down_is_retried_later_and_then_sent(
     tmp_path: Path,
 ) -> None:
     cid = await customer(engine, "di@example.com")
-    sub, invoice = await paid_invoice(engine, cid)
+    sub, invoice = await paid_invoice(pool, cid)
     await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     port = free_port()
     sender = Sender(lazy_pool, notifier_settings(database_url, port, notifier_send_retry_seconds=1))
@@ -239,7 +237,7 @@ async def test_a_permanent_refusal_gives_the_email_up(
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "someone@nowhere.invalid")
-    sub, invoice = await paid_invoice(engine, cid)
+    sub, invoice = await paid_invoice(pool, cid)
     await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     await Sender(lazy_pool, notifier_settings(database_url, mail.port)).send_due()
     async with pool.acquire() as conn:
@@ -255,7 +253,7 @@ async def test_a_sender_that_died_after_the_server_accepted_resends_and_the_mail
     mail: MailServer,
 ) -> None:
     cid = await customer(engine, "ed@example.com")
-    sub, invoice = await paid_invoice(engine, cid)
+    sub, invoice = await paid_invoice(pool, cid)
     await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
     # What a sender does up to the server's acceptance, then it dies (nothing marked).
     async with pg.transaction(pool) as conn:

@@ -17,34 +17,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 from aiokafka import AIOKafkaConsumer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
+from billing_core.db import pg
 from tests.support.factories import ensure_customers
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
+_SUBSCRIPTIONS = pg.Statement(
+    """
+    INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
+        current_period_start, current_period_end)
+    SELECT 1000 + g, (SELECT id FROM plan ORDER BY id LIMIT 1), 'ACTIVE', now(), now(),
+           now() + interval '1 month'
+    FROM generate_series(1, :n) g
+    RETURNING id
+    """
+)
+
+
 async def create_subscriptions(engine: AsyncEngine, n: int) -> list[int]:
-    async with engine.begin() as conn:
-        await ensure_customers(conn, list(range(1001, 1001 + n)))
-        rows = await conn.execute(
-            text(
-                """
-                INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
-                    current_period_start, current_period_end)
-                SELECT 1000 + g, (SELECT id FROM plan ORDER BY id LIMIT 1), 'ACTIVE', now(), now(),
-                       now() + interval '1 month'
-                FROM generate_series(1, :n) g
-                RETURNING id
-                """
-            ),
-            {"n": n},
-        )
-        return sorted(r[0] for r in rows)
+    conn = await asyncpg.connect(pg.asyncpg_dsn(engine.url.render_as_string(hide_password=False)))
+    try:
+        async with conn.transaction():
+            await ensure_customers(conn, list(range(1001, 1001 + n)))
+            rows = await pg.fetch(conn, _SUBSCRIPTIONS, {"n": n})
+    finally:
+        await conn.close()
+    return sorted(r["id"] for r in rows)
 
 
 async def insert_events(

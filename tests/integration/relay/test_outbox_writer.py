@@ -30,10 +30,10 @@ async def _rows(engine: AsyncEngine, sub: int) -> list[tuple[int, str, int]]:
 
 
 async def test_append_then_reserved_numbers_continue_one_gap_free_sequence(
-    engine: AsyncEngine,
+    engine: AsyncEngine, pool: pg.Pool
 ) -> None:
     a, b = await create_subscriptions(engine, 2)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         await outbox.append_events(
             conn,
             [
@@ -43,14 +43,12 @@ async def test_append_then_reserved_numbers_continue_one_gap_free_sequence(
             ],
             NOW,
         )
-        bases = await conn.execute(
-            text(
-                "UPDATE subscription SET event_seq = event_seq + 1 WHERE id = ANY(:ids)"
-                " RETURNING id, event_seq - 1"
-            ),
-            {"ids": [a, b]},
+        bases = await conn.fetch(
+            "UPDATE subscription SET event_seq = event_seq + 1 WHERE id = ANY($1::bigint[])"
+            " RETURNING id, event_seq - 1",
+            [a, b],
         )
-        reserved = {int(i): int(base) for i, base in bases.all()}
+        reserved = {int(i): int(base) for i, base in bases}
         await outbox.insert_numbered_events(
             conn,
             [

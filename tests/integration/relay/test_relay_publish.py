@@ -9,6 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core import cloudevents
+from billing_core.db import pg
 from billing_core.domain import events
 from billing_core.repo.outbox import append_events
 from billing_core.settings import CoreSettings
@@ -24,11 +25,15 @@ from tests.integration.relay.helpers import (
 
 
 async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers(
-    engine: AsyncEngine, make_relay: RelayFactory, settings: CoreSettings, kafka_topic: str
+    engine: AsyncEngine,
+    pool: pg.Pool,
+    make_relay: RelayFactory,
+    settings: CoreSettings,
+    kafka_topic: str,
 ) -> None:
     (sub,) = await create_subscriptions(engine, 1)
     occurred = datetime(2026, 12, 3, 10, 0, 0, 123456, tzinfo=UTC)
-    async with engine.begin() as conn:
+    async with pg.transaction(pool) as conn:
         await append_events(
             conn,
             [
@@ -37,11 +42,12 @@ async def test_state_change_round_trip_to_a_consumed_cloudevent_with_all_headers
             ],
             occurred,
         )
-        rows = await conn.execute(
-            text("SELECT event_id FROM outbox_event WHERE aggregate_id = :s ORDER BY sequence"),
-            {"s": sub},
-        )
-        ids = rows.scalars().all()
+        ids = [
+            row["event_id"]
+            for row in await conn.fetch(
+                "SELECT event_id FROM outbox_event WHERE aggregate_id = $1 ORDER BY sequence", sub
+            )
+        ]
     async with make_relay(relay_source="urn:billing:test") as relay:
         await drain(relay)
     consumed = await consume(settings.kafka_bootstrap, kafka_topic, expected=2, timeout=30)

@@ -10,22 +10,32 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.db import pg
 from billing_core.domain import period as period_rules
 from billing_core.usecases.renew import BatchResult, renew_due_batch
 from tests.support.factories import ensure_customers
 
+_PLAN = pg.Statement(
+    "SELECT id, price_amount, currency, billing_interval FROM plan WHERE code = :code"
+)
+_SUBSCRIPTION = pg.Statement(
+    """
+    INSERT INTO subscription (customer_id, plan_id, status, time_zone,
+        billing_anchor, period_index, current_period_start,
+        current_period_end, cancel_at_period_end, credit_balance)
+    VALUES (:customer_id, :plan_id, :status, :tz, :anchor, :n, :start,
+            :end, :cancel, :credit)
+    RETURNING id
+    """
+)
 
-async def plan_row(conn: AsyncConnection, code: str) -> dict[str, Any]:
-    row = (
-        await conn.execute(
-            text("SELECT id, price_amount, currency, billing_interval FROM plan WHERE code = :c"),
-            {"c": code},
-        )
-    ).one()
-    return dict(row._mapping)
+
+async def plan_row(conn: pg.Connection, code: str) -> dict[str, Any]:
+    row = await pg.fetchrow(conn, _PLAN, {"code": code})
+    assert row is not None, code
+    return dict(row)
 
 
 async def create_subscription(
@@ -40,41 +50,31 @@ async def create_subscription(
     credit_balance: int = 0,
     customer_id: int = 42,
 ) -> int:
-    """Insert a subscription whose current period is ``period_index`` of ``anchor``."""
-    async with engine.begin() as conn:
-        plan = await plan_row(conn, plan_code)
-        current = period_rules.period_bounds(
-            anchor, period_rules.Interval(plan["billing_interval"]), period_index, time_zone
-        )
-        await ensure_customers(conn, [customer_id])
-        return int(
-            (
-                await conn.execute(
-                    text(
-                        """
-                        INSERT INTO subscription (customer_id, plan_id, status, time_zone,
-                            billing_anchor, period_index, current_period_start,
-                            current_period_end, cancel_at_period_end, credit_balance)
-                        VALUES (:customer_id, :plan_id, :status, :tz, :anchor, :n, :start,
-                                :end, :cancel, :credit)
-                        RETURNING id
-                        """
-                    ),
-                    {
-                        "customer_id": customer_id,
-                        "plan_id": plan["id"],
-                        "status": status,
-                        "tz": time_zone,
-                        "anchor": anchor,
-                        "n": period_index,
-                        "start": current.start,
-                        "end": current.end,
-                        "cancel": cancel_at_period_end,
-                        "credit": credit_balance,
-                    },
-                )
-            ).scalar_one()
-        )
+    """Insert a subscription whose current period is ``period_index`` of ``anchor``, in one
+    committed transaction on a driver connection."""
+    conn = await driver_connection(engine)
+    try:
+        async with conn.transaction():
+            plan = await plan_row(conn, plan_code)
+            current = period_rules.period_bounds(
+                anchor, period_rules.Interval(plan["billing_interval"]), period_index, time_zone
+            )
+            await ensure_customers(conn, [customer_id])
+            params = {
+                "customer_id": customer_id,
+                "plan_id": plan["id"],
+                "status": status,
+                "tz": time_zone,
+                "anchor": anchor,
+                "n": period_index,
+                "start": current.start,
+                "end": current.end,
+                "cancel": cancel_at_period_end,
+                "credit": credit_balance,
+            }
+            return int(await pg.fetchval(conn, _SUBSCRIPTION, params))
+    finally:
+        await conn.close()
 
 
 async def run_batch(

@@ -87,7 +87,7 @@ async def test_the_checker_reports_a_gap_and_a_number_of_another_series(
 async def test_concurrent_numbering_passes_share_one_gap_free_series(
     engine: AsyncEngine, pool: db.Pool, clock: ManualClock
 ) -> None:
-    async with engine.begin() as conn:
+    async with db.transaction(pool) as conn:
         await due_subscriptions_with_invoices(conn, 700, now=clock.now())
     given: list[int] = []
 

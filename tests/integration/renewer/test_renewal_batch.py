@@ -329,25 +329,26 @@ async def test_version_bump_makes_a_stale_api_write_conflict(
     assert (await subscription(engine, sub_id))["cancel_at_period_end"] is False
 
 
+_CANCEL_AT_PERIOD_END = pg.Statement(
+    "UPDATE subscription SET cancel_at_period_end = true, version = version + 1 "
+    "WHERE id = :id AND version = :v"
+)
+
+
 async def test_api_write_waiting_on_the_batch_lock_then_conflicts(
-    engine: AsyncEngine, clock: ManualClock
+    engine: AsyncEngine, pool: pg.Pool, clock: ManualClock
 ) -> None:
     sub_id = await create_subscription(engine, anchor=JAN_15)
     read_version = (await subscription(engine, sub_id))["version"]
     clock.set(datetime(2025, 2, 16, tzinfo=UTC))
-    async with engine.begin() as batch_conn:
+    async with pg.transaction(pool) as batch_conn:
         await renew_due_batch(batch_conn, now=clock.now(), batch_size=10)
 
         async def api_write() -> int:
-            async with engine.begin() as conn:
-                res = await conn.execute(
-                    text(
-                        "UPDATE subscription SET cancel_at_period_end = true, "
-                        "version = version + 1 WHERE id = :id AND version = :v"
-                    ),
-                    {"id": sub_id, "v": read_version},
+            async with pg.transaction(pool) as conn:
+                return await pg.execute(
+                    conn, _CANCEL_AT_PERIOD_END, {"id": sub_id, "v": read_version}
                 )
-                return int(res.rowcount)
 
         api = asyncio.create_task(api_write())
         await asyncio.sleep(0.3)

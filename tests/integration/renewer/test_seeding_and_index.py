@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import asyncpg
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.domain import period as period_rules
@@ -173,7 +172,7 @@ async def test_claim_uses_the_partial_due_index(
 
 
 async def test_the_seeded_tax_mix_renews_with_tax_lines_that_add_up(
-    engine: AsyncEngine, pg: asyncpg.Connection
+    pg: asyncpg.Connection,
 ) -> None:
     now = datetime(2026, 3, 10, tzinfo=UTC)
     await seed_subscriptions(
@@ -185,18 +184,14 @@ async def test_the_seeded_tax_mix_renews_with_tax_lines_that_add_up(
 
     async with pg.transaction():
         result = await renew_due_batch(pg, now=now, batch_size=1000)
-    async with engine.connect() as conn:
-        kinds = dict(
-            (
-                await conn.execute(
-                    text(
-                        "SELECT coalesce(tax_inclusive::text, 'none'), count(*) "
-                        "FROM invoice_line WHERE kind = 'TAX' GROUP BY 1"
-                    )
-                )
-            ).all()
+    kinds = dict(
+        tuple(row)
+        for row in await pg.fetch(
+            "SELECT coalesce(tax_inclusive::text, 'none'), count(*) "
+            "FROM invoice_line WHERE kind = 'TAX' GROUP BY 1"
         )
-        assert (await check_lines(conn)).ok
-        assert (await check_amounts(conn)).ok
+    )
+    assert (await check_lines(pg)).ok
+    assert (await check_amounts(pg)).ok
     assert result.claimed == 400
     assert kinds.get("true", 0) > 0 and kinds.get("false", 0) > 0  # VAT inside, sales tax on top
