@@ -37,7 +37,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from billing_core.db import migrate, pg
 from billing_core.domain.period import Interval, boundary
@@ -182,8 +182,13 @@ async def seed(engine: AsyncEngine, config: ChaosConfig, now: datetime) -> list[
             anchor += due - end
             end = boundary(anchor, Interval.MONTH, 1, tz)
         rows.append({"customer": 100_000 + i, "tz": tz, "anchor": anchor, "end": end})
+    driver = await asyncpg.connect(pg.asyncpg_dsn(engine.url.render_as_string(False)))
+    try:
+        async with driver.transaction():
+            await ensure_customers(driver, [r["customer"] for r in (*rows, *trials)])
+    finally:
+        await driver.close()
     async with engine.begin() as conn:
-        await ensure_customers(conn, [r["customer"] for r in (*rows, *trials)])
         plan = (
             await conn.execute(text("SELECT id, price_amount FROM plan WHERE code = 'PRO_MONTHLY'"))
         ).one()
@@ -285,10 +290,14 @@ async def subscription_due_times(engine: AsyncEngine) -> dict[int, float]:
 
 
 async def api_key(engine: AsyncEngine) -> str:
-    async with AsyncSession(engine) as session, session.begin():
-        _client, key = await api_clients.create(
-            session, name="chaos", now=datetime.now(UTC), rate_limit_per_minute=10_000_000
-        )
+    driver = await asyncpg.connect(pg.asyncpg_dsn(engine.url.render_as_string(False)))
+    try:
+        async with driver.transaction():
+            _client, key = await api_clients.create(
+                driver, name="chaos", now=datetime.now(UTC), rate_limit_per_minute=10_000_000
+            )
+    finally:
+        await driver.close()
     return key
 
 
