@@ -51,5 +51,5 @@ async def scene(
     engine: AsyncEngine, pool: pg.Pool, services: Services, kafka_topic: str
 ) -> AsyncIterator[Scene]:
     world = World(now=datetime.now(UTC).replace(microsecond=0))
-    await world.build(engine)
+    await world.build(pool)
     yield Scene(world, engine, pool, services.kafka_bootstrap, kafka_topic)

@@ -65,7 +65,7 @@ async def test_faults_behind_the_schema_safety_nets(
     bare_engine: AsyncEngine, bare_pool: pg.Pool
 ) -> None:
     world = World(now=datetime.now(UTC).replace(microsecond=0))
-    await world.build(bare_engine)
+    await world.build(bare_pool)
     clean = await check_all(bare_pool, now=world.now, ledger=world.ledger(), topic=None)
     assert clean.ok, [str(v) for c in clean.checks for v in c.violations]
 

@@ -15,10 +15,9 @@ from datetime import datetime, timedelta
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from billing_core.cloudevents import encode_headers, encode_key
+from billing_core.db import pg
 from billing_core.domain.charge_result import idempotency_key
 from billing_core.domain.invoice_lines import LineKind, credit_line, period_lines, single
 from billing_core.domain.period import Interval, period_bounds, period_index_at
@@ -53,9 +52,9 @@ class World:
 
     # -- building ---------------------------------------------------------------------------
 
-    async def build(self, engine: AsyncEngine) -> None:
+    async def build(self, pool: pg.Pool) -> None:
         now = self.now
-        async with engine.begin() as conn:
+        async with pg.transaction(pool) as conn:
             # Paid every period since ~2.5 months ago.
             await self._subscription(conn, "a", "BASIC_MONTHLY", now - timedelta(days=75))
             for n in range(self._periods("a") + 1):
@@ -76,8 +75,9 @@ class World:
             inv = await self._renewal(conn, "d", 0, "BASIC_MONTHLY", paid=False)
             for attempt in range(4):
                 await self._attempt(conn, inv, attempt, "DECLINED", 990)
-            await conn.execute(
-                text(
+            await pg.execute(
+                conn,
+                pg.Statement(
                     "UPDATE invoice SET status = 'FAILED', attempt_count = 4, "
                     "next_attempt_at = NULL, closed_at = :now WHERE id = :id"
                 ),
@@ -90,8 +90,9 @@ class World:
             e = await self._subscription(conn, "e", "BASIC_MONTHLY", now - timedelta(days=3))
             inv = await self._renewal(conn, "e", 0, "BASIC_MONTHLY", paid=False)
             await self._attempt(conn, inv, 0, "DECLINED", 990)
-            await conn.execute(
-                text(
+            await pg.execute(
+                conn,
+                pg.Statement(
                     "UPDATE invoice SET attempt_count = 1, next_attempt_at = :next WHERE id = :id"
                 ),
                 {"next": now + timedelta(days=1), "id": inv},
@@ -105,17 +106,17 @@ class World:
         return self.current[name]
 
     async def _subscription(
-        self, conn: AsyncConnection, name: str, plan: str, anchor: datetime
+        self, conn: pg.Connection, name: str, plan: str, anchor: datetime
     ) -> int:
         index = period_index_at(anchor, Interval.MONTH, "UTC", self.now)
         period = period_bounds(anchor, Interval.MONTH, index, "UTC")
         customer = 100 + len(self.subs)
         await ensure_customers(conn, [customer])
         sub = int(
-            (
-                await conn.execute(
-                    text(
-                        """
+            await pg.fetchval(
+                conn,
+                pg.Statement(
+                    """
                         INSERT INTO subscription (customer_id, plan_id, status, time_zone,
                             billing_anchor, period_index, current_period_start,
                             current_period_end, created_at, updated_at)
@@ -123,17 +124,16 @@ class World:
                             'UTC', :anchor, :index, :start, :end, :anchor, :anchor)
                         RETURNING id
                         """
-                    ),
-                    {
-                        "customer": customer,
-                        "plan": plan,
-                        "anchor": anchor,
-                        "index": index,
-                        "start": period.start,
-                        "end": period.end,
-                    },
-                )
-            ).scalar_one()
+                ),
+                {
+                    "customer": customer,
+                    "plan": plan,
+                    "anchor": anchor,
+                    "index": index,
+                    "start": period.start,
+                    "end": period.end,
+                },
+            )
         )
         self.subs[name] = sub
         self.anchors[name] = anchor
@@ -143,7 +143,7 @@ class World:
 
     async def _renewal(
         self,
-        conn: AsyncConnection,
+        conn: pg.Connection,
         name: str,
         n: int,
         plan: str,
@@ -166,13 +166,14 @@ class World:
             self.charged[inv] = 1
         return inv
 
-    async def _upgrade(self, conn: AsyncConnection, name: str, old: str, new: str) -> None:
+    async def _upgrade(self, conn: pg.Connection, name: str, old: str, new: str) -> None:
         sub = self.subs[name]
         period = period_bounds(self.anchors[name], Interval.MONTH, 0, "UTC")
         at = period.start + (period.end - period.start) / 2
         due = prorate(PRICES[old], PRICES[new], period, at).due
-        await conn.execute(
-            text(
+        await pg.execute(
+            conn,
+            pg.Statement(
                 "UPDATE subscription SET plan_id = (SELECT id FROM plan WHERE code = :p) "
                 "WHERE id = :id"
             ),
@@ -196,7 +197,7 @@ class World:
 
     async def _invoice(
         self,
-        conn: AsyncConnection,
+        conn: pg.Connection,
         sub: int,
         kind: str,
         n: int,
@@ -209,10 +210,10 @@ class World:
     ) -> int:
         amount = subtotal - credit
         inv = int(
-            (
-                await conn.execute(
-                    text(
-                        """
+            await pg.fetchval(
+                conn,
+                pg.Statement(
+                    """
                         INSERT INTO invoice (subscription_id, customer_id, kind, period_index,
                             period_start, period_end, subtotal, credit_applied, amount,
                             currency, status, next_attempt_at, paid_at)
@@ -221,22 +222,21 @@ class World:
                         FROM subscription WHERE id = :sub
                         RETURNING id
                         """
-                    ),
-                    {
-                        "sub": sub,
-                        "kind": kind,
-                        "n": n,
-                        "start": start,
-                        "end": end,
-                        "subtotal": subtotal,
-                        "credit": credit,
-                        "amount": amount,
-                        "status": "PAID" if paid else "OPEN",
-                        "next": None if paid else start,
-                        "paid_at": start if paid else None,
-                    },
-                )
-            ).scalar_one()
+                ),
+                {
+                    "sub": sub,
+                    "kind": kind,
+                    "n": n,
+                    "start": start,
+                    "end": end,
+                    "subtotal": subtotal,
+                    "credit": credit,
+                    "amount": amount,
+                    "status": "PAID" if paid else "OPEN",
+                    "next": None if paid else start,
+                    "paid_at": start if paid else None,
+                },
+            )
         )
         lines = (
             period_lines("PLAN", subtotal, start, end, credit)
@@ -250,10 +250,11 @@ class World:
         return inv
 
     async def _attempt(
-        self, conn: AsyncConnection, inv: int, attempt: int, outcome: str, amount: int
+        self, conn: pg.Connection, inv: int, attempt: int, outcome: str, amount: int
     ) -> None:
-        await conn.execute(
-            text(
+        await pg.execute(
+            conn,
+            pg.Statement(
                 """
                 INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source,
                     outcome, amount, currency)
@@ -270,24 +271,30 @@ class World:
         )
 
     async def _credit(
-        self, conn: AsyncConnection, sub: int, amount: int, reason: str, inv: int | None
+        self, conn: pg.Connection, sub: int, amount: int, reason: str, inv: int | None
     ) -> None:
-        await conn.execute(
-            text(
+        await pg.execute(
+            conn,
+            pg.Statement(
                 "INSERT INTO credit_entry (subscription_id, amount, reason, invoice_id) "
                 "VALUES (:sub, :amount, :reason, :inv)"
             ),
             {"sub": sub, "amount": amount, "reason": reason, "inv": inv},
         )
-        await conn.execute(
-            text("UPDATE subscription SET credit_balance = credit_balance + :a WHERE id = :s"),
+        await pg.execute(
+            conn,
+            pg.Statement(
+                "UPDATE subscription SET credit_balance = credit_balance + :a WHERE id = :s"
+            ),
             {"a": amount, "s": sub},
         )
 
-    async def _set(self, conn: AsyncConnection, sub: int, **values: object) -> None:
+    async def _set(self, conn: pg.Connection, sub: int, **values: object) -> None:
         assignments = ", ".join(f"{k} = :{k}" for k in values)
-        await conn.execute(
-            text(f"UPDATE subscription SET {assignments} WHERE id = :id"), {**values, "id": sub}
+        await pg.execute(
+            conn,
+            pg.Statement(f"UPDATE subscription SET {assignments} WHERE id = :id"),
+            {**values, "id": sub},
         )
 
     def _event(self, sub: int, event_type: str, payload: dict[str, object]) -> Event:
@@ -296,10 +303,11 @@ class World:
         self.events.append(event)
         return event
 
-    async def store_events(self, conn: AsyncConnection) -> None:
+    async def store_events(self, conn: pg.Connection) -> None:
         for event in self.events:
-            await conn.execute(
-                text(
+            await pg.execute(
+                conn,
+                pg.Statement(
                     """
                     INSERT INTO outbox_event (event_id, aggregate_id, sequence, event_type,
                         payload, occurred_at, created_at, published_at)
@@ -317,12 +325,13 @@ class World:
                     "published": self.now if event.published else None,
                 },
             )
-        await conn.execute(
-            text(
+        await pg.execute(
+            conn,
+            pg.Statement(
                 "UPDATE subscription s SET event_seq = m.n FROM (SELECT aggregate_id, "
                 "max(sequence) AS n FROM outbox_event GROUP BY aggregate_id) m "
                 "WHERE m.aggregate_id = s.id"
-            )
+            ),
         )
 
     # -- evidence ---------------------------------------------------------------------------
