@@ -1,16 +1,33 @@
-"""Test data written straight with SQL (the same rows the services write), on either stack."""
+"""Test data written straight with SQL (the same rows the services write), on a driver
+connection, or inside a test's SQLAlchemy transaction (on that transaction's own driver
+connection: :func:`driver_of`)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from billing_core.db.arrays import int_array
 from billing_core.db.pg import Connection, Statement, execute, fetch, fetchval
+
+
+async def driver_of(conn: Connection | AsyncConnection) -> Connection:
+    """The asyncpg connection under a test's SQLAlchemy connection, its transaction begun (the
+    SQLAlchemy adapter begins lazily), so statements on it are part of that transaction."""
+    if not isinstance(conn, AsyncConnection):
+        return conn
+    await conn.execute(text("SELECT 1"))
+    raw = await conn.get_raw_connection()
+    return raw.driver_connection
+
 
 _PLAN_ID = Statement("SELECT id FROM plan WHERE code = :code")
 
 
-async def plan_id(conn: Connection, code: str) -> int:
+async def plan_id(conn: Connection | AsyncConnection, code: str) -> int:
+    conn = await driver_of(conn)
     return int(await fetchval(conn, _PLAN_ID, {"code": code}))
 
 
@@ -32,8 +49,9 @@ _SEQUENCE_PAST_CUSTOMERS = Statement(
 )
 
 
-async def ensure_customers(conn: Connection, customer_ids: list[int]) -> None:
+async def ensure_customers(conn: Connection | AsyncConnection, customer_ids: list[int]) -> None:
     """A customer row (external id: the number) for each of ``customer_ids`` that has none."""
+    conn = await driver_of(conn)
     await execute(conn, _ENSURE_CUSTOMERS, {"ids": int_array(customer_ids)})
     await execute(conn, _SEQUENCE_PAST_CUSTOMERS)
 
@@ -51,7 +69,7 @@ _SUBSCRIPTION = Statement(
 
 
 async def create_subscription(
-    conn: Connection,
+    conn: Connection | AsyncConnection,
     *,
     customer_id: int,
     start: datetime,
@@ -61,6 +79,7 @@ async def create_subscription(
     time_zone: str = "UTC",
     credit_balance: int = 0,
 ) -> int:
+    conn = await driver_of(conn)
     pid = await plan_id(conn, plan_code)
     await ensure_customers(conn, [customer_id])
     params = {
@@ -97,7 +116,7 @@ _INVOICE = Statement(
 
 
 async def create_invoice(
-    conn: Connection,
+    conn: Connection | AsyncConnection,
     *,
     subscription_id: int,
     customer_id: int,
@@ -110,6 +129,7 @@ async def create_invoice(
     attempt_count: int = 0,
     period_index: int = 0,
 ) -> int:
+    conn = await driver_of(conn)
     await ensure_customers(conn, [customer_id])
     params = {
         "sub": subscription_id,
@@ -161,10 +181,16 @@ _DUE_WITH_INVOICES = Statement(
 
 
 async def due_subscriptions_with_invoices(
-    conn: Connection, n: int, *, now: datetime, amount: int = 990, first_customer: int = 1
+    conn: Connection | AsyncConnection,
+    n: int,
+    *,
+    now: datetime,
+    amount: int = 990,
+    first_customer: int = 1,
 ) -> list[int]:
     """``n`` subscriptions, each with one OPEN invoice due at ``now`` (set-based), of
     customers ``first_customer`` .. ``first_customer + n - 1``."""
+    conn = await driver_of(conn)
     await ensure_customers(conn, list(range(first_customer, first_customer + n)))
     params = {"n": n, "now": now, "amount": amount, "first": first_customer}
     return [int(r["id"]) for r in await fetch(conn, _DUE_WITH_INVOICES, params)]

@@ -19,6 +19,7 @@ from tests.integration.console.conftest import log_in, screenshot_path
 from tests.support.factories import (
     create_invoice,
     create_subscription,
+    driver_of,
     due_subscriptions_with_invoices,
 )
 from tests.support.processes import Proc, free_port, start
@@ -182,7 +183,7 @@ async def test_an_operator_resolves_a_reconciliation_item_and_it_is_audited(
     sub, inv, _customer = await _seed_story(engine)
     async with engine.begin() as conn:
         await add_items(
-            conn,
+            await driver_of(conn),
             [
                 NewItem(
                     invoice_id=inv,

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from billing_core.repo.reconciliation import NewItem, add_items
 from tests.integration.console.conftest import console_client, form_token, logged_in
-from tests.support.factories import create_invoice, create_subscription
+from tests.support.factories import create_invoice, create_subscription, driver_of
 
 NON_ASCII_COOKIES = ["e30=.é", "e30=." + "é" * 64, "é.é", "e30=.²"]
 
@@ -75,7 +75,7 @@ async def test_resolving_a_non_id_is_a_404(
             next_attempt_at=now,
             period_start=now,
         )
-        await add_items(conn, [NewItem(inv, sub, "gateway_rejected: no")], now=now)
+        await add_items(await driver_of(conn), [NewItem(inv, sub, "gateway_rejected: no")], now=now)
     async with logged_in(app, api_key) as client:
         token = form_token(await client.get("/console/reconciliation"))
         answer = await client.post(

@@ -14,6 +14,7 @@ from billing_core.usecases.numbering import number_documents
 from services.api.admin import create_api_key_async
 from tests.integration.api.helpers import scalar, subscribe
 from tests.integration.console.conftest import console_client, logged_in, post_login
+from tests.support.factories import driver_of
 
 
 async def test_pages_without_a_session_send_to_the_login_form(anonymous: httpx.AsyncClient) -> None:
@@ -105,7 +106,7 @@ async def test_a_subscriptions_story_shows_its_invoices_lines(
 ) -> None:
     sub = await subscribe(client)
     async with engine.begin() as conn:
-        await number_documents(conn, limit=10)
+        await number_documents(await driver_of(conn), limit=10)
     number = await scalar(
         engine, "SELECT number FROM invoice WHERE subscription_id = :s", s=sub["id"]
     )

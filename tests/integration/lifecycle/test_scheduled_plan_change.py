@@ -19,6 +19,7 @@ from billing_core.invariants.ledger import LedgerEvidence
 from billing_core.invariants.topic import PlanChangeSeen
 from tests.integration.api.helpers import assert_problem, rows, scalar, subscribe
 from tests.integration.lifecycle.helpers import instant, renew
+from tests.support.factories import driver_of
 
 
 def key() -> dict[str, str]:
@@ -182,13 +183,13 @@ async def test_the_amounts_invariant_prices_the_boundary_period_at_a_scheduled_p
     await renew(engine, clock)
     boundary = instant(sub["currentPeriodEnd"])
     async with engine.begin() as conn:
-        assert (await check_amounts(conn)).ok
+        assert (await check_amounts(await driver_of(conn))).ok
         await conn.execute(
             text("DELETE FROM outbox_event WHERE aggregate_id = :s"), {"s": sub["id"]}
         )
         seen = PlanChangeSeen("e1", sub["id"], 1, boundary, "PRO_MONTHLY", "BASIC_MONTHLY", True)
-        assert (await check_amounts(conn, plan_changes=[seen])).ok
+        assert (await check_amounts(await driver_of(conn), plan_changes=[seen])).ok
         immediate = PlanChangeSeen("e1", sub["id"], 1, boundary, "PRO_MONTHLY", "BASIC_MONTHLY")
-        wrong = await check_amounts(conn, plan_changes=[immediate])
+        wrong = await check_amounts(await driver_of(conn), plan_changes=[immediate])
         assert wrong.kinds() == {"wrong_subtotal": 1}
         await conn.rollback()
