@@ -109,17 +109,6 @@ async def page(conn: Connection, *, limit: int, before_id: int | None = None) ->
     return [Customer(**row) for row in rows]
 
 
-_PLAN_COLUMNS = {
-    "plan_id": "p.id",
-    "plan_code": "p.code",
-    "plan_name": "p.name",
-    "plan_price_amount": "p.price_amount",
-    "plan_currency": "p.currency",
-    "plan_interval": "p.billing_interval",
-    "scheduled_plan_code": "sp.code",
-    "scheduled_plan_price_amount": "sp.price_amount",
-    "scheduled_plan_interval": "sp.billing_interval",
-}
 _SUBSCRIPTION_FILTERS = (
     "s.customer_id = :customer_id",
     "s.status = :status",
@@ -130,16 +119,10 @@ _SUBSCRIPTION_FILTERS = (
 def _subscriptions_page(filters: tuple[bool, ...]) -> Statement:
     """The page of subscriptions under the filters chosen (in :data:`_SUBSCRIPTION_FILTERS`
     order): one statement per choice, so that each plan uses the indexes it can."""
-    selected = ", ".join(
-        f"{_PLAN_COLUMNS[f.name]} AS {f.name}" if f.name in _PLAN_COLUMNS else f"s.{f.name}"
-        for f in fields(subscriptions_repo.Subscription)
-    )
     where = " AND ".join(c for c, on in zip(_SUBSCRIPTION_FILTERS, filters, strict=True) if on)
     return Statement(
         f"""
-        SELECT {selected}
-        FROM subscription s JOIN plan p ON p.id = s.plan_id
-            LEFT JOIN plan sp ON sp.id = s.scheduled_plan_id
+        {subscriptions_repo.SELECT_SQL}
         {f"WHERE {where}" if where else ""}
         ORDER BY s.id DESC
         LIMIT :limit
