@@ -3,8 +3,9 @@ that measures SQLAlchemy against the driver."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.support.imports import imported_names
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MEASURES_SQLALCHEMY = {"db_stack.py"}
@@ -15,11 +16,7 @@ def test_the_benchmarks_import_no_sqlalchemy() -> None:
     for module in sorted(BENCH.glob("*.py")):
         if module.name in MEASURES_SQLALCHEMY:
             continue
-        for node in ast.walk(ast.parse(module.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [f"{module.name}: {n}" for n in names if n.split(".")[0] == "sqlalchemy"]
+        offenders += [
+            f"{module.name}: {n}" for n in imported_names(module) if n.split(".")[0] == "sqlalchemy"
+        ]
     assert offenders == []

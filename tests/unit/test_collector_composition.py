@@ -3,7 +3,6 @@ rest of the process; every figure it works with is read from the settings."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import inspect
 from pathlib import Path
@@ -19,6 +18,7 @@ from services.collector.refunds import RefundSender
 from services.collector.service import Collector
 from services.collector.settings import CollectorSettings
 from services.collector.window import CallWindow
+from tests.support.imports import imported_names
 
 SHARED = {
     "pool",
@@ -71,17 +71,11 @@ async def test_a_collector_is_built_from_settings_without_touching_a_server() ->
 def test_the_collector_imports_no_sqlalchemy_and_no_engine() -> None:
     offenders = []
     for module in sorted(Path(main.__file__).parent.glob("*.py")):
-        for node in ast.walk(ast.parse(module.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [
-                f"{module.name}: {name}"
-                for name in names
-                if name.startswith(("sqlalchemy", "billing_core.db.engine"))
-            ]
+        offenders += [
+            f"{module.name}: {name}"
+            for name in imported_names(module)
+            if name.startswith(("sqlalchemy", "billing_core.db.engine"))
+        ]
     assert offenders == []
 
 

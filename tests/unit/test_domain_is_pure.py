@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import billing_core.domain
+from tests.support.imports import imported_names
 
 FORBIDDEN = {"sqlalchemy", "asyncpg", "httpx", "redis", "aiokafka", "fastapi", "psycopg"}
 
@@ -16,13 +17,9 @@ def test_domain_modules_import_no_io_library() -> None:
     assert len(modules) >= 9
     offenders = []
     for module in modules:
-        for node in ast.walk(ast.parse(module.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            offenders += [f"{module.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+        offenders += [
+            f"{module.name}: {n}" for n in imported_names(module) if n.split(".")[0] in FORBIDDEN
+        ]
     assert offenders == []
 
 

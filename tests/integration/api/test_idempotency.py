@@ -216,27 +216,34 @@ async def test_concurrent_identical_posts_create_one_subscription(
     assert await scalar(engine, "SELECT count(*) FROM invoice") == 1
 
 
-async def test_first_request_committing_meanwhile_is_replayed_not_repeated(
-    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
-) -> None:
-    """The one-statement path looks the key up in a snapshot taken before it holds the key's
-    lock: a first request that commits in between is not seen there. Its stored response
-    then stops the second one's writes (unique key), and the second is answered by the
-    general path: the first one's response, replayed; nothing created twice."""
+async def _answered_while_a_first_request_commits(
+    client: httpx.AsyncClient,
+    engine: AsyncEngine,
+    clock: ManualClock,
+    *,
+    path: str,
+    raw: bytes,
+    key: str,
+    stored_body: bytes,
+    waits_in: str,
+) -> httpx.Response:
+    """The answer to ``raw`` under ``key`` when a first request's record of the same key is
+    written but not committed: the second request waits in the statement whose text is like
+    ``waits_in``, then the first commits."""
     client_id = await scalar(engine, "SELECT id FROM api_client")
-    raw = json.dumps(BODY).encode()
-    stored_body = b'{"stored":"by the first request"}'
     async with engine.connect() as first:
         await first.execute(
             text(
                 "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
                 "request_hash, response_status, response_headers, response_body, created_at, "
-                "completed_at, expires_at) VALUES (:c, 'race-1', 'POST', '/subscriptions', :h, "
+                "completed_at, expires_at) VALUES (:c, :k, 'POST', :p, :h, "
                 "201, CAST(:headers AS jsonb), :b, :now, :now, :later)"
             ),
             {
                 "c": client_id,
-                "h": request_fingerprint("POST", "/subscriptions", raw),
+                "k": key,
+                "p": path,
+                "h": request_fingerprint("POST", path, raw),
                 "headers": json.dumps({"content-type": "application/json"}),
                 "b": stored_body,
                 "now": clock.now(),
@@ -245,24 +252,45 @@ async def test_first_request_committing_meanwhile_is_replayed_not_repeated(
         )
         second = asyncio.create_task(
             client.post(
-                "/subscriptions",
+                path,
                 content=raw,
-                headers={"Idempotency-Key": "race-1", "content-type": "application/json"},
+                headers={"Idempotency-Key": key, "content-type": "application/json"},
             )
         )
-        # The second request's statement waits on the first one's uncommitted key.
         for _ in range(200):
             waiting = await scalar(
                 engine,
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%pg_try_advisory_xact_lock%'",
+                "AND query LIKE :like",
+                like=waits_in,
             )
             if waiting:
                 break
             await asyncio.sleep(0.02)
         assert waiting == 1
         await first.commit()
-        response = await second
+        return await second
+
+
+async def test_first_request_committing_meanwhile_is_replayed_not_repeated(
+    client: httpx.AsyncClient, engine: AsyncEngine, clock: ManualClock
+) -> None:
+    """The one-statement path looks the key up in a snapshot taken before it holds the key's
+    lock: a first request that commits in between is not seen there. Its stored response
+    then stops the second one's writes (unique key), and the second is answered by the
+    general path: the first one's response, replayed; nothing created twice."""
+    raw = json.dumps(BODY).encode()
+    stored_body = b'{"stored":"by the first request"}'
+    response = await _answered_while_a_first_request_commits(
+        client,
+        engine,
+        clock,
+        path="/subscriptions",
+        raw=raw,
+        key="race-1",
+        stored_body=stored_body,
+        waits_in="%pg_try_advisory_xact_lock%",
+    )
     assert response.status_code == 201, response.text
     assert response.headers["idempotent-replayed"] == "true"
     assert response.content == stored_body
@@ -316,46 +344,18 @@ async def test_a_first_request_committing_meanwhile_is_replayed_by_a_single_crea
     """The one-request claim's look-up predates its lock too: a first request that commits
     while the second runs is not seen, and its stored response stops the second one's (a
     unique key) at its own record: the second runs again and replays it."""
-    client_id = await scalar(engine, "SELECT id FROM api_client")
     raw = json.dumps({"externalId": "crm-race"}).encode()
     stored_body = b'{"stored":"by the first request"}'
-    async with engine.connect() as first:
-        await first.execute(
-            text(
-                "INSERT INTO idempotency_key (client_id, key, request_method, request_path, "
-                "request_hash, response_status, response_headers, response_body, created_at, "
-                "completed_at, expires_at) VALUES (:c, 'race-2', 'POST', '/customers', :h, "
-                "201, CAST(:headers AS jsonb), :b, :now, :now, :later)"
-            ),
-            {
-                "c": client_id,
-                "h": request_fingerprint("POST", "/customers", raw),
-                "headers": json.dumps({"content-type": "application/json"}),
-                "b": stored_body,
-                "now": clock.now(),
-                "later": clock.now() + timedelta(hours=1),
-            },
-        )
-        second = asyncio.create_task(
-            client.post(
-                "/customers",
-                content=raw,
-                headers={"Idempotency-Key": "race-2", "content-type": "application/json"},
-            )
-        )
-        # The second request's record waits on the first one's uncommitted key.
-        for _ in range(200):
-            waiting = await scalar(
-                engine,
-                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE 'INSERT INTO idempotency_key%'",
-            )
-            if waiting:
-                break
-            await asyncio.sleep(0.02)
-        assert waiting == 1
-        await first.commit()
-        response = await second
+    response = await _answered_while_a_first_request_commits(
+        client,
+        engine,
+        clock,
+        path="/customers",
+        raw=raw,
+        key="race-2",
+        stored_body=stored_body,
+        waits_in="INSERT INTO idempotency_key%",
+    )
     assert response.status_code == 201, response.text
     assert response.headers["idempotent-replayed"] == "true"
     assert response.content == stored_body
