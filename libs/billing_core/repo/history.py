@@ -64,9 +64,4 @@ async def for_subscription(
     conn: Connection, subscription_id: int, *, limit: int
 ) -> list[HistoryRow]:
     rows = await pg.fetch(conn, _HISTORY, {"id": subscription_id, "limit": limit})
-    return [HistoryRow(**{**row, "detail": _document(row["detail"])}) for row in rows]
-
-
-def _document(detail: Any) -> dict[str, Any]:
-    """A jsonb value: a ``str`` on the driver, already decoded through SQLAlchemy."""
-    return dict(json.loads(detail) if isinstance(detail, str) else detail)
+    return [HistoryRow(**{**row, "detail": dict(json.loads(row["detail"]))}) for row in rows]

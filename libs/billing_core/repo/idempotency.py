@@ -171,14 +171,14 @@ async def save(conn: Connection, record: NewRecord) -> None:
 
 def stored_response(row: Mapping[str, Any]) -> StoredResponse:
     """A :class:`StoredResponse` from a row holding ``STORED_COLUMNS`` by name (the headers as
-    JSON text on the driver, decoded on a SQLAlchemy session)."""
+    JSON text)."""
     headers = row["response_headers"]
     return StoredResponse(
         row["request_method"],
         row["request_path"],
         bytes(row["request_hash"]),
         int(row["response_status"] or 0),
-        dict(json.loads(headers) if isinstance(headers, str) else headers or {}),
+        dict(json.loads(headers)) if headers else {},
         bytes(row["response_body"] or b""),
         row["expires_at"],
     )
