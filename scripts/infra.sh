@@ -36,13 +36,27 @@ die() { printf '[infra] ERROR: %s\n' "$*" >&2; exit 1; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-wait_port() { # port seconds name
-  local i
+wait_port() { # port seconds name [pid-file log-file]
+  local i pid=""
+  [[ -n "${4:-}" && -f "$4" ]] && pid="$(cat "$4")"
   for ((i = 0; i < $2 * 10; i++)); do
     port_open "$1" && return 0
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      show_log "${5:-}"
+      log "$3 exited before opening port $1"
+      return 1
+    fi
     sleep 0.1
   done
-  die "$3 did not open port $1 within $2 s (logs: $VAR/log)"
+  show_log "${5:-}"
+  log "$3 did not open port $1 within $2 s (logs: $VAR/log)"
+  return 1
+}
+
+show_log() { # file: its last lines, so a failed start says why
+  [[ -n "$1" && -f "$1" ]] || return 0
+  log "last lines of $1:"
+  tail -n 40 "$1" | sed 's/^/[infra]   /' >&2
 }
 
 as_root() { if [[ $(id -u) -eq 0 ]]; then "$@"; else sudo "$@"; fi; }
@@ -138,7 +152,7 @@ EOF
   rm -f "$VAR/pg/data/postmaster.pid.stale"
   pg_run "$bin/pg_ctl" -D "$VAR/pg/data" -l "$VAR/log/postgres.log" -w -t 60 start >/dev/null \
     || die "postgres failed to start (see $VAR/log/postgres.log)"
-  wait_port "$PG_PORT" 60 postgres
+  wait_port "$PG_PORT" 60 postgres || exit 1
   if ! "$bin/psql" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" -d postgres -tAc \
     "select 1 from pg_database where datname='$PG_DB'" | grep -q 1; then
     "$bin/createdb" -h 127.0.0.1 -p "$PG_PORT" -U "$PG_USER" "$PG_DB"
@@ -160,7 +174,7 @@ redis_up() {
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$VAR/redis" --daemonize yes \
     --pidfile "$VAR/redis/redis.pid" --logfile "$VAR/log/redis.log" --save "" \
     --appendonly no --protected-mode yes >/dev/null
-  wait_port "$REDIS_PORT" 30 redis
+  wait_port "$REDIS_PORT" 30 redis || exit 1
   log "redis up on $REDIS_PORT"
 }
 
@@ -193,10 +207,22 @@ kafka_libs() {
 
 kafka_up() {
   if port_open "$KAFKA_PORT"; then log "kafka already answers on $KAFKA_PORT"; return; fi
-  mkdir -p "$VAR/kafka" "$VAR/log"
-  local libs conf
+  port_open "$KAFKA_CONTROLLER_PORT" \
+    && die "port $KAFKA_CONTROLLER_PORT (Kafka's controller) is taken by another program"
+  mkdir -p "$VAR/kafka" "$VAR/log/kafka"
+  local libs
   libs="$(kafka_libs)"
-  conf="$VAR/kafka/server.properties"
+  kafka_start "$libs" && return
+  # A broker that died on start is retried once on fresh storage: the data here is only ever
+  # development and test data, and a half-written first format is the usual cause.
+  log "kafka failed to start; retrying once on fresh storage"
+  kafka_down
+  rm -rf "$VAR/kafka/data"
+  kafka_start "$libs" || die "kafka did not start (logs: $VAR/log/kafka.out, $VAR/log/kafka)"
+}
+
+kafka_start() { # libs
+  local libs="$1" conf="$VAR/kafka/server.properties"
   sed -e "s#@PORT@#$KAFKA_PORT#g" -e "s#@CONTROLLER_PORT@#$KAFKA_CONTROLLER_PORT#g" \
     -e "s#@DATA_DIR@#$VAR/kafka/data#g" "$ROOT/deploy/kafka/server.properties.in" >"$conf"
   if [[ ! -f "$VAR/kafka/data/meta.properties" ]]; then
@@ -206,14 +232,14 @@ kafka_up() {
     java -cp "$libs/*" -Dlog4j2.configurationFile="$ROOT/deploy/kafka/log4j2.yaml" \
       -Dkafka.logs.dir="$VAR/log/kafka" kafka.tools.StorageTool format -t "$cid" -c "$conf" \
       --ignore-formatted >"$VAR/log/kafka-format.log" 2>&1 \
-      || die "kafka storage format failed (see $VAR/log/kafka-format.log)"
+      || { show_log "$VAR/log/kafka-format.log"; log "kafka storage format failed"; return 1; }
   fi
-  mkdir -p "$VAR/log/kafka"
   nohup java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$ROOT/deploy/kafka/log4j2.yaml" -Dkafka.logs.dir="$VAR/log/kafka" \
     -cp "$libs/*" kafka.Kafka "$conf" >"$VAR/log/kafka.out" 2>&1 &
   echo $! >"$VAR/kafka/kafka.pid"
-  wait_port "$KAFKA_PORT" 120 kafka
+  wait_port "$KAFKA_PORT" 240 kafka "$VAR/kafka/kafka.pid" "$VAR/log/kafka.out" \
+    || { show_log "$VAR/log/kafka/server.log"; return 1; }
   log "kafka up on $KAFKA_PORT"
 }
 
@@ -264,7 +290,7 @@ stripe_mock_up() {
     -https-addr "127.0.0.1:$STRIPE_MOCK_HTTPS_PORT" >"$VAR/log/stripe-mock.log" 2>&1 &
   local pid=$!
   echo "$pid" >"$VAR/stripe-mock/stripe-mock.pid"
-  wait_port "$STRIPE_MOCK_PORT" 30 stripe-mock
+  wait_port "$STRIPE_MOCK_PORT" 30 stripe-mock || exit 1
   sleep 0.5 # a listener that failed to bind ends the process just after the first one opened
   kill -0 "$pid" 2>/dev/null || die "stripe-mock exited (see $VAR/log/stripe-mock.log)"
   log "stripe-mock up on $STRIPE_MOCK_PORT"
@@ -290,7 +316,7 @@ mail_up() {
   nohup "$bin" mail-server --host 127.0.0.1 --port "$MAIL_PORT" --dir "$VAR/mail" \
     >"$VAR/log/mail.log" 2>&1 &
   echo $! >"$VAR/mail/mail.pid"
-  wait_port "$MAIL_PORT" 30 "mail server"
+  wait_port "$MAIL_PORT" 30 "mail server" || exit 1
   log "mail server up on $MAIL_PORT (messages in $VAR/mail/new)"
 }
 
