@@ -147,7 +147,7 @@ class ApiSettings(GatewaySettings):
         ge=1,
         le=100_000,
         description="The collectors' gateway limit (the variable they read), the line drawn on "
-        "the console's chart of gateway answers per second.",
+        "the console's chart of gateway calls per second.",
     )
 
     @field_validator("api_forwarded_allow_ips")

@@ -15,8 +15,9 @@ import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
-from typing import TypeVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
 import redis.asyncio as aioredis
 
@@ -57,6 +58,14 @@ _LOOKUP_LABELS = {
     ChargeOutcome.DECLINED: "declined",
     ChargeOutcome.UNKNOWN: "unknown",
 }
+
+
+@dataclass(frozen=True)
+class Sent(Generic[T]):
+    """A call's answer and the instant it was sent (the process clock, as ``recorded_at``)."""
+
+    answer: T
+    at: datetime
 
 
 # A slot missed (window full, check too slow) is retried with the same pre-call check while it
@@ -184,16 +193,18 @@ class Collector:
             return
         if invoice.uncertain_before and await self._settled_by_lookup(invoice):
             return
-        result = await self._send(invoice, self._charge_call(invoice))
-        if result is None:
+        sent = await self._send(invoice, self._charge_call(invoice))
+        if sent is None:
             return
+        result = sent.answer
         metrics.CALLS.labels(str(result.outcome)).inc()
         if result.unauthorized:
             await self._on_unauthorized(invoice, result.http_status)
             return
         if result.rate_limited:
             await self._on_rate_limited(result.retry_after_seconds)
-        await self._record(invoice, _charge_report(invoice, result), result.error)
+        sent_at = None if result.unsent else sent.at
+        await self._record(invoice, _charge_report(invoice, result), result.error, sent_at)
 
     async def _settled_by_lookup(self, invoice: LeasedInvoice) -> bool:
         """The gateway answered this key uncertainly before: ask it what happened first. True
@@ -201,11 +212,12 @@ class Collector:
         nothing more to do under this lease; False when the gateway never saw the key, so the
         call is made now — with the same key: should the earlier request still reach the
         gateway, the key makes it and this call one charge."""
-        found = await self._send(invoice, self._lookup_call(invoice))
-        return found is None or await self._settled_by(invoice, found)
+        sent = await self._send(invoice, self._lookup_call(invoice))
+        return sent is None or await self._settled_by(invoice, sent)
 
-    async def _settled_by(self, invoice: LeasedInvoice, found: LookupResult) -> bool:
+    async def _settled_by(self, invoice: LeasedInvoice, sent: Sent[LookupResult]) -> bool:
         """What a look-up found, recorded; False when the gateway never saw the key."""
+        found = sent.answer
         if found.outcome is None:  # never seen
             metrics.LOOKUPS.labels("not_found").inc()
             log.info("lookup_never_seen", invoice_id=invoice.id, key=invoice.idempotency_key)
@@ -216,7 +228,7 @@ class Collector:
             return True
         if found.rate_limited:
             await self._on_rate_limited(found.retry_after_seconds)
-        await self._record(invoice, _lookup_report(invoice, found), found.error)
+        await self._record(invoice, _lookup_report(invoice, found), found.error, sent.at)
         return True
 
     async def _settle_void_request(self, invoice: LeasedInvoice) -> None:
@@ -237,9 +249,10 @@ class Collector:
             return
         if calls is None:
             return
-        found = await self._send(invoice, self._lookup_call(invoice, calls.reference))
-        if found is None:
+        sent = await self._send(invoice, self._lookup_call(invoice, calls.reference))
+        if sent is None:
             return
+        found = sent.answer
         if found.never_seen and not found.never_seen_since(calls.last_call_at, self._clock.now()):
             trusted_from = (calls.last_call_at + found.index_lag).isoformat()
             found = LookupResult(
@@ -247,7 +260,7 @@ class Collector:
                 http_status=found.http_status,
                 error=f"lookup: not found, but the gateway's index may lag until {trusted_from}",
             )
-        if await self._settled_by(invoice, found):
+        if await self._settled_by(invoice, Sent(found, sent.at)):
             return
         report = GatewayReport(
             attempt_number=invoice.attempt_count,
@@ -257,7 +270,7 @@ class Collector:
             idempotency_key=invoice.idempotency_key,
             decline_code=NOTHING_CHARGED,
         )
-        await self._record(invoice, report, None)
+        await self._record(invoice, report, None, sent.at)
 
     def _charge_call(
         self, invoice: LeasedInvoice
@@ -288,7 +301,7 @@ class Collector:
 
     async def _send(
         self, invoice: LeasedInvoice, request: Callable[[GatewayConnection, float], Awaitable[T]]
-    ) -> T | None:
+    ) -> Sent[T] | None:
         """A place in the window, a connection, a send slot, the check that the invoice is still
         ours (read while the slot comes, so it is fresh and does not delay the call), then the
         call (a charge or a look-up: both count against the gateway's limit) at the slot; None
@@ -337,15 +350,16 @@ class Collector:
         connection: GatewayConnection,
         slot: Slot,
         request: Callable[[GatewayConnection, float], Awaitable[T]],
-    ) -> T:
+    ) -> Sent[T]:
         """The call, sent no later than the slot allows (or not at all: ``NotSent``)."""
+        sent_at = self._clock.now()
         call_started = time.monotonic()
         latency: float | None = None
         try:
             result = await request(connection, slot.latest)
             latency = time.monotonic() - call_started
             metrics.CALL_SECONDS.observe(latency)
-            return result
+            return Sent(result, sent_at)
         except NotSent:
             raise
         except BaseException:  # cancelled mid-call: it was sent
@@ -440,14 +454,19 @@ class Collector:
             log.warning("rate_limit_pause_failed", error=repr(exc))
 
     async def _record(
-        self, invoice: LeasedInvoice, report: GatewayReport, error: str | None
+        self,
+        invoice: LeasedInvoice,
+        report: GatewayReport,
+        error: str | None,
+        sent_at: datetime | None,
     ) -> None:
         """Record in its own transaction; retried while the lease lasts (e.g. a DB restart).
+        ``sent_at``: when the call was sent (None: no call went out).
 
         If it still fails, the lease expires and the next try reuses the same key: the gateway
         replays the result, nothing is charged twice.
         """
-        attempt = AttemptToRecord(invoice.id, report, error)
+        attempt = AttemptToRecord(invoice.id, report, error, sent_at)
         delay = 0.2
         while True:
             try:

@@ -24,6 +24,7 @@ class Status:
     outbox: dict[str, object]
     slots_booked: int | None  # None: Redis unreachable
     rate_limit: int
+    calls: backlogs.GatewayCalls
     money_back: dict[str, int] | None = None
 
 
@@ -40,6 +41,7 @@ async def gather(
         invs = await backlogs.invoices_by_status(conn, now)
         outbox = await backlogs.outbox_backlog(conn)
         money_back = await backlogs.money_back(conn, now)
+        calls = await backlogs.gateway_calls(conn, now, rate_limit=rate_limit)
     booked: int | None
     client = aioredis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
     limiter = GlobalRateLimiter(client, key=limiter_key, limit=rate_limit, guard_ms=guard_ms)
@@ -50,7 +52,7 @@ async def gather(
     finally:
         await limiter.close()
         await client.aclose()
-    return Status(subs, invs, outbox, booked, rate_limit, money_back)
+    return Status(subs, invs, outbox, booked, rate_limit, calls, money_back)
 
 
 def _plain(value: object) -> object:
@@ -75,6 +77,9 @@ def as_dict(status: Status, now: datetime) -> dict[str, object]:
             "redis_reachable": status.slots_booked is not None,
             "slots_booked": status.slots_booked,
             "rate_limit": status.rate_limit,
+            "calls_last_second": status.calls.last_second,
+            "busiest_second": status.calls.busiest_second,
+            "window_seconds": len(status.calls.per_second),
         },
         "money_back": status.money_back,
     }
@@ -112,15 +117,21 @@ def render(status: Status, now: datetime, console: Console | None = None) -> Non
     out.add_row(str(o["unpublished"]), lag, str(o["parked"]), str(o["total"]))
     console.print(out)
 
-    gate = Table(title="Gateway budget")
+    window = len(status.calls.per_second)
+    gate = Table(
+        title=f"Gateway budget (calls counted in the second they were sent, last {window} s)"
+    )
     gate.add_column("send slots booked ahead (all collectors)")
+    gate.add_column("calls, last second")
+    gate.add_column("busiest second")
     gate.add_column("limit")
     used = (
         "Redis unreachable (collection paused)"
         if status.slots_booked is None
         else (str(status.slots_booked))
     )
-    gate.add_row(used, str(status.rate_limit))
+    calls = status.calls
+    gate.add_row(used, str(calls.last_second), str(calls.busiest_second), str(status.rate_limit))
     console.print(gate)
 
     if status.money_back is not None:

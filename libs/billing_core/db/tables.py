@@ -284,7 +284,9 @@ payment_attempt = Table(
     Column("decline_code", Text),
     Column("gateway_reference", Text),
     Column("error", Text),
+    # When the collector sent the call (its process clock); NULL for webhooks and imports.
     Column("requested_at", TZ),
+    # When the answer was recorded: a group's answers share one, however their calls were spread.
     Column("recorded_at", TZ, nullable=False, server_default=NOW),
     CheckConstraint(_in("outcome", ATTEMPT_OUTCOMES), name="outcome"),
     CheckConstraint(_in("source", ATTEMPT_SOURCES), name="source"),

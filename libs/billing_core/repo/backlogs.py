@@ -1,7 +1,9 @@
-"""Backlog counts the operator tools show (``billing status``, ``billing demo``): read-only."""
+"""Backlog counts the operator tools show (``billing status``, ``billing demo``, the console):
+read-only."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -51,6 +53,19 @@ _MONEY_BACK = Statement(
     """
 )
 
+# By the instant each call was sent: the answers of a group are recorded together, whenever
+# their calls went out. Webhooks and imports have no send instant.
+_CALLS = Statement(
+    """
+    SELECT floor(extract(epoch FROM requested_at))::bigint AS second, count(*) AS calls
+    FROM (SELECT requested_at FROM payment_attempt ORDER BY id DESC LIMIT :cap) recent
+    WHERE requested_at > :since
+    GROUP BY 1 ORDER BY 1
+    """
+)
+
+CALLS_WINDOW_SECONDS = 180
+
 _PROGRESS = Statement(
     """
     SELECT
@@ -98,6 +113,37 @@ async def money_back(conn: Connection, now: datetime) -> dict[str, int]:
     and the reconciliation items no one has resolved yet."""
     [row] = await pg.fetch(conn, _MONEY_BACK, {"now": now})
     return {k: int(v) for k, v in row.items()}
+
+
+@dataclass(frozen=True)
+class GatewayCalls:
+    """The collectors' gateway calls (charges and look-ups) per second of sending, oldest
+    first; the last is the second ``now`` is in, still filling."""
+
+    per_second: list[int]
+
+    @property
+    def last_second(self) -> int:
+        """Calls sent in the last whole second."""
+        return self.per_second[-2] if len(self.per_second) >= 2 else 0
+
+    @property
+    def busiest_second(self) -> int:
+        return max(self.per_second, default=0)
+
+
+async def gateway_calls(
+    conn: Connection, now: datetime, *, rate_limit: int, seconds: int = CALLS_WINDOW_SECONDS
+) -> GatewayCalls:
+    """Calls sent in each of the last ``seconds`` seconds up to ``now``'s, read from the newest
+    attempts only (twice the limit's worth of the window), so the read stays bounded however
+    large the table is."""
+    since = datetime.fromtimestamp(now.timestamp() - seconds, tz=now.tzinfo)
+    cap = max(10_000, rate_limit * seconds * 2)
+    rows = await pg.fetch(conn, _CALLS, {"since": since, "cap": cap})
+    sent = {int(r["second"]): int(r["calls"]) for r in rows}
+    last = int(now.timestamp())
+    return GatewayCalls([sent.get(s, 0) for s in range(last - seconds + 1, last + 1)])
 
 
 async def demo_progress(

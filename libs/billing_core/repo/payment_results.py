@@ -38,6 +38,7 @@ class AttemptToRecord:
     invoice_id: int
     report: GatewayReport
     error: str | None = None
+    sent_at: datetime | None = None  # when the collector sent the call; None for a webhook
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,17 @@ async def lock_subscriptions_of_invoices(
 # A key was sent when an answer of our own call or look-up under it is recorded, or when the
 # invoice is leased at that attempt (the collector's claim, cleared by the decision that ends it).
 _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
-    """
+    f"""
     WITH r AS (
         SELECT * FROM unnest(
             CAST(:invoice_ids AS text)::bigint[], CAST(:attempt_numbers AS text)::integer[],
             CAST(:keys AS text)::text[], CAST(:sources AS text)::text[],
             CAST(:outcomes AS text)::text[], CAST(:amounts AS text)::bigint[],
             CAST(:currencies AS text)::text[], CAST(:decline_codes AS text)::text[],
-            CAST(:references AS text)::text[], CAST(:errors AS text)::text[]
+            CAST(:references AS text)::text[], CAST(:errors AS text)::text[],
+            CAST(:sent_ats AS text)::bigint[]
         ) AS r(invoice_id, attempt_number, key, source, outcome, amount, currency,
-               decline_code, reference, error)
+               decline_code, reference, error, sent_at)
     ),
     inv AS (
         SELECT id, subscription_id, customer_id, status, attempt_count, amount, currency,
@@ -104,10 +106,10 @@ _LOCK_INVOICES_AND_RECORD_ATTEMPTS = Statement(
     attempt AS (
         INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source,
                                      outcome, amount, currency, decline_code, gateway_reference,
-                                     error, recorded_at)
+                                     error, requested_at, recorded_at)
         SELECT inv.id, r.attempt_number, r.key, r.source, r.outcome,
                coalesce(r.amount, inv.amount), coalesce(r.currency, inv.currency),
-               r.decline_code, r.reference, r.error, :now
+               r.decline_code, r.reference, r.error, {instant_sql("r.sent_at")}, :now
         FROM r JOIN inv ON inv.id = r.invoice_id
         RETURNING id AS attempt_id, invoice_id
     )
@@ -141,7 +143,8 @@ async def lock_invoices_and_record_attempts(
 ) -> dict[int, LockedInvoice]:
     """Row-lock the invoices and write one ``payment_attempt`` audit row per result (always,
     whatever the result then does; with the amount and currency the gateway reported, when it
-    did). At most one result per invoice. Returns each invoice as it was before its result."""
+    did, and the call's send instant as ``requested_at``). At most one result per invoice.
+    Returns each invoice as it was before its result."""
     reports = [a.report for a in attempts]
     rows = await fetch(
         conn,
@@ -157,6 +160,7 @@ async def lock_invoices_and_record_attempts(
             "decline_codes": text_array([r.decline_code for r in reports]),
             "references": text_array([r.gateway_reference for r in reports]),
             "errors": text_array([a.error for a in attempts]),
+            "sent_ats": instant_array(a.sent_at for a in attempts),
             "now": now,
         },
     )

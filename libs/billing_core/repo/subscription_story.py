@@ -5,7 +5,6 @@ commits."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from billing_core.db import pg
@@ -123,25 +122,3 @@ async def story(
             stories[int(refund["invoice_id"])].refunds.append(dict(refund))
     published = await pg.fetch(conn, _EVENTS, {"id": subscription_id, "limit": events})
     return SubscriptionStory(dict(row), list(stories.values()), [dict(e) for e in published])
-
-
-_CALLS = Statement(
-    """
-    SELECT floor(extract(epoch FROM recorded_at))::bigint AS second, count(*) AS calls
-    FROM (SELECT recorded_at FROM payment_attempt WHERE source <> 'WEBHOOK'
-          ORDER BY id DESC LIMIT :cap) recent
-    WHERE recorded_at > :since
-    GROUP BY 1 ORDER BY 1
-    """
-)
-
-
-async def gateway_answers_per_second(
-    conn: Connection, *, now: datetime, seconds: int, cap: int
-) -> dict[int, int]:
-    """Gateway answers recorded per second (the collector's charges and look-ups; webhooks are
-    not calls) over the last ``seconds``, from the newest ``cap`` attempts only, so the read stays
-    bounded however large the table is (``cap`` should exceed the limit times ``seconds``)."""
-    since = datetime.fromtimestamp(now.timestamp() - seconds, tz=now.tzinfo)
-    rows = await pg.fetch(conn, _CALLS, {"since": since, "cap": cap})
-    return {int(r["second"]): int(r["calls"]) for r in rows}

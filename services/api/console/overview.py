@@ -1,5 +1,6 @@
-"""The console's overview numbers: the same queries as ``billing status`` (``repo.backlogs``),
-the gateway answers per second over the last minutes, and which processes answer."""
+"""The console's overview numbers: the same queries as ``billing status`` (``repo.backlogs``,
+the gateway calls per second of sending over the last minutes among them), and which processes
+answer."""
 
 from __future__ import annotations
 
@@ -8,10 +9,8 @@ from datetime import datetime
 from typing import Any
 
 from billing_core.db.pg import Pool
-from billing_core.repo import backlogs, subscription_story
+from billing_core.repo import backlogs
 from services.api.console.probes import ProcessState, probe_all
-
-WINDOW_SECONDS = 180
 
 
 @dataclass
@@ -21,7 +20,7 @@ class Overview:
     invoices: list[dict[str, Any]]
     outbox: dict[str, Any]
     money_back: dict[str, int]
-    per_second: list[tuple[int, int]]  # (seconds before now, answers) oldest first, gaps as 0
+    calls: backlogs.GatewayCalls
     limit: int
     processes: list[ProcessState]
 
@@ -43,15 +42,6 @@ class Overview:
         return (self.now - oldest).total_seconds() if isinstance(oldest, datetime) else 0.0
 
     @property
-    def last_second_rate(self) -> int:
-        """Answers in the last complete second with any (the chart's right end)."""
-        return self.per_second[-2][1] if len(self.per_second) >= 2 else 0
-
-    @property
-    def busiest_second(self) -> int:
-        return max((n for _, n in self.per_second), default=0)
-
-    @property
     def rate_limited(self) -> int | None:
         counts = [p.rate_limited for p in self.processes if p.rate_limited is not None]
         return sum(counts) if counts else None
@@ -65,22 +55,20 @@ async def gather(
         invs = await backlogs.invoices_by_status(conn, now)
         outbox = await backlogs.outbox_backlog(conn)
         money = await backlogs.money_back(conn, now)
-        answers = await subscription_story.gateway_answers_per_second(
-            conn, now=now, seconds=WINDOW_SECONDS, cap=max(10_000, limit * WINDOW_SECONDS * 2)
-        )
+        calls = await backlogs.gateway_calls(conn, now, rate_limit=limit)
     states = await probe_all(processes) if processes else []
-    last = int(now.timestamp())
-    series = [(last - s, answers.get(s, 0)) for s in range(last - WINDOW_SECONDS + 1, last + 1)]
-    return Overview(now, subs, invs, outbox, money, series, limit, states)
+    return Overview(now, subs, invs, outbox, money, calls, limit, states)
 
 
 def chart_points(overview: Overview, width: int = 600, height: int = 160) -> dict[str, Any]:
-    """The SVG chart's geometry: a polyline of answers per second and the limit line."""
-    top = max(overview.limit, overview.busiest_second, 1) * 1.1
-    n = max(1, len(overview.per_second) - 1)
+    """The SVG chart's geometry: a polyline of calls per second of sending and the limit
+    line."""
+    per_second = overview.calls.per_second
+    top = max(overview.limit, overview.calls.busiest_second, 1) * 1.1
+    n = max(1, len(per_second) - 1)
     points = " ".join(
         f"{i * width / n:.1f},{height - calls * height / top:.1f}"
-        for i, (_, calls) in enumerate(overview.per_second)
+        for i, calls in enumerate(per_second)
     )
     return {
         "width": width,
