@@ -106,6 +106,14 @@ bench-db-stack: venv infra-up ## CPU per transaction: the bare driver vs named q
 
 .PHONY: bench-db-stack
 
+# A shorter run: make bench-notifier NOTIFIER_BENCH_ARGS="--receipts 4000 --paced-seconds 15"
+NOTIFIER_BENCH_ARGS ?=
+
+bench-notifier: venv infra-up ## Notifier: receipts/s, CPU per receipt, delay at 200/s vs the mail server's own rate (NOTIFIER_BENCH_ARGS: its options)
+	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.notifier_bench $(NOTIFIER_BENCH_ARGS)
+
+.PHONY: bench-notifier
+
 bench-stripe-client: venv infra-up ## CPU per charge: the Stripe SDK vs the project's HTTP/1.1 client, against stripe-mock
 	@eval "$$(scripts/infra.sh env)" && $(BIN)/python -m bench.stripe_client_cpu
 

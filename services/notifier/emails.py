@@ -16,7 +16,7 @@ subscription's own; a customer without an address gets no e-mail (``email_no_add
 from __future__ import annotations
 
 from dataclasses import dataclass
-from email.message import EmailMessage
+from email.message import Message
 
 from billing_core.cloudevents import CloudEvent
 from billing_core.db.pg import Connection
@@ -174,7 +174,7 @@ class Handler:
         payload: p.EventPayload,
         to: invoice_documents.Recipient,
         subject: str,
-    ) -> EmailMessage:
+    ) -> Message:
         event_id = str(event.id)
         if isinstance(payload, p.InvoicePaidV1):
             document = await invoice_documents.load(conn, payload.invoiceId, seller=self._seller)

@@ -14,7 +14,8 @@ from services.notifier.settings import NotifierSettings
 
 
 def build(settings: NotifierSettings) -> process.WorkerProcess:
-    pool = pg.LazyPool(settings, max_size=2)
+    # The consumer's transaction, and one connection per SMTP connection of the sender.
+    pool = pg.LazyPool(settings, max_size=1 + settings.notifier_send_connections)
     handler = emails.Handler(
         Composer(mail_from=settings.notifier_mail_from, seller_name=settings.seller_name),
         Party(settings.seller_name, settings.seller_details),

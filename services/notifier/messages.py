@@ -3,17 +3,24 @@ invoice's PDF attached), a payment failure (PaymentFailed) and a trial ending so
 (SubscriptionTrialWillEnd).
 
 A message is built once, when its event is processed, and stored as bytes; every attempt sends
-those same bytes. Its Message-ID comes from the event id, so if it ever reaches a mailbox twice
-(a sender that died between the server's acceptance and recording it), both copies are one
-message to mail clients.
+those same bytes. It is built with the standard library's MIME classes under the ``compat32``
+policy with CRLF line ends, which store headers as given (a third of the CPU of the
+``EmailMessage`` API, which parses every header it is set): a display name or subject outside
+ASCII is encoded (RFC 2047) here. Its Message-ID comes from the event id, so if it ever reaches
+a mailbox twice (a sender that died between the server's acceptance and recording it), both
+copies are one message to mail clients.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from email import policy
-from email.message import EmailMessage
+from email import charset, policy
+from email.header import Header
+from email.message import Message
+from email.mime.application import MIMEApplication
+from email.mime.multipart import MIMEMultipart
+from email.mime.nonmultipart import MIMENonMultipart
 from email.utils import format_datetime, formataddr, parseaddr
 
 from billing_core.documents import invoice_pdf
@@ -24,6 +31,14 @@ from billing_core.domain.money import format_minor
 from billing_core.repo.invoice_documents import Recipient
 
 SENT = frozenset({"InvoicePaid", "PaymentFailed", "SubscriptionTrialWillEnd"})
+
+_POLICY = policy.compat32.clone(linesep="\r\n")
+_UTF8 = charset.Charset("utf-8")
+_UTF8.body_encoding = charset.QP
+
+
+def _header(text: str) -> str:
+    return text if text.isascii() else Header(text, "utf-8").encode()
 
 
 @dataclass(frozen=True)
@@ -40,18 +55,32 @@ class Composer:
         return f"<{event_id}@{self.domain}>"
 
     def _message(
-        self, *, event_id: str, to: Recipient, subject: str, sent_at: datetime, body: str
-    ) -> EmailMessage:
+        self,
+        *,
+        event_id: str,
+        to: Recipient,
+        subject: str,
+        sent_at: datetime,
+        body: str,
+        attachment: MIMENonMultipart | None = None,
+    ) -> Message:
         assert to.email is not None
-        message = EmailMessage(policy=policy.SMTP)
-        message["From"] = self.mail_from
-        message["To"] = formataddr((to.name or "", to.email))
-        message["Subject"] = subject
+        greeting = f"Hello {to.name}," if to.name else "Hello,"
+        text = MIMENonMultipart("text", "plain", charset="utf-8")
+        text.set_payload(f"{greeting}\n\n{body}\n\n{self.seller_name}\n", _UTF8)
+        message: Message = text
+        if attachment is not None:
+            message = MIMEMultipart(policy=_POLICY)
+            message.attach(text)
+            message.attach(attachment)
+        message.policy = _POLICY
+        name, address = parseaddr(self.mail_from)
+        message["From"] = formataddr((name, address), charset="utf-8")
+        message["To"] = formataddr((to.name or "", to.email), charset="utf-8")
+        message["Subject"] = _header(subject)
         message["Date"] = format_datetime(sent_at)
         message["Message-ID"] = self.message_id(event_id)
         message["Auto-Submitted"] = "auto-generated"
-        greeting = f"Hello {to.name}," if to.name else "Hello,"
-        message.set_content(f"{greeting}\n\n{body}\n\n{self.seller_name}\n")
         return message
 
     def receipt(
@@ -62,7 +91,7 @@ class Composer:
         subject: str,
         payload: p.InvoicePaidV1,
         document: InvoiceDocument,
-    ) -> EmailMessage:
+    ) -> Message:
         paid = format_minor(payload.amount, payload.currency)
         body = (
             f"We received your payment of {paid} for invoice {document.reference} "
@@ -70,16 +99,20 @@ class Composer:
             f"{document.period_start:%Y-%m-%d} to {document.period_end:%Y-%m-%d}.\n"
             "The invoice is attached as a PDF."
         )
-        message = self._message(
-            event_id=event_id, to=to, subject=subject, sent_at=payload.paidAt, body=body
-        )
-        message.add_attachment(
-            invoice_pdf.render(document),
-            maintype="application",
-            subtype="pdf",
+        pdf = MIMEApplication(invoice_pdf.render(document), "pdf", policy=_POLICY)
+        pdf.add_header(
+            "Content-Disposition",
+            "attachment",
             filename=f"invoice-{document.number or document.invoice_id}.pdf",
         )
-        return message
+        return self._message(
+            event_id=event_id,
+            to=to,
+            subject=subject,
+            sent_at=payload.paidAt,
+            body=body,
+            attachment=pdf,
+        )
 
     def payment_failed(
         self,
@@ -90,7 +123,7 @@ class Composer:
         payload: p.PaymentFailedV1,
         document: InvoiceDocument | None,
         occurred_at: datetime,
-    ) -> EmailMessage:
+    ) -> Message:
         what = f"invoice #{payload.invoiceId}"
         if document is not None:
             what += f" ({document.money(document.total)})"
@@ -118,7 +151,7 @@ class Composer:
         subject: str,
         payload: p.SubscriptionTrialWillEndV1,
         occurred_at: datetime,
-    ) -> EmailMessage:
+    ) -> Message:
         body = (
             f"Your free trial ends on {payload.trialEnd:%Y-%m-%d %H:%M} UTC. Your subscription "
             "then continues and its first period is invoiced; cancel before then if you do not "

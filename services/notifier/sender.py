@@ -3,19 +3,21 @@
 It runs beside the Kafka consumer (a side job of the notifier process, every
 ``BILLING_NOTIFIER_SEND_INTERVAL_SECONDS``), so a consumer waiting for its group to rebalance
 does not hold the e-mails back. Each round claims the due e-mails (a short transaction that
-leases the rows) and sends them over one SMTP connection, one at a time: count the attempt
-(committed), hand the message to the server, mark it sent (committed) as soon as the server has
-accepted it. On SIGTERM the message being sent is finished and recorded, the rest given back.
+leases the rows) and shares them out over ``BILLING_NOTIFIER_SEND_CONNECTIONS`` SMTP connections
+at once, each sending its share one at a time: count the attempt (committed), hand the message
+to the server, mark it sent (committed) as soon as the server has accepted it. The connections
+overlap the round trips to the server and the database that each message waits for. On SIGTERM
+the messages being sent are finished and recorded, the rest given back.
 What a crash can do:
 
 * before the server accepted a message (mid-conversation): the server drops it, the row stays
   unsent, and it is sent once the lease is over;
 * after acceptance, before the row is marked: the row is sent again when its lease is over. SMTP
   has no way to ask a server whether it already has a message, so this window cannot be closed
-  from the sending side; it is one message per crash at most, the same bytes with the same
-  Message-ID, and it is logged (``email_resending_after_unknown_outcome``). Mailboxes that
-  collapse copies of one Message-ID (Gmail does; so does the project's development server)
-  show the customer one e-mail.
+  from the sending side; it is one message per SMTP connection per crash at most, the same
+  bytes with the same Message-ID, and it is logged (``email_resending_after_unknown_outcome``).
+  Mailboxes that collapse copies of one Message-ID (Gmail does; so does the project's
+  development server) show the customer one e-mail.
 
 A server that does not answer is tried again every ``BILLING_NOTIFIER_SEND_RETRY_SECONDS`` (no
 message reached it: nothing is given up); a temporary refusal (4xx) is retried with a doubling
@@ -53,7 +55,8 @@ class Sender:
         self._pool = pool
         self._s = settings
         self._envelope_from = parseaddr(settings.notifier_mail_from)[1]
-        self._busy = asyncio.Lock()  # held while one message is being sent and recorded
+        # One per SMTP connection, held while its message is being sent and recorded.
+        self._lanes = [asyncio.Lock() for _ in range(settings.notifier_send_connections)]
         self._stopping = False
         self.sent = 0
         self.resent_after_unknown_outcome = 0
@@ -65,10 +68,11 @@ class Sender:
                 return
 
     async def stop(self) -> None:
-        """Send no more; wait for the message being sent, if any, to be recorded."""
+        """Send no more; wait for the messages being sent, if any, to be recorded."""
         self._stopping = True
-        async with self._busy:
-            pass
+        for busy in self._lanes:
+            async with busy:
+                pass
 
     def _client(self) -> aiosmtplib.SMTP:
         return aiosmtplib.SMTP(
@@ -88,13 +92,22 @@ class Sender:
             )
         if not claimed:
             return 0
+        lanes = [claimed[n :: len(self._lanes)] for n in range(len(self._lanes))]
+        async with asyncio.TaskGroup() as group:
+            for busy, emails in zip(self._lanes, lanes, strict=True):
+                if emails:
+                    group.create_task(self._send_lane(busy, emails))
+        return len(claimed)
+
+    async def _send_lane(self, busy: asyncio.Lock, claimed: list[Claimed]) -> None:
+        """Send ``claimed`` over one SMTP connection, one at a time."""
         smtp = self._client()
         try:
             await smtp.connect()
         except (aiosmtplib.SMTPException, OSError) as exc:
             for email in claimed:
                 await self._failed(email, f"connect: {exc!r}", attempts=None, permanent=False)
-            return len(claimed)
+            return
         try:
             for n, email in enumerate(claimed):
                 if self._stopping:
@@ -105,7 +118,7 @@ class Sender:
                     for rest in claimed[n:]:
                         await self._failed(rest, "connection lost", attempts=None, permanent=False)
                     break
-                async with self._busy:
+                async with busy:
                     await self._send(smtp, email)
         finally:
             if smtp.is_connected:
@@ -113,7 +126,6 @@ class Sender:
                     await smtp.quit()
                 except (aiosmtplib.SMTPException, OSError):
                     smtp.close()
-        return len(claimed)
 
     async def _send(self, smtp: aiosmtplib.SMTP, email: Claimed) -> None:
         async with pg.transaction(await self._pool.get()) as conn:

@@ -44,7 +44,10 @@ class NotifierSettings(CoreSettings):
         default=0.5, gt=0, description="How often the sender looks for due e-mails."
     )
     notifier_send_batch: int = Field(
-        default=50, ge=1, description="E-mails claimed and sent over one SMTP connection."
+        default=200, ge=1, description="E-mails claimed at once (shared out over the connections)."
+    )
+    notifier_send_connections: int = Field(
+        default=4, ge=1, description="SMTP connections a batch is sent over at once."
     )
     notifier_send_lease_seconds: float = Field(
         default=60.0,

@@ -1,2 +1,2 @@
 """Customer documents: the invoice's view model (:mod:`.invoice_view`) and its PDF
-(:mod:`.invoice_pdf`, rendered from an HTML template)."""
+(:mod:`.invoice_pdf`, laid out with fpdf2's text primitives)."""

@@ -6,8 +6,8 @@ while the e-mails are arriving at the server and started again each time. Every 
 mailbox must hold their receipt exactly once. The sender resends only where SMTP leaves no
 choice (a message the server accepted just before the kill, before the notifier recorded it as
 sent): such a resend is one the notifier says it made without knowing the earlier outcome
-(``email_resending_after_unknown_outcome``), at most one per kill, and the same message (same
-Message-ID), which the mailbox collapses into the copy it holds.
+(``email_resending_after_unknown_outcome``), at most one per SMTP connection per kill, and the
+same message (same Message-ID), which the mailbox collapses into the copy it holds.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from billing_core.cloudevents import CloudEvent
 from billing_core.db import pg
 from billing_core.domain import events as ev
 from billing_core.repo import notifier_emails
+from services.notifier.settings import NotifierSettings
 from services.relay.producer import ensure_topic
 from tests.support.factories import create_invoice, create_subscription
 from tests.support.infra import Services
@@ -38,6 +39,7 @@ from tests.support.processes import Proc, start
 
 NOW = datetime(2026, 12, 1, 8, tzinfo=UTC)
 CUSTOMERS = 80
+CONNECTIONS = NotifierSettings.model_fields["notifier_send_connections"].default
 
 
 async def receipts_to_send(pool: pg.Pool, customers: int = CUSTOMERS) -> list[CloudEvent]:
@@ -168,7 +170,7 @@ async def test_kill_9_while_sending_every_customer_gets_the_receipt_once(
         for line in log_lines(procs)
         if line.get("event") == "email_resending_after_unknown_outcome"
     ]
-    assert len(resent) <= 2  # one message per kill at most
+    assert len(resent) <= 2 * CONNECTIONS  # one message per connection per kill at most
     assert mail.collapsed() <= len(resent)  # a copy the mailbox held back was such a resend
     by_recipient = Counter(str(m["X-Billing-Envelope-To"]) for m in messages)
     assert set(by_recipient) == {f"c{n}@example.com" for n in range(CUSTOMERS)}
@@ -187,15 +189,18 @@ async def test_sigterm_during_a_long_poll_stops_within_the_budget_and_loses_no_e
     kafka_topic: str,
     tmp_path: Path,
 ) -> None:
-    """A poll of many receipts (each rendered as a PDF in the consumer's transaction) takes
-    seconds; SIGTERM in the middle of it stops the notifier within its shutdown budget, well
+    """A poll of thousands of receipts (each rendered as a PDF in the consumer's transaction)
+    takes seconds; SIGTERM in the middle of it stops the notifier within its shutdown budget, well
     under a supervisor's grace period (honcho under ``make up`` waits 5 s), by rolling the poll
     back. Started again, the notifier reads those records again and queues every e-mail once."""
-    receipts = 300
+    receipts = 3000
     events = await receipts_to_send(pool, receipts)
     await publish(services.kafka_bootstrap, kafka_topic, events)
     # Nothing is sent here (no SMTP server on port 1): only what is queued counts.
-    env = notifier_env(database_url, services, kafka_topic, smtp_port=1)
+    env = {
+        **notifier_env(database_url, services, kafka_topic, smtp_port=1),
+        "BILLING_NOTIFIER_MAX_RECORDS": str(receipts),  # one poll of them all
+    }
     first = start("notifier-0", "services.notifier", env, tmp_path)
     second: Proc | None = None
     try:

@@ -4,6 +4,7 @@ customer's address, through a real SMTP server (the project's own, as a process)
 
 from __future__ import annotations
 
+import asyncio
 import io
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from pathlib import Path
 
 import aiosmtplib
 import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import Envelope, Session
 from pypdf import PdfReader
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -142,6 +145,44 @@ async def test_a_receipt_goes_to_the_customer_with_the_invoice_pdf(
     async with pool.acquire() as conn:
         assert await notifier_emails.counts(conn) == {"sent": 1, "pending": 0, "failed": 0}
     assert await sender.send_due() == 0
+
+
+class Overlaps:
+    """An SMTP server's handler that keeps each message a moment before accepting it, and
+    counts how many it held at once."""
+
+    def __init__(self) -> None:
+        self.holding = 0
+        self.most = 0
+        self.accepted = 0
+
+    async def handle_DATA(self, server: object, session: Session, envelope: Envelope) -> str:
+        self.holding += 1
+        self.most = max(self.most, self.holding)
+        await asyncio.sleep(0.05)
+        self.holding -= 1
+        self.accepted += 1
+        return "250 OK"
+
+
+async def test_a_batch_goes_over_several_smtp_connections_at_once(
+    engine: AsyncEngine, pool: pg.Pool, lazy_pool: pg.LazyPool, database_url: str
+) -> None:
+    for n in range(8):
+        cid = await customer(engine, f"f{n}@example.com")
+        sub, invoice = await paid_invoice(pool, cid)
+        await handle(pool, record(ev.invoice_paid(sub, invoice, 2_990, "EUR", NOW), 2))
+    server = Overlaps()
+    controller = Controller(server, hostname="127.0.0.1", port=free_port())
+    controller.start()
+    try:
+        settings = notifier_settings(database_url, controller.port, notifier_send_connections=3)
+        assert await Sender(lazy_pool, settings).send_due() == 8
+    finally:
+        controller.stop()
+    assert (server.accepted, server.most) == (8, 3)
+    async with pool.acquire() as conn:
+        assert await notifier_emails.counts(conn) == {"sent": 8, "pending": 0, "failed": 0}
 
 
 async def test_payment_failed_and_trial_ending_are_sent_and_other_events_only_logged(
