@@ -15,6 +15,14 @@ publication), and CPU seconds per charge for each process (from /proc, for the r
 calls/s, invoice backlog and webhook backlog goes to ``--plot``.
 
     make bench-first-of-month         # or: python -m bench.first_of_month --subscriptions 100000
+
+``--total-subscriptions`` makes the table that large (the others come due over the following
+four weeks), ``--mix`` seeds the mix of taxes, trials, pauses, scheduled plan changes and
+coupons, and ``--seed-only`` seeds, prints the seconds and stops, leaving the database for
+``billing check`` and ``bench.explain_at_scale``:
+
+    python -m bench.first_of_month --subscriptions 1000000 --total-subscriptions 5000000 \
+        --mix --seed-only
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from typing import cast
 import httpx
 
 from billing_core.db import migrate, pg
+from billing_core.seeding import SeedMix
 from billing_core.settings import CoreSettings
 from services.ops.seed import seed
 from tests.support.db import recreate_database
@@ -146,12 +155,17 @@ async def backlog(pool: pg.Pool) -> dict[str, int]:
 
 async def run(args: argparse.Namespace) -> dict[str, object]:
     services = start_services()
-    name = "billing_bench_first_of_month"
+    name = args.database
     await recreate_database(services.admin_database_url, name)
     url = services.database_url(name)
     await asyncio.to_thread(migrate.upgrade, url)
     due_at = datetime.now(UTC) + timedelta(seconds=args.lead_s)
-    print(f"seeding {args.subscriptions} subscriptions due at {due_at:%H:%M:%S} UTC ...")
+    total = max(args.subscriptions, args.total_subscriptions or 0)
+    print(
+        f"seeding {total} subscriptions, {args.subscriptions} due at {due_at:%H:%M:%S} UTC"
+        f"{' (the seeded mix)' if args.mix else ''} ..."
+    )
+    seeding_started = time.monotonic()
     await seed(
         url,
         count=args.subscriptions,
@@ -162,7 +176,19 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         credit_share=0.0,
         cancel_share=0.0,
         show_progress=False,
+        not_due=total - args.subscriptions,
+        mix=SeedMix() if args.mix else None,
     )
+    seed_s = time.monotonic() - seeding_started
+    print(f"seeded in {seed_s:.1f} s", flush=True)
+    if args.seed_only:
+        return {
+            "database": name,
+            "subscriptions": total,
+            "due": args.subscriptions,
+            "due_at": due_at.isoformat(),
+            "seed_s": seed_s,
+        }
     log_dir = Path(tempfile.mkdtemp(prefix="bench-first-of-month-"))
     system = System(
         database_url=url,
@@ -244,6 +270,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     deliveries = "billing_gateway_sim_webhook_deliveries_total"
     result: dict[str, object] = {
         "subscriptions": args.subscriptions,
+        "total_subscriptions": total,
+        "seed_s": seed_s,
         "gateway_calls": calls,
         "charges": charges,
         "drained": drained_at is not None,
@@ -314,10 +342,32 @@ CPU_MS_PER_CHARGE_TARGET = 4.0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--subscriptions", type=int, default=100_000)
+    parser.add_argument("--subscriptions", type=int, default=100_000, help="Due at once.")
+    parser.add_argument(
+        "--total-subscriptions",
+        type=int,
+        default=0,
+        help="The table's size: the rest come due over the following four weeks.",
+    )
+    parser.add_argument(
+        "--mix",
+        action="store_true",
+        help="Tax, trial, pause, scheduled plan change and coupon shares (seeding.SeedMix).",
+    )
+    parser.add_argument(
+        "--seed-only",
+        action="store_true",
+        help="Seed (and analyze), report the seconds, stop; the database stays.",
+    )
+    parser.add_argument("--database", default="billing_bench_first_of_month", help="Recreated.")
     parser.add_argument("--limit", type=int, default=200, help="The gateway's calls/s.")
     parser.add_argument("--decline-rate", type=float, default=0.03)
-    parser.add_argument("--lead-s", type=float, default=60, help="Due this long after seeding.")
+    parser.add_argument(
+        "--lead-s",
+        type=float,
+        default=60,
+        help="Due this long after the seeding starts (more than the seeding and start-up take).",
+    )
     parser.add_argument("--timeout-s", type=float, default=1800)
     parser.add_argument("--plot", default="docs/benchmarks/first_of_month.png")
     parser.add_argument("--json", default="", help="Also write the figures here.")
@@ -327,6 +377,8 @@ def main() -> None:
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=2, default=str))
+    if args.seed_only:
+        return
     first_pass = cast("float | None", result["first_pass_over_floor"])
     cpu_ms = cast(float, result["cpu_ms_per_charge_pipeline"])
     verdicts = [

@@ -15,6 +15,10 @@ periods computed by PostgreSQL's own month arithmetic (which clamps to the month
 exactly like the domain does in UTC). It exists to build large tables quickly (e.g. millions of
 subscriptions that are not due).
 
+:func:`seed_mix` turns shares of them into taxed, trialing, paused, plan-changing and
+discounted subscriptions (:func:`seed_tax_mix`, :func:`seed_lifecycle_mix`,
+:func:`seed_coupon_mix`), set-based too.
+
 :func:`seed_history` writes what the seeded subscriptions imply happened before: every period
 0..current invoiced and paid, and the seeded credit in the credit ledger. Those payments were
 made before (outside) this system, so each is recorded as a SUCCESS payment attempt with source
@@ -38,7 +42,7 @@ from billing_core.db.arrays import (
     int_array,
     text_array,
 )
-from billing_core.db.pg import Connection, Statement, execute, fetch
+from billing_core.db.pg import Connection, Statement, execute, fetch, fetchval
 from billing_core.domain import period as period_rules
 from billing_core.domain.subscription import SubscriptionStatus
 
@@ -421,6 +425,90 @@ async def seed_lifecycle_mix(
     return LifecycleMix(*done)
 
 
+# The seeded coupon: 10 % off three periods.
+SEED_COUPON = "SEED-10-OFF-3"
+
+_COUPON = Statement(
+    """
+    INSERT INTO coupon (code, percent_off_bp, duration, duration_periods)
+    VALUES (:code, 1000, 'REPEATING', 3)
+    ON CONFLICT (code) DO NOTHING
+    """
+)
+
+# Redeemed from the next period on (the one the renewer invoices next) by ``share`` of the
+# ACTIVE subscriptions of customers from ``first_customer_id`` on without a discount; the
+# coupon counts its redemptions.
+_DISCOUNTS = Statement(
+    """
+    WITH redeemed AS (
+        INSERT INTO subscription_discount (subscription_id, coupon_code, from_period,
+                                           until_period, applied_at)
+        SELECT s.id, :code, s.period_index + 1, s.period_index + 4, s.current_period_start
+        FROM subscription s
+        WHERE s.customer_id >= :first_customer_id AND s.status = 'ACTIVE'
+          AND random() < CAST(:share AS float8)
+        ON CONFLICT (subscription_id) DO NOTHING
+        RETURNING subscription_id
+    ),
+    counted AS (SELECT count(*) AS n FROM redeemed)
+    UPDATE coupon SET times_redeemed = times_redeemed + counted.n
+    FROM counted WHERE coupon.code = :code
+    RETURNING counted.n
+    """
+)
+
+
+async def seed_coupon_mix(
+    conn: Connection, *, share: float, first_customer_id: int = 1, random_seed: float = 0.75
+) -> int:
+    """Redeem :data:`SEED_COUPON` (created where absent) for ``share`` of the ACTIVE
+    subscriptions of customers from ``first_customer_id`` on, from their next period on.
+    Returns how many were given it."""
+    if not 0 <= share <= 1:
+        raise ValueError("share must be in [0, 1]")
+    await execute(conn, _COUPON, {"code": SEED_COUPON})
+    await execute(conn, _SET_SEED, {"seed": random_seed})
+    params = {"code": SEED_COUPON, "first_customer_id": first_customer_id, "share": share}
+    return int(await fetchval(conn, _DISCOUNTS, params))
+
+
+@dataclass(frozen=True, slots=True)
+class SeedMix:
+    """Shares of the seeded subscriptions that are taxed, in a trial, paused, with a plan
+    change scheduled, or with a coupon (:func:`seed_mix`)."""
+
+    tax_share: float = 0.5
+    trial_share: float = 0.05
+    pause_share: float = 0.02
+    scheduled_change_share: float = 0.05
+    coupon_share: float = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class MixReport:
+    taxed: int
+    lifecycle: LifecycleMix
+    discounted: int
+
+
+async def seed_mix(conn: Connection, mix: SeedMix, *, first_customer_id: int = 1) -> MixReport:
+    """The taxes, lifecycle states and coupons of :class:`SeedMix` on the subscriptions of
+    customers from ``first_customer_id`` on (before their history: trials have none)."""
+    taxed = await seed_tax_mix(conn, share=mix.tax_share, first_customer_id=first_customer_id)
+    lifecycle = await seed_lifecycle_mix(
+        conn,
+        trial_share=mix.trial_share,
+        pause_share=mix.pause_share,
+        scheduled_change_share=mix.scheduled_change_share,
+        first_customer_id=first_customer_id,
+    )
+    discounted = await seed_coupon_mix(
+        conn, share=mix.coupon_share, first_customer_id=first_customer_id
+    )
+    return MixReport(taxed, lifecycle, discounted)
+
+
 # ``count`` UTC monthly subscriptions due in the window, customers from ``first_customer_id`` on.
 _FILLER = Statement(
     """
@@ -432,7 +520,7 @@ _FILLER = Statement(
         SELECT g AS i,
                date_trunc('second', (CAST(:due_from AS timestamptz) AT TIME ZONE 'UTC')
                    + random() * CAST(:due_window AS interval)) AS due_local,
-               (random() * 11)::int AS n
+               (random() * CAST(:max_past_periods AS int))::int AS n
         FROM generate_series(0, CAST(:count AS int) - 1) AS g
     ),
     a AS (
@@ -456,6 +544,7 @@ async def seed_filler_sql(
     due_from: datetime,
     due_window: timedelta,
     first_customer_id: int = 1,
+    max_past_periods: int = 11,  # how old they are, at most
     random_seed: float = 0.5,  # setseed(): in [-1, 1]
 ) -> int:
     """Insert ``count`` UTC monthly ACTIVE subscriptions due in the window, in one statement
@@ -472,6 +561,7 @@ async def seed_filler_sql(
             "due_from": due_from,
             "due_window": due_window,
             "first_customer_id": first_customer_id,
+            "max_past_periods": max_past_periods,
         },
     )
 
@@ -492,7 +582,8 @@ INSERT INTO payment_attempt (invoice_id, attempt_number, idempotency_key, source
 SELECT id, 0, 'import-inv-' || id, 'IMPORT', 'SUCCESS', amount, currency, paid_at FROM inv
 """
 
-# The current period's invoice of each seeded subscription that has none, PAID at its start.
+# The current period's invoice of each seeded subscription that has none, PAID at its start
+# (none in a trial: its first period is invoiced when the trial ends).
 _CURRENT_PERIOD = Statement(
     """
     WITH inv AS (
@@ -503,6 +594,7 @@ _CURRENT_PERIOD = Statement(
                s.current_period_start, s.current_period_start
         FROM subscription s JOIN plan p ON p.id = s.plan_id
         WHERE s.customer_id >= :first_customer_id
+          AND NOT (s.status = 'TRIALING' AND s.current_period_end = s.trial_end)
           AND NOT EXISTS (SELECT 1 FROM invoice i WHERE i.subscription_id = s.id)
         RETURNING id, amount, currency, paid_at, period_start, period_end
     )
@@ -560,9 +652,10 @@ class HistoryReport:
 
 async def seed_history(conn: Connection, *, first_customer_id: int) -> HistoryReport:
     """The paid history of the subscriptions of customers from ``first_customer_id`` on that
-    have none yet: a PAID RENEWAL invoice for each period 0..current (bounds from the domain's
-    period functions), each with a SUCCESS payment attempt of source IMPORT, and an ADJUSTMENT
-    credit entry for a seeded credit balance. In the caller's transaction."""
+    have none yet and are not in a trial: a PAID RENEWAL invoice for each period 0..current
+    (bounds from the domain's period functions), each with a SUCCESS payment attempt of source
+    IMPORT, and an ADJUSTMENT credit entry for a seeded credit balance. In the caller's
+    transaction."""
     seeded = {"first_customer_id": first_customer_id}
     current = await execute(conn, _CURRENT_PERIOD, seeded)
     past = [

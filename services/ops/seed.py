@@ -1,6 +1,11 @@
 """``billing seed``: N realistic subscriptions coming due, each of its own customer (created
 first, set-based, with an e-mail address when a domain is given), with their paid history.
 
+``not_due`` more subscriptions (UTC, monthly, built inside PostgreSQL) come due over the four
+weeks after the day that follows the due window: a table at scale around the due ones. A
+:class:`~billing_core.seeding.SeedMix` makes shares of all of them taxed, trialing, paused,
+plan-changing or discounted.
+
 The history (:func:`billing_core.seeding.seed_history`) is every period up to the current one
 invoiced and paid, each payment recorded as imported (``payment_attempt.source = 'IMPORT'``):
 it was made before this system, so ``billing check`` expects no gateway charge and no event for
@@ -14,8 +19,17 @@ from datetime import datetime, timedelta
 import asyncpg  # type: ignore[import-untyped]
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from billing_core.db.pg import asyncpg_dsn
-from billing_core.seeding import SeedSpec, seed_history, seed_subscriptions
+from billing_core.db.pg import Statement, asyncpg_dsn, execute
+from billing_core.seeding import (
+    SeedMix,
+    SeedSpec,
+    seed_filler_sql,
+    seed_history,
+    seed_mix,
+    seed_subscriptions,
+)
+
+_ANALYZE = Statement("ANALYZE")
 
 
 async def seed(
@@ -30,7 +44,10 @@ async def seed(
     cancel_share: float = 0.02,
     email_domain: str | None = None,
     show_progress: bool = True,
+    not_due: int = 0,
+    mix: SeedMix | None = None,
 ) -> int:
+    """Seed and analyze; returns how many subscriptions were inserted."""
     conn = await asyncpg.connect(asyncpg_dsn(database_url))
     try:
         spec = SeedSpec(
@@ -55,9 +72,20 @@ async def seed(
             report = await seed_subscriptions(
                 conn, spec, progress=lambda done, total: progress.update(task, completed=done)
             )
+        not_due_inserted = await seed_filler_sql(
+            conn,
+            count=not_due,
+            due_from=due_from + due_window + timedelta(days=1),
+            due_window=timedelta(days=27),
+            first_customer_id=first_customer_id + count,
+            max_past_periods=0,
+        )
+        if mix is not None:
+            await seed_mix(conn, mix, first_customer_id=first_customer_id)
         # Their paid periods (imported payments: no gateway charge, no event) and their credit.
         async with conn.transaction():
             await seed_history(conn, first_customer_id=first_customer_id)
-        return int(report.inserted)
+        await execute(conn, _ANALYZE)
+        return int(report.inserted) + not_due_inserted
     finally:
         await conn.close()

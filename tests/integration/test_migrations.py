@@ -101,6 +101,12 @@ async def test_catalog_has_one_renewal_per_period_and_the_partial_indexes(
     assert list(retry["columns"]) == ["next_attempt_at"]
     assert retry["predicate"] == "((status)::text = 'OPEN'::text)"
 
+    # The collector's backlog hashes the paused subscriptions: found without reading them all.
+    paused = await _index(database_url, "idx_sub_paused")
+    assert paused is not None
+    assert list(paused["columns"]) == ["id"]
+    assert paused["predicate"] == "(paused_at IS NOT NULL)"
+
 
 async def test_money_is_bigint_and_time_is_timestamptz(database_url: str) -> None:
     conn = await asyncpg.connect(_dsn(database_url))

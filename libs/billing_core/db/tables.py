@@ -174,6 +174,8 @@ subscription = Table(
         "current_period_end",
         postgresql_where=text("status = 'TRIALING' AND trial_will_end_sent_at IS NULL"),
     ),
+    # Paused subscriptions (the collector leaves their invoices alone).
+    Index("idx_sub_paused", "id", postgresql_where=text("paused_at IS NOT NULL")),
     # Paused subscriptions that resume by themselves, by when.
     Index(
         "idx_sub_pause_resumes",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from billing_core.db.pg import Pool
+from billing_core.db.pg import Pool, Statement, execute
 from billing_core.invariants.amounts import check_amounts
 from billing_core.invariants.charges import check_charges
 from billing_core.invariants.events import check_events, check_sequences
@@ -24,6 +24,10 @@ from billing_core.invariants.stuck import DEFAULT_RETRY_BOUND, check_stuck
 from billing_core.invariants.topic import TopicEvidence, read_topic
 
 __all__ = ["LedgerEvidence", "check_all", "fetch_ledger", "run_checker"]
+
+# The checks read whole tables in one snapshot: the pool's statement timeout, set for the
+# processes' short statements, does not bound them.
+_NO_STATEMENT_TIMEOUT = Statement("SET LOCAL statement_timeout = 0")
 
 DEFAULT_RENEWAL_TOLERANCE = timedelta(minutes=5)
 DEFAULT_PUBLISH_BOUND = timedelta(minutes=5)
@@ -49,6 +53,7 @@ async def check_all(
     """
     # One snapshot of the database for every check (see the module's docstring).
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        await execute(conn, _NO_STATEMENT_TIMEOUT)
         checks: list[Check] = [
             await check_periods(
                 conn,
