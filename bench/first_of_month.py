@@ -13,7 +13,8 @@ Printed (and written as JSON with ``--json``): drain time ÷ floor, 429s, the bu
 second at the gateway, webhooks sent / recorded / lost, CPU time per charge of each process, and
 the run's steady state (:mod:`bench.run_figures`): each process's resident memory after warm-up
 and at the end, the outbox lag's p99 per 10-s window, and each large table's dead rows against
-autovacuum's trigger once the processes have stopped. A plot of calls/s, the backlogs, the outbox
+autovacuum's trigger once the processes have stopped (with the longest transaction seen holding
+vacuum back). A plot of calls/s, the backlogs, the outbox
 lag and the resident memory goes to ``--plot``.
 
     make bench-first-of-month SUBSCRIPTIONS=20000   # or: python -m bench.first_of_month
@@ -140,6 +141,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, object], run_figures.
         started = time.monotonic()
         drained_at: float | None = None
         first_pass_at: float | None = None
+        held: run_figures.HeldTransaction | None = None
         while time.monotonic() - started < args.timeout_s:
             counts = await backlog(pool)
             body = (await client.get(f"{system.gateway_url}/metrics")).text
@@ -153,6 +155,8 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, object], run_figures.
             )
             samples.append(sample)
             sample_rss(pids, sample.t, rss)
+            async with pool.acquire() as conn:
+                held = run_figures.longest(held, await run_figures.read_oldest_transaction(conn))
             if int(sample.t) % 10 == 0:
                 print(
                     f"t={sample.t:5.0f}s due={sample.due_subscriptions} "
@@ -197,6 +201,7 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, object], run_figures.
         lag=lag,
         webhooks=webhooks,
         tables=tables,
+        longest_transaction=held,
     )
 
     calls = int(summary["calls"])
@@ -307,7 +312,11 @@ def main() -> None:
     ]
     for name, ms in cast("dict[str, float]", result["cpu_ms_per_charge"]).items():
         info(f"{ms:.2f} ms CPU per charge: {CPU_LABELS.get(name, name)}")
-    verdicts += [verdict(what, ok) for what, ok in health.lines()]
+    for what, ok in health.lines():
+        if ok is None:
+            info(what)
+        else:
+            verdicts.append(verdict(what, ok))
     raise SystemExit(0 if all(verdicts) else 1)
 
 

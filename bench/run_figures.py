@@ -1,7 +1,8 @@
 """The whole-system run's figures beyond the gateway's ledger, with their targets: each
 process's resident memory flat after warm-up, the outbox lag's p99 under 5 s in every window of
 the run, every webhook the simulator sent recorded, and autovacuum keeping each large table's
-dead rows below the point where it would vacuum the table. The rules are pure; the reads are
+dead rows below the point where it would vacuum the table; and, to read that last one by, the
+longest transaction that kept dead rows from being removed. The rules are pure; the reads are
 named statements on the benchmark's connection."""
 
 from __future__ import annotations
@@ -63,6 +64,22 @@ _TABLES = pg.Statement(
 )
 
 _WEBHOOKS_RECORDED = pg.Statement("SELECT count(*) FROM webhook_event")
+
+# The oldest transaction that keeps this database's dead rows from being removed: one of its
+# own sessions holding a snapshot, or a transaction id in any database of the server (every
+# snapshot taken meanwhile counts that id as running, so its xmin stays at or below it).
+_OLDEST_TRANSACTION = pg.Statement(
+    """
+    SELECT datname AS database, application_name, coalesce(state, '') AS state,
+           extract(epoch FROM now() - xact_start)::float8 AS age_s
+    FROM pg_stat_activity
+    WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+      AND (backend_xid IS NOT NULL
+           OR (datname = current_database() AND backend_xmin IS NOT NULL))
+    ORDER BY xact_start
+    LIMIT 1
+    """
+)
 
 
 @dataclass(frozen=True)
@@ -170,6 +187,22 @@ class TableHealth:
 
 
 @dataclass(frozen=True)
+class HeldTransaction:
+    """An open transaction: in which database, by which process, in what state, since when."""
+
+    database: str
+    application_name: str
+    state: str
+    age_s: float
+
+
+def longest(held: HeldTransaction | None, seen: HeldTransaction | None) -> HeldTransaction | None:
+    if held is None or (seen is not None and seen.age_s > held.age_s):
+        return seen
+    return held
+
+
+@dataclass(frozen=True)
 class Webhooks:
     """Events the simulator produced (one per charge result it stored, less those its
     ``webhook_loss_rate`` fault kept back) and the distinct events the API recorded."""
@@ -185,6 +218,11 @@ class Webhooks:
 async def read_outbox_lag(conn: pg.Connection, since: datetime) -> OutboxLag:
     rows = await pg.fetch(conn, _LAG_HISTOGRAM, {"since": since, "window_s": LAG_WINDOW_S})
     return outbox_lag((int(r["slot"]), int(r["lag_cs"]), int(r["events"])) for r in rows)
+
+
+async def read_oldest_transaction(conn: pg.Connection) -> HeldTransaction | None:
+    row = await pg.fetchrow(conn, _OLDEST_TRANSACTION)
+    return None if row is None else HeldTransaction(**row)
 
 
 async def read_tables(conn: pg.Connection) -> list[TableHealth]:
@@ -205,6 +243,7 @@ class Health:
     lag: OutboxLag
     webhooks: Webhooks
     tables: list[TableHealth]
+    longest_transaction: HeldTransaction | None
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -212,10 +251,13 @@ class Health:
             "outbox_lag": asdict(self.lag),
             "webhooks": {**asdict(self.webhooks), "lost": self.webhooks.lost},
             "tables": [asdict(t) for t in self.tables],
+            "longest_transaction": None
+            if self.longest_transaction is None
+            else asdict(self.longest_transaction),
         }
 
-    def lines(self) -> Iterator[tuple[str, bool]]:
-        """One printed line per target: its text and whether it is met."""
+    def lines(self) -> Iterator[tuple[str, bool | None]]:
+        """One printed line each: its text and whether its target is met (None: no target)."""
         for name, g in self.rss.items():
             yield (
                 f"{name} resident memory {g.after_warm_up / MIB:.0f} MiB after warm-up, "
@@ -247,3 +289,11 @@ class Health:
                 f"{t.scale_factor:g} x live), {t.autovacuum_count} autovacuums, last {last}",
                 t.autovacuum_keeping_up,
             )
+        held = self.longest_transaction
+        yield (
+            "no transaction held vacuum back while sampled"
+            if held is None
+            else f"longest transaction holding vacuum back while sampled: {held.age_s:.0f} s, "
+            f"{held.application_name or '(unnamed)'} in {held.database} ({held.state})",
+            None,
+        )

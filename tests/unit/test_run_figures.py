@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 
 from bench.run_figures import (
+    HeldTransaction,
     OutboxLag,
     TableHealth,
     Webhooks,
+    longest,
     outbox_lag,
     percentile,
     rss_growth,
@@ -112,3 +114,12 @@ def test_autovacuum_keeps_up_while_the_dead_rows_stay_at_or_below_its_trigger() 
 def test_a_webhook_is_lost_when_the_api_recorded_fewer_events_than_were_sent() -> None:
     assert Webhooks(sent=20_587, recorded=20_587).lost == 0
     assert Webhooks(sent=20_587, recorded=20_580).lost == 7
+
+
+def test_the_longest_held_transaction_is_kept_across_samples() -> None:
+    relay = HeldTransaction("billing", "billing.relay.pg", "active", 0.2)
+    notifier = HeldTransaction("billing", "billing.notifier.pg", "idle in transaction", 95.0)
+    held = None
+    for seen in (None, relay, notifier, None, relay):
+        held = longest(held, seen)
+    assert held == notifier
