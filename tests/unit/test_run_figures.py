@@ -54,6 +54,7 @@ def test_percentile_is_the_nearest_rank_over_the_histogram() -> None:
     assert percentile(lags, 0.99) == 250
     assert percentile(lags, 1.0) == 700
     assert percentile({5: 1}, 0.99) == 5
+    assert percentile({1: 1, 2: 1, 3: 1}, 0.5) == 2  # rank 1.5 rounds up to the 2nd value
     with pytest.raises(ValueError):
         percentile({}, 0.99)
 
