@@ -96,8 +96,12 @@ bench-renewer: venv infra-up ## Renewer benchmark: 1 M due subscriptions vs the 
 
 .PHONY: bench-renewer
 
-bench-first-of-month: venv infra-up ## The whole system on 100 000 subscriptions due at once (drain vs backlog/200 s)
-	$(BIN)/python -m bench.first_of_month --json var/bench-first-of-month.json
+# A smaller run on a shared machine: make bench-first-of-month SUBSCRIPTIONS=20000
+SUBSCRIPTIONS ?=
+
+bench-first-of-month: venv infra-up ## The whole system on SUBSCRIPTIONS (100 000 by default) due at once: drain vs backlog/200 s, memory, outbox lag, autovacuum, plot
+	$(BIN)/python -m bench.first_of_month --json var/bench-first-of-month.json \
+		$(if $(SUBSCRIPTIONS),--subscriptions $(SUBSCRIPTIONS))
 
 .PHONY: bench-first-of-month
 

@@ -10,11 +10,14 @@ start has had its first call: nothing due is left) and the full settlement (no O
 left), which also waits out the profile's retry delays (20 s after a timeout, 10-30 s dunning).
 
 Printed (and written as JSON with ``--json``): drain time ÷ floor, 429s, the busiest rolling
-second at the gateway, webhooks delivered / failed / dropped, outbox lag p99 (commit to
-publication), and CPU seconds per charge for each process (from /proc, for the run). A plot of
-calls/s, invoice backlog and webhook backlog goes to ``--plot``.
+second at the gateway, webhooks sent / recorded / lost, CPU time per charge of each process, and
+the run's steady state (:mod:`bench.run_figures`): each process's resident memory after warm-up
+and at the end, the outbox lag's p99 per 10-s window, and each large table's dead rows against
+autovacuum's trigger once the processes have stopped (with the longest transaction seen holding
+vacuum back). A plot of calls/s, the backlogs, the outbox
+lag and the resident memory goes to ``--plot``.
 
-    make bench-first-of-month         # or: python -m bench.first_of_month --subscriptions 100000
+    make bench-first-of-month SUBSCRIPTIONS=20000   # or: python -m bench.first_of_month
 
 ``--total-subscriptions`` makes the table that large (the others come due over the following
 four weeks), ``--mix`` seeds the mix of taxes, trials, pauses, scheduled plan changes and
@@ -30,26 +33,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import cast
 
 import httpx
 
+from bench import run_figures
+from bench.procfs import cpu_seconds, process_pids, rss_bytes
 from billing_core.db import migrate, pg
 from billing_core.seeding import SeedMix
 from billing_core.settings import CoreSettings
+from services.ops.demo_plot import BACKLOGS, Panel, plot
 from services.ops.seed import seed
 from tests.support.db import recreate_database
 from tests.support.infra import start_services
 from tests.support.system import PROCESSES, System
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 _BACKLOG = pg.Statement(
     """
@@ -63,72 +66,12 @@ _BACKLOG = pg.Statement(
     """
 )
 
-_OUTBOX_LAG = pg.Statement(
-    """
-    SELECT percentile_cont(0.99) WITHIN GROUP (
-             ORDER BY extract(epoch FROM published_at - created_at)) AS p99,
-           percentile_cont(0.5) WITHIN GROUP (
-             ORDER BY extract(epoch FROM published_at - created_at)) AS p50,
-           count(*) AS events
-    FROM outbox_event WHERE published_at IS NOT NULL AND created_at >= :since
-    """
-)
-
 
 def metric(body: str, name: str, **labels: str) -> float:
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
     pattern = re.escape(name) + (r"\{" + re.escape(wanted) + r"\}" if labels else "") + r" (\S+)"
     found = re.search(r"^" + pattern + r"$", body, re.MULTILINE)
     return float(found.group(1)) if found else 0.0
-
-
-def descendants(pid: int) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        for child in map(int, children):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-
-
-def process_pids(system: System) -> dict[str, int]:
-    """The Python process of each Procfile entry, told apart by command and health port."""
-    assert system.pid is not None
-    names = {
-        "api": "api",
-        "renewer": "renewer",
-        "relay": "relay",
-        "gateway-sim": "gateway",
-        "collector": "collector",
-        "notifier": "notifier",
-    }
-    pids: dict[str, int] = {}
-    for pid in descendants(system.pid):
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if len(argv) < 3 or not argv[1].endswith(b"billing"):
-            continue
-        name = names.get(argv[2].decode())
-        if name == "collector":
-            port = next((e for e in env if e.startswith(b"BILLING_COLLECTOR_HEALTH_PORT=")), b"")
-            second = str(system.ports.collector2).encode()
-            name = "collector2" if port.endswith(b"=" + second) else "collector"
-        if name is not None:
-            pids[name] = pid
-    return pids
 
 
 @dataclass
@@ -140,10 +83,16 @@ class Sample:
     unpublished: int
     webhook_backlog: float
 
+    def values(self) -> dict[str, float]:
+        return {k: v for k, v in asdict(self).items() if k != "t"}
 
-@dataclass
-class Run:
-    samples: list[Sample] = field(default_factory=list)
+
+def sample_rss(pids: dict[str, int], t: float, rss: dict[str, list[tuple[float, int]]]) -> None:
+    for name, pid in pids.items():
+        try:
+            rss[name].append((t, rss_bytes(pid)))
+        except OSError:  # the process is gone: its series ends (its CPU read will say so)
+            continue
 
 
 async def backlog(pool: pg.Pool) -> dict[str, int]:
@@ -153,7 +102,7 @@ async def backlog(pool: pg.Pool) -> dict[str, int]:
     return {k: int(v) for k, v in row.items()}
 
 
-async def run(args: argparse.Namespace) -> dict[str, object]:
+async def run(args: argparse.Namespace) -> tuple[dict[str, object], run_figures.Health]:
     services = start_services()
     name = args.database
     await recreate_database(services.admin_database_url, name)
@@ -204,10 +153,12 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
     client = httpx.AsyncClient(timeout=30)
     samples: list[Sample] = []
     try:
-        pids = process_pids(system)
-        missing = set(PROCESSES) - set(pids)
+        found = process_pids(system)
+        missing = set(PROCESSES) - set(found)
         if missing:
             raise RuntimeError(f"could not find the processes {sorted(missing)}")
+        pids = {n: found[n] for n in PROCESSES}
+        rss: dict[str, list[tuple[float, int]]] = {n: [] for n in pids}
         wait = (due_at - datetime.now(UTC)).total_seconds()
         if wait < 0:
             raise RuntimeError(f"the system took too long to start ({-wait:.0f} s after due)")
@@ -216,6 +167,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         started = time.monotonic()
         drained_at: float | None = None
         first_pass_at: float | None = None
+        held: run_figures.HeldTransaction | None = None
         while time.monotonic() - started < args.timeout_s:
             counts = await backlog(pool)
             body = (await client.get(f"{system.gateway_url}/metrics")).text
@@ -228,6 +180,9 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
                 metric(body, "billing_gateway_sim_webhook_backlog_deliveries"),
             )
             samples.append(sample)
+            sample_rss(pids, sample.t, rss)
+            async with pool.acquire() as conn:
+                held = run_figures.longest(held, await run_figures.read_oldest_transaction(conn))
             if int(sample.t) % 10 == 0:
                 print(
                     f"t={sample.t:5.0f}s due={sample.due_subscriptions} "
@@ -256,12 +211,24 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         ).json()
         body = (await client.get(f"{system.gateway_url}/metrics")).text
         async with pool.acquire() as conn:
-            lag = await pg.fetchrow(conn, _OUTBOX_LAG, {"since": due_at - timedelta(minutes=5)})
-        assert lag is not None
+            lag = await run_figures.read_outbox_lag(conn, due_at)
+            webhooks = await run_figures.read_webhooks(conn, summary)
     finally:
         await client.aclose()
-        await pool.close()
         stopped_cleanly = system.stop()
+        # Read once every process has stopped and so reported its table statistics.
+        try:
+            async with pool.acquire() as conn:
+                tables = await run_figures.read_tables(conn)
+        finally:
+            await pool.close()
+    health = run_figures.Health(
+        rss={n: run_figures.rss_growth(series) for n, series in rss.items() if series},
+        lag=lag,
+        webhooks=webhooks,
+        tables=tables,
+        longest_transaction=held,
+    )
 
     calls = int(summary["calls"])
     charges = int(summary["charges_succeeded"]) + int(summary["declines"])
@@ -284,13 +251,11 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "rate_limited_429": summary["rate_limited_429"],
         "busiest_rolling_second": summary["max_arrivals_in_any_rolling_second"],
         "duplicate_success_invoices": len(summary["duplicate_success_invoices"]),
-        "webhooks": {
+        "webhook_deliveries": {
             r: metric(body, deliveries, result=r)
             for r in ("delivered", "retried", "failed", "dropped")
         },
-        "outbox_lag_p50_s": lag["p50"],
-        "outbox_lag_p99_s": lag["p99"],
-        "events_published": int(lag["events"]),
+        **health.as_json(),
         "cpu_s": cpu,
         "cpu_ms_per_charge": {n: 1000 * s / max(1, charges) for n, s in cpu.items()},
         "cpu_ms_per_charge_total": 1000 * sum(cpu.values()) / max(1, charges),
@@ -302,38 +267,33 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         "stopped_cleanly": stopped_cleanly,
         "logs": str(system.log_path),
     }
-    plot(samples, per_second, args.limit, Path(args.plot))
-    return result
+    plot(
+        [(s.t, s.values()) for s in samples],
+        per_second,
+        args.limit,
+        Path(args.plot),
+        backlogs=(*BACKLOGS, "webhook_backlog"),
+        panels=panels(lag, rss),
+        xlabel="seconds since the subscriptions came due",
+    )
+    return result, health
 
 
-def plot(samples: list[Sample], per_second: list[dict[str, int]], limit: int, path: Path) -> None:
-    import matplotlib  # noqa: PLC0415
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7))
-    if per_second:
-        first = per_second[0]["second"]
-        seconds = [r["second"] - first for r in per_second]
-        top.plot(seconds, [r["calls"] for r in per_second], label="gateway calls/s")
-        top.plot(seconds, [r.get("rate_limited", 0) for r in per_second], label="429/s")
-    top.axhline(limit, color="red", linestyle="--", label="limit")
-    top.set_ylabel("per second")
-    top.set_title("Gateway calls per second (the simulator's ledger)")
-    top.legend()
-    t = [s.t for s in samples]
-    bottom.plot(t, [s.due_subscriptions + s.open_invoices for s in samples], label="invoices due")
-    bottom.plot(t, [s.webhook_backlog for s in samples], label="webhook backlog")
-    bottom.plot(t, [s.unpublished for s in samples], label="unpublished events")
-    bottom.set_xlabel("seconds since the subscriptions came due")
-    bottom.set_ylabel("backlog")
-    bottom.set_title("Backlogs")
-    bottom.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def panels(lag: run_figures.OutboxLag, rss: dict[str, list[tuple[float, int]]]) -> list[Panel]:
+    return [
+        Panel(
+            f"Outbox lag: p99 per {run_figures.LAG_WINDOW_S}-s window of publication",
+            "seconds",
+            {"p99": [(float(t), p99) for t, p99 in lag.p99_by_window.items()]},
+            target=run_figures.LAG_P99_TARGET_S,
+            target_label=f"target ({run_figures.LAG_P99_TARGET_S:g} s)",
+        ),
+        Panel(
+            "Resident memory per process",
+            "MiB",
+            {n: [(t, b / run_figures.MIB) for t, b in series] for n, series in rss.items()},
+        ),
+    ]
 
 
 FIRST_PASS_TARGET = 1.15
@@ -369,10 +329,10 @@ def main() -> None:
         help="Due this long after the seeding starts (more than the seeding and start-up take).",
     )
     parser.add_argument("--timeout-s", type=float, default=1800)
-    parser.add_argument("--plot", default="docs/benchmarks/first_of_month.png")
+    parser.add_argument("--plot", default="bench/out/first_of_month.png", help="PNG or SVG.")
     parser.add_argument("--json", default="", help="Also write the figures here.")
     args = parser.parse_args()
-    result = asyncio.run(run(args))
+    result, health = asyncio.run(run(args))
     print(json.dumps(result, indent=2, default=str))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
@@ -388,6 +348,10 @@ def main() -> None:
         ),
         verdict(f"{result['rate_limited_429']} x 429 (0)", result["rate_limited_429"] == 0),
         verdict(
+            f"busiest rolling second {result['busiest_rolling_second']} calls (<= {args.limit})",
+            cast(int, result["busiest_rolling_second"]) <= args.limit,
+        ),
+        verdict(
             f"{result['duplicate_success_invoices']} invoices charged twice (0)",
             result["duplicate_success_invoices"] == 0,
         ),
@@ -398,12 +362,26 @@ def main() -> None:
         ),
         verdict("drained", bool(result["drained"])),
     ]
+    for name, ms in cast("dict[str, float]", result["cpu_ms_per_charge"]).items():
+        info(f"{ms:.2f} ms CPU per charge: {CPU_LABELS.get(name, name)}")
+    for what, ok in health.lines():
+        if ok is None:
+            info(what)
+        else:
+            verdicts.append(verdict(what, ok))
     raise SystemExit(0 if all(verdicts) else 1)
+
+
+CPU_LABELS = {"gateway": "gateway (the simulator, standing in for the payment gateway)"}
 
 
 def verdict(what: str, ok: bool) -> bool:
     print(f"  {'PASS' if ok else 'FAIL'}  {what}")
     return ok
+
+
+def info(what: str) -> None:
+    print(f"        {what}")
 
 
 if __name__ == "__main__":
