@@ -119,14 +119,16 @@ class Outcome:
 
 async def within_deadline(work: Awaitable[None], seconds: float, progress: Progress) -> bool:
     """Run ``work`` for at most ``seconds``: True when it finished; else it is cancelled where it
-    is, and the problem names the stage it had reached."""
+    is, or has failed, and the problem says so and names the stage it had reached."""
     try:
         async with asyncio.timeout(seconds) as limit:
             await work
-    except TimeoutError:
-        if not limit.expired():
-            raise
-        progress.problems.append(f"deadline of {seconds:g} s reached while {progress.stage}")
+    except Exception as exc:  # a failed stage ends in the report too
+        if limit.expired():
+            progress.problems.append(f"deadline of {seconds:g} s reached while {progress.stage}")
+        else:
+            first_line = next(iter(str(exc).splitlines()), "")
+            progress.problems.append(f"{type(exc).__name__} while {progress.stage}: {first_line}")
         return False
     return True
 
@@ -737,7 +739,7 @@ class ChaosRun:
         progress.stage = "stopping the kills and the customer actions"
         self.stop_kills.set()
         if self.kills is not None:
-            await self.kills
+            await asyncio.wait([self.kills])  # a failed kill is the drive's problem, not this
         if self.acting is not None:
             self.acting.cancel()
             await asyncio.wait([self.acting])
