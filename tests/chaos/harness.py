@@ -7,8 +7,10 @@ the run; dunning delays are seconds instead of days so dunning runs too. Meanwhi
 random worker replica every few seconds (and restarts it), stops Redis, stops Kafka and restarts
 PostgreSQL, while customers cancel (now or at the period's end), change plans (up and down, now
 or at the period's end, monthly to yearly too) and pause collection (resuming by itself seconds
-later, or on request) through the API process. When the system has drained, the invariant
-checker must find no violation.
+later, or on request) through the API process, at most a few dozen requests at once. When the
+system has drained, the invariant checker must find no violation. A deadline bounds the whole
+run: reached, the run stops where it is, checks the state there is and reports what it did and
+what was left, as a failure.
 
 Full run:   python -m tests.chaos.harness  (≥ 20 000 subscriptions, ≥ 20 kills, 20 s outages)
 CI version: tests/chaos/test_chaos.py      (2 000 subscriptions, 5 kills, shorter outages)
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -68,8 +71,34 @@ class ChaosConfig:
     # Share of the subscriptions seeded in a free trial ending in the due window: the renewer
     # writes its SubscriptionTrialWillEnd, then invoices period 0 when it ends.
     trial_share: float = 0.1
-    drain_timeout_s: float = 900.0
+    # Customer actions in flight at once; the API client opens as many connections, no more.
+    api_concurrency: int = 32
+    # The whole run, from starting the servers until drained. When it passes, the run stops where
+    # it is and reports what it did, what was left and the checker's verdict on the state there is.
+    deadline_s: float = 1800.0
+    # Stopping the processes, reading the evidence and checking it, after the run or its deadline.
+    report_timeout_s: float = 600.0
     seed: int = 2026
+
+
+FAULTS = ("kill -9", "redis outage", "kafka outage", "postgres restart")
+
+
+@dataclass
+class Progress:
+    """What the run has done so far: its report's, whether it finishes or its deadline stops it."""
+
+    stage: str = "starting the servers"
+    faults: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAULTS, 0))
+    problems: list[str] = field(default_factory=list)
+    planned_actions: int = 0
+    # Customer actions through the API: action -> final HTTP status (or "error") -> count.
+    answers: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Servers a fault has stopped and not started again yet.
+    down: set[str] = field(default_factory=set)
+
+    def answered(self) -> int:
+        return sum(n for by_status in self.answers.values() for n in by_status.values())
 
 
 @dataclass
@@ -80,10 +109,40 @@ class Outcome:
     problems: list[str] = field(default_factory=list)
     # Customer actions through the API: action -> final HTTP status (or "error") -> count.
     customer_answers: dict[str, dict[str, int]] = field(default_factory=dict)
+    # What the deadline left undone (:func:`left_undone`); empty when the run finished.
+    left: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.report.ok and not self.problems
+
+
+async def within_deadline(work: Awaitable[None], seconds: float, progress: Progress) -> bool:
+    """Run ``work`` for at most ``seconds``: True when it finished; else it is cancelled where it
+    is, or has failed, and the problem says so and names the stage it had reached."""
+    try:
+        async with asyncio.timeout(seconds) as limit:
+            await work
+    except Exception as exc:  # a failed stage ends in the report too
+        if limit.expired():
+            progress.problems.append(f"deadline of {seconds:g} s reached while {progress.stage}")
+        else:
+            first_line = next(iter(str(exc).splitlines()), "")
+            progress.problems.append(f"{type(exc).__name__} while {progress.stage}: {first_line}")
+        return False
+    return True
+
+
+def left_undone(progress: Progress, config: ChaosConfig, state: dict[str, int]) -> dict[str, int]:
+    """What a run stopped by its deadline did not get to: faults not injected, customer actions
+    not answered, and what had not drained (``state``, from :func:`counts`)."""
+    planned = {**dict.fromkeys(FAULTS, 1), "kill -9": config.kills}
+    left = {f"{fault} not made": n - progress.faults[fault] for fault, n in planned.items()}
+    left["customer actions not answered"] = progress.planned_actions - progress.answered()
+    left["due subscriptions"] = state.get("due_subscriptions", 0)
+    left["open invoices"] = state.get("open_invoices", 0)
+    left["unpublished events"] = state.get("unpublished", 0)
+    return {what: n for what, n in left.items() if n}
 
 
 class Infra:
@@ -371,23 +430,28 @@ async def customers(
     api_url: str,
     key: str,
     actions: list[tuple[float, int, str]],
-    answers: dict[str, dict[str, int]],
+    progress: Progress,
+    concurrency: int,
 ) -> None:
-    """Issue the planned actions at their times, concurrently (a slow answer delays no other)."""
-    async with httpx.AsyncClient(
-        base_url=api_url, timeout=10, headers={"Authorization": f"Bearer {key}"}
-    ) as client:
+    """Issue the planned actions at their times, at most ``concurrency`` at once over as many
+    connections (a slow answer delays only the actions waiting for a free one)."""
+    slots = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    headers = {"Authorization": f"Bearer {key}"}
 
-        async def one(subscription: int, action: str) -> None:
+    async def one(client: httpx.AsyncClient, subscription: int, action: str) -> None:
+        async with slots:
             status = await act(client, subscription, action)
-            by_status = answers.setdefault(action, {})
-            by_status[status] = by_status.get(status, 0) + 1
+        by_status = progress.answers.setdefault(action, {})
+        by_status[status] = by_status.get(status, 0) + 1
 
-        pending: list[asyncio.Task[None]] = []
+    async with (
+        httpx.AsyncClient(base_url=api_url, timeout=10, limits=limits, headers=headers) as client,
+        asyncio.TaskGroup() as tasks,
+    ):
         for at, subscription, action in actions:
             await asyncio.sleep(max(0.0, at - time.time()))
-            pending.append(asyncio.create_task(one(subscription, action)))
-        await asyncio.gather(*pending)
+            tasks.create_task(one(client, subscription, action))
 
 
 def customer_figures(answers: dict[str, dict[str, int]], problems: list[str]) -> dict[str, int]:
@@ -445,35 +509,22 @@ async def _sim_calls_between(sim_url: str, start_s: float, end_s: float) -> int:
     return sum(int(r["calls"]) for r in rows if start_s <= int(r["second"]) < end_s)
 
 
-async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
-    console = console or Console(stderr=True)
-    rng = random.Random(config.seed)
-    folder = Path(tempfile.mkdtemp(prefix="billing-chaos-"))
-    infra = Infra(folder)
-    logs = folder / "logs"
-    logs.mkdir()
-    console.log(f"chaos run in {folder}")
-    await asyncio.to_thread(infra.run, "up")
-    urls = infra.urls()
-    await asyncio.to_thread(migrate.upgrade, urls["BILLING_DATABASE_URL"])
-    engine = create_async_engine(urls["BILLING_DATABASE_URL"], pool_pre_ping=True)
-    topic = f"chaos-{config.seed}-{int(time.time())}"
-    api_port, sim_port = free_port(), free_port()
-    base_env = {
-        **urls,
-        "BILLING_KAFKA_TOPIC": topic,
-        "BILLING_LOG_JSON": "true",
-        "BILLING_LOG_LEVEL": "WARNING",
-        "BILLING_DUNNING_DELAYS_SECONDS": "[2, 3, 5]",
-        "BILLING_DUNNING_JITTER_SECONDS": "2",
-        "BILLING_UNKNOWN_RETRY_SECONDS": "3",
-        "BILLING_WEBHOOK_SECRETS": WEBHOOK_SECRET,
-    }
-    system = System(base_env, logs)
-    faults = {"kill -9": 0, "redis outage": 0, "kafka outage": 0, "postgres restart": 0}
-    problems: list[str] = []
-    try:
-        sim_env = {
+class ChaosRun:
+    """One run's servers and processes, its stages (:meth:`drive`) and its report."""
+
+    def __init__(self, config: ChaosConfig, console: Console) -> None:
+        self.config = config
+        self.console = console
+        self.rng = random.Random(config.seed)
+        self.progress = Progress()
+        self.started = time.monotonic()
+        self.folder = Path(tempfile.mkdtemp(prefix="billing-chaos-"))
+        self.infra = Infra(self.folder)
+        self.urls = self.infra.urls()
+        self.topic = f"chaos-{config.seed}-{int(time.time())}"
+        self.api_port, sim_port = free_port(), free_port()
+        self.sim_url = f"http://127.0.0.1:{sim_port}"
+        self.sim_env = {
             "BILLING_GATEWAY_SIM_PORT": str(sim_port),
             "BILLING_GATEWAY_SIM_SEED": str(config.seed),
             "BILLING_GATEWAY_SIM_LATENCY_MIN_MS": "20",
@@ -482,20 +533,84 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "BILLING_GATEWAY_SIM_TIMEOUT_RATE": "0.05",
             "BILLING_GATEWAY_SIM_TIMEOUT_DELAY_SECONDS": "7",
             "BILLING_GATEWAY_SIM_ERROR_RATE": "0.02",
-            "BILLING_GATEWAY_SIM_WEBHOOK_URL": f"http://127.0.0.1:{api_port}/webhooks/payments",
+            "BILLING_GATEWAY_SIM_WEBHOOK_URL": (
+                f"http://127.0.0.1:{self.api_port}/webhooks/payments"
+            ),
             "BILLING_GATEWAY_SIM_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "BILLING_GATEWAY_SIM_WEBHOOK_DUPLICATE_RATE": "0.2",
             "BILLING_GATEWAY_SIM_WEBHOOK_REORDER_RATE": "0.2",
             # a lost webhook after a timeout: only the look-up of the key settles the charge
             "BILLING_GATEWAY_SIM_WEBHOOK_LOSS_RATE": "0.3",
         }
-        sim_url = f"http://127.0.0.1:{sim_port}"
-        system.start("gateway-sim", "services.gateway_sim", sim_env, f"{sim_url}/healthz")
+        logs = self.folder / "logs"
+        logs.mkdir()
+        self.system = System(
+            {
+                **self.urls,
+                "BILLING_KAFKA_TOPIC": self.topic,
+                "BILLING_LOG_JSON": "true",
+                "BILLING_LOG_LEVEL": "WARNING",
+                "BILLING_DUNNING_DELAYS_SECONDS": "[2, 3, 5]",
+                "BILLING_DUNNING_JITTER_SECONDS": "2",
+                "BILLING_UNKNOWN_RETRY_SECONDS": "3",
+                "BILLING_WEBHOOK_SECRETS": WEBHOOK_SECRET,
+            },
+            logs,
+        )
+        self.engine = create_async_engine(self.urls["BILLING_DATABASE_URL"], pool_pre_ping=True)
+        self.seeded_at: datetime | None = None
+        self.stop_kills = asyncio.Event()
+        self.kills: asyncio.Task[None] | None = None
+        self.acting: asyncio.Task[None] | None = None
+        self.drained_at: float | None = None
+        self.faults_done_at: float | None = None
+
+    async def drive(self) -> None:
+        """Start, seed, inject the faults while customers act, then wait for the drain."""
+        self.console.log(f"chaos run in {self.folder}")
+        await self.start_servers()
+        self.progress.stage = "seeding"
+        planned = await self.seed_and_plan()
+        self.acting = asyncio.create_task(
+            customers(
+                f"http://127.0.0.1:{self.api_port}",
+                await api_key(self.engine),
+                planned,
+                self.progress,
+                self.config.api_concurrency,
+            )
+        )
+        self.console.log(f"{len(planned)} customer actions planned through the API")
+        self.kills = asyncio.create_task(self.killer())
+        await self.outages()
+        self.progress.stage = "making the kills"
+        await asyncio.shield(self.kills)
+        self.progress.stage = "answering the customer actions"
+        await self.acting
+        self.console.log(f"customer actions answered: {self.progress.answers}")
+        dead = self.system.dead()
+        if dead:
+            self.progress.problems.append(f"processes died instead of recovering: {dead}")
+        self.faults_done_at = time.monotonic()
+        self.progress.stage = "waiting for the drain"
+        while True:
+            c = await counts(self.engine)
+            if c["due_subscriptions"] == c["open_invoices"] == c["unpublished"] == 0:
+                break
+            await asyncio.sleep(2)
+        self.drained_at = time.monotonic()
+        self.console.log("drained")
+
+    async def start_servers(self) -> None:
+        await asyncio.to_thread(self.infra.run, "up")
+        await asyncio.to_thread(migrate.upgrade, self.urls["BILLING_DATABASE_URL"])
+        system = self.system
+        system.start("gateway-sim", "services.gateway_sim", self.sim_env, f"{self.sim_url}/healthz")
         system.start(
             "api",
             "services.api",
-            {"BILLING_API_PORT": str(api_port), "BILLING_API_INTERNAL_PORT": "0"},
-            f"http://127.0.0.1:{api_port}/healthz",
+            {"BILLING_API_PORT": str(self.api_port), "BILLING_API_INTERNAL_PORT": "0"},
+            f"http://127.0.0.1:{self.api_port}/healthz",
         )
         for i in range(2):
             port = free_port()
@@ -515,7 +630,7 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
                 "services.collector",
                 {
                     "BILLING_COLLECTOR_HEALTH_PORT": str(port),
-                    "BILLING_COLLECTOR_GATEWAY_URL": sim_url,
+                    "BILLING_COLLECTOR_GATEWAY_URL": self.sim_url,
                     "BILLING_COLLECTOR_CONNECT_TIMEOUT_SECONDS": "2",
                     "BILLING_COLLECTOR_READ_TIMEOUT_SECONDS": "5",
                     "BILLING_COLLECTOR_LEASE_SECONDS": "16",
@@ -527,119 +642,150 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             system.start(
                 f"relay-{i}",
                 "services.relay",
-                {
-                    "BILLING_RELAY_HEALTH_PORT": str(port),
-                },
+                {"BILLING_RELAY_HEALTH_PORT": str(port)},
                 f"http://127.0.0.1:{port}/healthz",
             )
 
+    async def seed_and_plan(self) -> list[tuple[float, int, str]]:
         now = datetime.now(UTC)
-        hard = await seed(engine, config, now)
-        async with httpx.AsyncClient(base_url=sim_url, timeout=10) as client:
+        hard = await seed(self.engine, self.config, now)
+        self.seeded_at = now
+        async with httpx.AsyncClient(base_url=self.sim_url, timeout=10) as client:
             until = (now + timedelta(days=30)).isoformat()
             for customer in hard:
                 await client.post(
                     f"/v1/admin/customers/{customer}/decline-until",
                     json={"until": until, "code": "insufficient_funds"},
                 )
-        console.log(f"seeded {config.subscriptions} subscriptions ({len(hard)} hard decliners)")
+        self.console.log(
+            f"seeded {self.config.subscriptions} subscriptions ({len(hard)} hard decliners)"
+        )
         planned = plan_customer_actions(
-            await subscription_due_times(engine), time.time(), config, rng
+            await subscription_due_times(self.engine), time.time(), self.config, self.rng
         )
-        customer_answers: dict[str, dict[str, int]] = {}
-        acting = asyncio.create_task(
-            customers(
-                f"http://127.0.0.1:{api_port}", await api_key(engine), planned, customer_answers
-            )
-        )
-        console.log(f"{len(planned)} customer actions planned through the API")
+        self.progress.planned_actions = len(planned)
+        return planned
 
-        stop_kills = asyncio.Event()
+    async def killer(self) -> None:
+        """kill -9 a random worker replica every interval and restart it, until the kills are
+        made or :attr:`stop_kills` is set (a restart under way is finished first)."""
+        faults = self.progress.faults
+        while faults["kill -9"] < self.config.kills:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_kills.wait(), self.config.kill_interval_s)
+            if self.stop_kills.is_set():
+                return
+            victim = self.rng.choice(self.system.workers())
+            self.system.procs[victim].kill9()
+            faults["kill -9"] += 1
+            await asyncio.to_thread(self.system.restart, victim)
 
-        async def killer() -> None:
-            while faults["kill -9"] < config.kills and not stop_kills.is_set():
-                await asyncio.sleep(config.kill_interval_s)
-                victim = rng.choice(system.workers())
-                system.procs[victim].kill9()
-                faults["kill -9"] += 1
-                await asyncio.to_thread(system.restart, victim)
+    def stop_server(self, server: str) -> None:
+        self.infra.run("stop", server)
+        self.progress.down.add(server)
 
-        kills = asyncio.create_task(killer())
+    def start_server(self, server: str) -> None:
+        self.infra.run("start", server)
+        self.progress.down.discard(server)
 
+    async def outages(self) -> None:
+        config, faults, progress = self.config, self.progress.faults, self.progress
+        progress.stage = "injecting the faults"
         await asyncio.sleep(config.kill_interval_s)
         # Redis outage: the collectors must not call the gateway at all while it is down.
-        infra.run("stop", "redis")
+        progress.stage = "the Redis outage"
+        self.stop_server("redis")
         down_at = time.time()
         faults["redis outage"] += 1
         await asyncio.sleep(config.outage_s)
         up_at = time.time()
-        infra.run("start", "redis")
-        calls = await _sim_calls_between(sim_url, int(down_at) + 2, int(up_at))
+        self.start_server("redis")
+        calls = await _sim_calls_between(self.sim_url, int(down_at) + 2, int(up_at))
         if calls:
-            problems.append(f"{calls} gateway calls while Redis was down")
-        console.log(f"redis outage done ({calls} calls while down)")
+            progress.problems.append(f"{calls} gateway calls while Redis was down")
+        self.console.log(f"redis outage done ({calls} calls while down)")
 
-        infra.run("stop", "kafka")
+        progress.stage = "the Kafka outage"
+        self.stop_server("kafka")
         faults["kafka outage"] += 1
-        before = await counts(engine)
+        before = await counts(self.engine)
         await asyncio.sleep(config.outage_s)
-        during = await counts(engine)
-        infra.run("start", "kafka")
-        console.log(
+        during = await counts(self.engine)
+        self.start_server("kafka")
+        self.console.log(
             f"kafka outage done (unpublished {before['unpublished']} -> {during['unpublished']})"
         )
 
-        infra.run("stop", "postgres")
+        progress.stage = "the PostgreSQL restart"
+        self.stop_server("postgres")
         faults["postgres restart"] += 1
         await asyncio.sleep(3)
-        infra.run("start", "postgres")
+        self.start_server("postgres")
         await asyncio.sleep(5)
-        console.log("postgres restarted")
+        self.console.log("postgres restarted")
 
-        await kills
-        stop_kills.set()
-        await acting
-        console.log(f"customer actions answered: {customer_answers}")
-        dead = system.dead()
-        if dead:
-            problems.append(f"processes died instead of recovering: {dead}")
+    async def report(self, finished: bool) -> Outcome:
+        """Stop the processes and check the invariants on the state there is, within
+        :attr:`ChaosConfig.report_timeout_s`."""
+        progress = self.progress
+        outcome = Outcome(Report([]), progress.faults, {}, progress.problems, progress.answers)
+        await within_deadline(
+            self.conclude(outcome, finished), self.config.report_timeout_s, progress
+        )
+        return outcome
 
-        deadline = time.monotonic() + config.drain_timeout_s
-        while True:
-            c = await counts(engine)
-            drained = c["due_subscriptions"] == 0 and c["open_invoices"] == 0
-            if drained and c["unpublished"] == 0:
-                break
-            if time.monotonic() > deadline:
-                problems.append(f"did not drain in {config.drain_timeout_s} s: {c}")
-                break
-            await asyncio.sleep(2)
-        console.log("drained")
+    async def conclude(self, outcome: Outcome, finished: bool) -> None:
+        progress = self.progress
+        progress.stage = "stopping the kills and the customer actions"
+        self.stop_kills.set()
+        if self.kills is not None:
+            await asyncio.wait([self.kills])  # a failed kill is the drive's problem, not this
+        if self.acting is not None:
+            self.acting.cancel()
+            await asyncio.wait([self.acting])
+        for server in sorted(progress.down):  # an outage the deadline cut short
+            self.start_server(server)
+        if self.seeded_at is None:
+            progress.problems.append("nothing seeded: no invariant to check")
+            return
+        if not finished:
+            outcome.left = left_undone(progress, self.config, await counts(self.engine))
         await asyncio.sleep(3)  # late webhooks land
-        codes = await asyncio.to_thread(system.stop_all, ("gateway-sim",))
+        progress.stage = "stopping the processes"
+        codes = await asyncio.to_thread(self.system.stop_all, ("gateway-sim",))
         # uvicorn re-raises SIGTERM after its graceful shutdown, so the API ends with -15
         bad_exits = {
             n: code for n, code in codes.items() if code != 0 and not (n == "api" and code == -15)
         }
         if bad_exits:
-            problems.append(f"non-zero exit on SIGTERM: {bad_exits}")
-        ledger = await fetch_ledger(sim_url)
-        async with httpx.AsyncClient(base_url=sim_url, timeout=30) as client:
+            progress.problems.append(f"non-zero exit on SIGTERM: {bad_exits}")
+        progress.stage = "reading the evidence and checking it"
+        ledger = await fetch_ledger(self.sim_url)
+        async with httpx.AsyncClient(base_url=self.sim_url, timeout=30) as client:
             summary = (await client.get("/v1/ledger/summary")).json()
-        evidence = await read_topic(urls["BILLING_KAFKA_BOOTSTRAP"], topic)
+        evidence = await read_topic(self.urls["BILLING_KAFKA_BOOTSTRAP"], self.topic)
         # the seeded period-0 invoices were paid before the run: history, not evidence
         checker = await asyncpg.create_pool(
-            pg.asyncpg_dsn(urls["BILLING_DATABASE_URL"]), min_size=0, max_size=1
+            pg.asyncpg_dsn(self.urls["BILLING_DATABASE_URL"]), min_size=0, max_size=1
         )
         try:
-            report = await check_all(
-                checker, now=datetime.now(UTC), ledger=ledger, topic=evidence, since=now
+            outcome.report = await check_all(
+                checker,
+                now=datetime.now(UTC),
+                ledger=ledger,
+                topic=evidence,
+                since=self.seeded_at,
             )
         finally:
             await checker.close()
-        final = await counts(engine)
-        figures = {
-            "subscriptions": config.subscriptions,
+        final = await counts(self.engine)
+        outcome.figures = {
+            "subscriptions": self.config.subscriptions,
+            "customer actions planned": progress.planned_actions,
+            "seconds from the start to drained": self._seconds(self.started, self.drained_at),
+            "seconds draining after the faults and actions": self._seconds(
+                self.faults_done_at, self.drained_at
+            ),
             "invoices": final["invoices"],
             "paid": final["paid"],
             "failed": final["failed"],
@@ -654,17 +800,33 @@ async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
             "events": final["events"],
             "kafka records": evidence.records,
             "duplicate deliveries": evidence.duplicates,
-            "violations": sum(len(c.violations) for c in report.checks),
+            "violations": outcome.report.violation_count,
         }
-        figures.update(customer_figures(customer_answers, problems))
-        return Outcome(report, faults, figures, problems, customer_answers)
-    finally:
-        for proc in system.procs.values():
+        outcome.figures.update(customer_figures(progress.answers, progress.problems))
+
+    @staticmethod
+    def _seconds(start: float | None, end: float | None) -> int:
+        """Whole seconds between two monotonic instants; -1 when the run never reached one."""
+        return round(end - start) if start is not None and end is not None else -1
+
+    async def close(self) -> None:
+        for proc in self.system.procs.values():
             with contextlib.suppress(Exception):
                 proc.kill9()
-        await engine.dispose()
+        await self.engine.dispose()
         with contextlib.suppress(Exception):
-            infra.run("down")
+            self.infra.run("down")
+
+
+async def run(config: ChaosConfig, console: Console | None = None) -> Outcome:
+    """One chaos run, ended by its report: when it drains, or at :attr:`ChaosConfig.deadline_s`
+    wherever it is (what was left in :attr:`Outcome.left`)."""
+    chaos = ChaosRun(config, console or Console(stderr=True))
+    try:
+        finished = await within_deadline(chaos.drive(), config.deadline_s, chaos.progress)
+        return await chaos.report(finished)
+    finally:
+        await chaos.close()
 
 
 def render(outcome: Outcome, console: Console) -> None:
@@ -676,6 +838,13 @@ def render(outcome: Outcome, console: Console) -> None:
     for name, n in outcome.figures.items():
         table.add_row(name, str(n))
     console.print(table)
+    if outcome.left:
+        left = Table(title="Left at the deadline")
+        left.add_column("what")
+        left.add_column("count", justify="right")
+        for name, n in outcome.left.items():
+            left.add_row(name, str(n))
+        console.print(left)
     outcome.report.render(console)
     for problem in outcome.problems:
         console.print(f"[red]problem:[/] {problem}")
@@ -687,10 +856,19 @@ def main() -> None:
     parser.add_argument("--subscriptions", type=int, default=20_000)
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--outage-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--deadline-seconds",
+        type=float,
+        default=ChaosConfig.deadline_s,
+        help="the whole run's; reached, it stops where it is, checks and reports (exit 1)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     config = ChaosConfig(
-        subscriptions=args.subscriptions, kills=args.kills, outage_s=args.outage_seconds
+        subscriptions=args.subscriptions,
+        kills=args.kills,
+        outage_s=args.outage_seconds,
+        deadline_s=args.deadline_seconds,
     )
     console = Console()
     outcome = asyncio.run(run(config, console))
@@ -703,6 +881,7 @@ def main() -> None:
                     "figures": outcome.figures,
                     "ok": outcome.ok,
                     "problems": outcome.problems,
+                    "left": outcome.left,
                 }
             )
         )

@@ -16,7 +16,8 @@ async def test_short_chaos_run_keeps_every_invariant() -> None:
         kill_interval_s=3.0,
         outage_s=8.0,
         due_window_s=15.0,
-        drain_timeout_s=180.0,
+        deadline_s=360.0,
+        report_timeout_s=120.0,
     )
     outcome = await run(config)
     render(outcome, Console(stderr=True))
