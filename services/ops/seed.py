@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 import asyncpg  # type: ignore[import-untyped]
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-from billing_core.db.pg import Statement, asyncpg_dsn, execute
+from billing_core.db.pg import Connection, Statement, asyncpg_dsn, execute, fetchval
 from billing_core.seeding import (
     SeedMix,
     SeedSpec,
@@ -29,7 +29,29 @@ from billing_core.seeding import (
     seed_subscriptions,
 )
 
-_ANALYZE = Statement("ANALYZE")
+# The tables the seeding writes. Each is analyzed when it holds rows, so the planner knows their
+# size at once; an empty table is left unanalyzed: statistics saying "empty" would plan the
+# first burst of outbox events, webhooks or attempts as if it were a handful of rows.
+_SEEDED_TABLES = (
+    "customer",
+    "subscription",
+    "invoice",
+    "invoice_line",
+    "payment_attempt",
+    "credit_entry",
+    "coupon",
+    "subscription_discount",
+    "subscription_tax_location",
+    "tax_rate",
+)
+_HAS_ROWS = {t: Statement(f"SELECT EXISTS (SELECT FROM {t})") for t in _SEEDED_TABLES}
+_ANALYZE = {t: Statement(f"ANALYZE {t}") for t in _SEEDED_TABLES}
+
+
+async def analyze_seeded(conn: Connection) -> None:
+    for table in _SEEDED_TABLES:
+        if await fetchval(conn, _HAS_ROWS[table]):
+            await execute(conn, _ANALYZE[table])
 
 
 async def seed(
@@ -85,7 +107,7 @@ async def seed(
         # Their paid periods (imported payments: no gateway charge, no event) and their credit.
         async with conn.transaction():
             await seed_history(conn, first_customer_id=first_customer_id)
-        await execute(conn, _ANALYZE)
+        await analyze_seeded(conn)
         return int(report.inserted) + not_due_inserted
     finally:
         await conn.close()

@@ -109,3 +109,22 @@ async def test_the_checker_is_not_bound_by_the_pools_statement_timeout(
     finally:
         await hasty.close()
     assert report.ok, [str(v) for c in report.checks for v in c.violations]
+
+
+async def test_the_seeding_analyzes_what_it_filled_and_leaves_empty_tables_unanalyzed(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    """Statistics saying "empty" would plan the first burst of events as a handful of rows (a
+    relay claim of 20 000 events then ran for tens of seconds): a table the seeding left empty
+    stays never analyzed (``reltuples`` -1), one it filled is analyzed at its size."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    await _seed(database_url, now, due=50, total=200)
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT relname, reltuples FROM pg_class WHERE relname IN "
+                "('subscription', 'outbox_event', 'webhook_event') AND relkind = 'r'"
+            )
+        )
+        tuples = {r.relname: r.reltuples for r in rows}
+    assert tuples == {"subscription": 200, "outbox_event": -1, "webhook_event": -1}
