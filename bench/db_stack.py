@@ -35,10 +35,9 @@ import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 
-from billing_core.db import migrate
 from billing_core.db.pg import Statement
 from billing_core.seeding import seed_customers
-from tests.support.db import recreate_database
+from tests.support.db import migrated_database
 
 SUBSCRIPTIONS = 2_000
 NAMED_OVERHEAD_TARGET = 1.2
@@ -66,11 +65,7 @@ def _dsn(url: str) -> str:
 
 
 async def prepare_database(base_url: str) -> str:
-    head, _, name = base_url.rpartition("/")
-    bench = f"{name}_bench_db_stack"
-    await recreate_database(f"{head}/postgres", bench)
-    url = f"{head}/{bench}"
-    await asyncio.to_thread(migrate.upgrade, url)
+    url = await migrated_database(base_url, "bench_db_stack")
     conn = await asyncpg.connect(_dsn(url))
     try:
         await seed_customers(conn, first_id=1, count=SUBSCRIPTIONS)

@@ -40,7 +40,7 @@ from aiokafka import AIOKafkaProducer
 
 from billing_core import cloudevents
 from billing_core.cloudevents import CloudEvent
-from billing_core.db import migrate, pg
+from billing_core.db import pg
 from billing_core.documents.invoice_view import Party
 from billing_core.domain import event_payloads as p
 from billing_core.domain import events as ev
@@ -49,6 +49,7 @@ from billing_core.seeding import seed_customers
 from services.notifier.messages import Composer
 from services.notifier.settings import NotifierSettings
 from services.relay.producer import ensure_topic
+from tests.support.db import migrated_database
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIL_FROM = "Billing <billing@example.com>"
@@ -57,9 +58,6 @@ PARTITIONS = 3
 TARGET_RATE = 200.0
 TARGET_DELAY_S = 300.0
 
-_TERMINATE = pg.Statement(
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"
-)
 _PAID_INVOICES = pg.Statement(
     """
     WITH p AS (SELECT id FROM plan ORDER BY id LIMIT 1),
@@ -99,18 +97,7 @@ _SENT_COUNT = pg.Statement("SELECT count(*) FROM notifier_email WHERE sent_at IS
 
 
 async def prepare_database(base_url: str) -> str:
-    head, _, name = base_url.rpartition("/")
-    bench = f"{name}_bench_notifier"
-    admin = await asyncpg.connect(pg.asyncpg_dsn(f"{head}/postgres"))
-    try:
-        await pg.execute(admin, _TERMINATE, {"name": bench})
-        await admin.execute(f'DROP DATABASE IF EXISTS "{bench}"')
-        await admin.execute(f'CREATE DATABASE "{bench}"')
-    finally:
-        await admin.close()
-    url = f"{head}/{bench}"
-    await asyncio.to_thread(migrate.upgrade, url)
-    return url
+    return await migrated_database(base_url, "bench_notifier")
 
 
 async def paid_invoices(conn: asyncpg.Connection, first: int, count: int) -> list[CloudEvent]:

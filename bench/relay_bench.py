@@ -32,18 +32,16 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 
 from billing_core import cloudevents
-from billing_core.db import migrate, pg
+from billing_core.db import pg
 from billing_core.seeding import seed_customers
 from services.relay.producer import ensure_topic, new_producer
 from services.relay.settings import RelaySettings
+from tests.support.db import migrated_database
 
 ROOT = Path(__file__).resolve().parents[1]
 SUBSCRIPTIONS = 5_000
 
 
-_TERMINATE = pg.Statement(
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"
-)
 _SUBSCRIPTIONS = pg.Statement(
     """
     INSERT INTO subscription (customer_id, plan_id, status, billing_anchor,
@@ -67,18 +65,7 @@ _LAGS = pg.Statement(
 
 
 async def prepare_database(base_url: str) -> str:
-    head, _, name = base_url.rpartition("/")
-    bench = f"{name}_bench_relay"
-    admin = await asyncpg.connect(pg.asyncpg_dsn(f"{head}/postgres"))
-    try:
-        await pg.execute(admin, _TERMINATE, {"name": bench})
-        await admin.execute(f'DROP DATABASE IF EXISTS "{bench}"')
-        await admin.execute(f'CREATE DATABASE "{bench}"')
-    finally:
-        await admin.close()
-    url = f"{head}/{bench}"
-    await asyncio.to_thread(migrate.upgrade, url)
-    return url
+    return await migrated_database(base_url, "bench_relay")
 
 
 async def reset(url: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
 
@@ -21,6 +23,19 @@ async def recreate_database(admin_url: str, name: str) -> None:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
+
+
+async def migrated_database(base_url: str, suffix: str) -> str:
+    """A fresh database beside ``base_url``'s, named ``<its name>_<suffix>``, migrated to head;
+    its URL."""
+    from billing_core.db import migrate  # noqa: PLC0415 (Alembic only where a database is made)
+
+    head, _, name = base_url.rpartition("/")
+    fresh = f"{name}_{suffix}"
+    await recreate_database(f"{head}/postgres", fresh)
+    url = f"{head}/{fresh}"
+    await asyncio.to_thread(migrate.upgrade, url)
+    return url
 
 
 async def truncate_all(url: str, keep: tuple[str, ...] = ("plan", "alembic_version")) -> None:
