@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -21,6 +20,7 @@ from tests.chaos.harness import (
     left_undone,
     within_deadline,
 )
+from tests.support.asgi_server import serving
 from tests.support.processes import free_port
 
 
@@ -54,18 +54,11 @@ async def api() -> AsyncIterator[Api]:
         return JSONResponse({"id": int(request.path_params["id"])})
 
     app = Starlette(routes=[Route("/subscriptions/{id}/{what}", change, methods=["POST"])])
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield state
-    finally:
-        state.hold.set()
-        server.should_exit = True
-        await task
+    async with serving(app, port):
+        try:
+            yield state
+        finally:
+            state.hold.set()
 
 
 def planned(n: int, at: float) -> list[tuple[float, int, str]]:

@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tests.support.asgi_server import serving
 from tests.support.processes import SIMULATOR_NICE, free_port, niced
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -206,14 +206,5 @@ async def receiver() -> AsyncIterator[Receiver]:
         return Response(status_code=500 if attempt <= state.fail_attempts else 204)
 
     app = Starlette(routes=[Route("/webhooks/payments", webhook, methods=["POST"])])
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
+    async with serving(app, port):
         yield state
-    finally:
-        server.should_exit = True
-        await task
