@@ -24,7 +24,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import aiosmtplib
 import asyncpg  # type: ignore[import-untyped]
 from aiokafka import AIOKafkaProducer
 
+from bench.procfs import cpu_seconds
 from billing_core import cloudevents
 from billing_core.cloudevents import CloudEvent
 from billing_core.db import pg
@@ -50,6 +50,8 @@ from services.notifier.messages import Composer
 from services.notifier.settings import NotifierSettings
 from services.relay.producer import ensure_topic
 from tests.support.db import migrated_database
+from tests.support.mail import MailServer
+from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 MAIL_FROM = "Billing <billing@example.com>"
@@ -127,30 +129,11 @@ def event_of(event: ev.DomainEvent) -> CloudEvent:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_mail_server(directory: Path) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            *(str(Path(sys.executable).parent / "billing"), "mail-server"),
-            *("--host", "127.0.0.1", "--port", str(port), "--dir", str(directory)),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return proc, port
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("the mail server did not open its port")
+def start_mail_server(directory: Path) -> MailServer:
+    """The project's mail server, as the tests run it (``tests.support.mail``)."""
+    server = MailServer("127.0.0.1", free_port(), directory)
+    server.start()
+    return server
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -159,12 +142,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def one_receipt(conn: asyncpg.Connection, event: CloudEvent) -> bytes:
@@ -316,15 +293,15 @@ async def main(args: argparse.Namespace) -> int:
     connections = settings.notifier_send_connections
 
     with tempfile.TemporaryDirectory(prefix="bench-notifier-") as tmp:
-        mail, port = start_mail_server(Path(tmp) / "floor")
+        mail = start_mail_server(Path(tmp) / "floor")
         try:
-            floor = await floor_run(message, args.receipts, connections, port)
+            floor = await floor_run(message, args.receipts, connections, mail.port)
         finally:
-            stop(mail)
+            mail.stop()
         print(f"floor: {floor:.0f} messages/s ({connections} SMTP connections, {len(message)} B)")
 
-        mail, port = start_mail_server(Path(tmp) / "notifier")
-        notifier = start_notifier(url, topic, port)
+        mail = start_mail_server(Path(tmp) / "notifier")
+        notifier = start_notifier(url, topic, mail.port)
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
         await producer.start()
         try:
@@ -340,7 +317,7 @@ async def main(args: argparse.Namespace) -> int:
         finally:
             await producer.stop()
             stop(notifier)
-            stop(mail)
+            mail.stop()
     await pool.close()
     p50, p99 = percentile(delays, 0.5), percentile(delays, 0.99)
     print(
