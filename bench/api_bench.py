@@ -40,20 +40,14 @@ from typing import Any, NamedTuple
 
 import asyncpg  # type: ignore[import-untyped]
 
+from bench.procfs import cpu_seconds
 from tests.support.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # (ratio to /healthz, CPU ms per request) a path must reach; p99 bound at half rate.
 TARGETS = {"post": (0.20, 1.5), "get": (0.40, 0.5)}
 HALF_RATE_P99_MS = 50.0
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time the process ``pid`` has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 @dataclass(frozen=True)

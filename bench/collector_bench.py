@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from bench.procfs import cpu_seconds
 from billing_core.db import migrate, pg
 from billing_core.settings import CoreSettings
 from tests.support.db import recreate_database, truncate_all
@@ -34,12 +35,6 @@ from tests.support.infra import checkout_database_name, start_services
 from tests.support.processes import SIMULATOR_NICE, Proc, free_port, start
 
 OUT = Path(__file__).resolve().parent / "out"
-
-
-def cpu_seconds(proc: Proc) -> float:
-    """User + system CPU time of a running process so far (Linux /proc)."""
-    fields = Path(f"/proc/{proc.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def group_totals(health_port: int, histogram: str) -> tuple[float, float]:
@@ -180,14 +175,14 @@ async def phase(
             )
         # CPU from here on (after the imports and start-up), per process
         procs = [sim, *collectors]
-        cpu_start = [cpu_seconds(p) for p in procs]
+        cpu_start = [cpu_seconds(p.process.pid) for p in procs]
         measured_from = time.monotonic()
         calls_before = httpx.get(f"{sim_url}/v1/ledger/summary", timeout=30).json()["calls"]
         deadline = time.monotonic() + invoices / limit * 3 + 60
         while await paid(pool) < invoices and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         wall = time.monotonic() - started
-        used = [cpu_seconds(p) - c for p, c in zip(procs, cpu_start, strict=True)]
+        used = [cpu_seconds(p.process.pid) - c for p, c in zip(procs, cpu_start, strict=True)]
         span = time.monotonic() - measured_from
         cpu = {p.name: round(u / span, 2) for p, u in zip(procs, used, strict=True)}
         await asyncio.sleep(5.5)  # the collectors refresh the late-permit gauge every 5 s
