@@ -16,6 +16,7 @@ from typing import Any
 from billing_core.db import pg
 
 RSS_GROWTH_LIMIT = 0.20
+RECEIPT_DELAY_TARGET_S = 300.0
 WARM_UP_SHARE = 0.10  # the first tenth of the run: imports, caches, pools filling
 LAG_WINDOW_S = 10
 LAG_P99_TARGET_S = 5.0
@@ -64,6 +65,23 @@ _TABLES = pg.Statement(
 )
 
 _WEBHOOKS_RECORDED = pg.Statement("SELECT count(*) FROM webhook_event")
+
+# Each receipt's delay as the customer sees it: the e-mail's sending minus the payment's own
+# time (its InvoicePaid event's occurred_at), in whole hundredths of a second rounded up; and
+# the payments of the run, each of which owes one receipt.
+_RECEIPT_DELAYS = pg.Statement(
+    """
+    SELECT ceil(extract(epoch FROM e.sent_at - o.occurred_at) * 100)::bigint AS delay_cs,
+           count(*) AS receipts
+    FROM notifier_email e
+    JOIN outbox_event o ON o.event_id = e.event_id
+    WHERE e.event_type = 'InvoicePaid' AND e.sent_at IS NOT NULL AND o.occurred_at >= :since
+    GROUP BY 1
+    """
+)
+_PAYMENTS = pg.Statement(
+    "SELECT count(*) FROM outbox_event WHERE event_type = 'InvoicePaid' AND occurred_at >= :since"
+)
 
 # The oldest transaction that keeps this database's dead rows from being removed: one of its
 # own sessions holding a snapshot, or a transaction id in any database of the server (every
@@ -230,6 +248,13 @@ async def read_tables(conn: pg.Connection) -> list[TableHealth]:
     return [TableHealth(**row) for row in rows]
 
 
+async def read_receipts(conn: pg.Connection, since: datetime) -> Receipts:
+    rows = await pg.fetch(conn, _RECEIPT_DELAYS, {"since": since})
+    delays = {int(r["delay_cs"]): int(r["receipts"]) for r in rows}
+    payments = int(await pg.fetchval(conn, _PAYMENTS, {"since": since}))
+    return receipts(delays, payments)
+
+
 async def read_webhooks(conn: pg.Connection, ledger_summary: Mapping[str, Any]) -> Webhooks:
     """``ledger_summary``: the simulator's ``/v1/ledger/summary``."""
     results = int(ledger_summary["charges_succeeded"]) + int(ledger_summary["declines"])
@@ -238,10 +263,42 @@ async def read_webhooks(conn: pg.Connection, ledger_summary: Mapping[str, Any]) 
 
 
 @dataclass(frozen=True)
+class Receipts:
+    """Payments of the run, the receipts sent for them, and the delay from payment to sending
+    (p50 / p99, seconds)."""
+
+    payments: int
+    sent: int
+    p50_s: float | None
+    p99_s: float | None
+
+    @property
+    def kept_pace(self) -> bool:
+        """Every payment's receipt sent, 99 % of them within the target."""
+        return (
+            self.sent >= self.payments
+            and self.p99_s is not None
+            and self.p99_s <= RECEIPT_DELAY_TARGET_S
+        )
+
+
+def receipts(delays_cs: Mapping[int, int], payments: int) -> Receipts:
+    """From a histogram of delays (hundredths of a second: how many receipts)."""
+    sent = sum(delays_cs.values())
+    return Receipts(
+        payments=payments,
+        sent=sent,
+        p50_s=percentile(delays_cs, 0.5) / 100 if sent else None,
+        p99_s=percentile(delays_cs, 0.99) / 100 if sent else None,
+    )
+
+
+@dataclass(frozen=True)
 class Health:
     rss: dict[str, RssGrowth]
     lag: OutboxLag
     webhooks: Webhooks
+    receipts: Receipts
     tables: list[TableHealth]
     longest_transaction: HeldTransaction | None
 
@@ -250,6 +307,7 @@ class Health:
             "rss": {n: {**asdict(g), "growth": g.growth} for n, g in self.rss.items()},
             "outbox_lag": asdict(self.lag),
             "webhooks": {**asdict(self.webhooks), "lost": self.webhooks.lost},
+            "receipts": asdict(self.receipts),
             "tables": [asdict(t) for t in self.tables],
             "longest_transaction": None
             if self.longest_transaction is None
@@ -279,6 +337,13 @@ class Health:
         yield (
             f"webhooks {hooks.sent} sent, {hooks.recorded} recorded, {hooks.lost} lost (0)",
             hooks.lost == 0,
+        )
+        paid = self.receipts
+        yield (
+            f"receipts {paid.sent} sent of {paid.payments} payments; payment to sending p50 "
+            f"{paid.p50_s} s, p99 {paid.p99_s} s (every one sent, p99 <= "
+            f"{RECEIPT_DELAY_TARGET_S:g} s)",
+            paid.kept_pace,
         )
         for t in self.tables:
             ratio = f"{t.dead / t.live:.2f}" if t.live else "-"

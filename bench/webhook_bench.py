@@ -31,11 +31,11 @@ from bench.api_bench import (
     bench_arguments,
     build,
     closed_loop_over,
-    cpu_seconds,
     in_load_process,
     migrated_database,
     open_loop_over,
 )
+from bench.procfs import cpu_seconds
 from billing_core.db import pg
 from billing_core.db.arrays import int_array
 from billing_core.domain.charge_result import idempotency_key

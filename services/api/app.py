@@ -23,7 +23,11 @@ from billing_core.runtime.http import HealthServer
 from billing_core.stripe_gateway import StripePaymentMethods
 from billing_core.usecases import subscribe as subscribe_uc
 from services.api import openapi, problems
-from services.api.client_limits import ClientRateLimit, FailedKeysByAddress
+from services.api.client_limits import (
+    REDIS_TIMEOUT_SECONDS,
+    ClientRateLimit,
+    FailedKeysByAddress,
+)
 from services.api.console import routes as console_routes
 from services.api.console import web as console_web
 from services.api.context import AppContext, IdBlocks, KeyCache, PlanCatalogue
@@ -130,7 +134,11 @@ async def open_context(context: AppContext, settings: ApiSettings, clock: Clock)
         max_wait=settings.webhook_group_wait_ms / 1000,
         max_gap=settings.webhook_group_gap_ms / 1000,
     )
-    redis = aioredis.from_url(settings.redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    redis = aioredis.from_url(
+        settings.redis_url,
+        socket_timeout=REDIS_TIMEOUT_SECONDS,
+        socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+    )
     context.redis_ = redis
     context.rate_limit_ = ClientRateLimit(
         redis,

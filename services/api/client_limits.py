@@ -18,8 +18,8 @@ unknown API keys (in the process).
 * **Redis down**: reads go on unlimited (the API stays up); writes get a 503 problem with
   ``Retry-After`` until Redis answers: a write becomes a charge within seconds, so the limit is
   not dropped where it matters most, and every write is safe to retry (``Idempotency-Key``).
-  After a failure Redis is not asked again for ``REDIS_PAUSE_SECONDS``: requests do not each
-  wait for a timeout.
+  Redis not answering within ``REDIS_TIMEOUT_SECONDS`` counts as down; after a failure it is
+  not asked again for ``REDIS_PAUSE_SECONDS``: requests do not each wait for a timeout.
 * **Unknown keys**: counted per source address in the process (it must hold when Redis is
   down too); past ``auth_failures_per_address`` per window, that address's key look-ups are
   refused with 429 before any database work. A look-up is counted before it is awaited (and
@@ -52,6 +52,7 @@ log = get_logger(__name__)
 RATE_LIMITED = ProblemKind(429, "rate-limited", "Too many requests")
 LIMIT_UNAVAILABLE = ProblemKind(503, "rate-limit-unavailable", "Rate limit unavailable")
 REDIS_PAUSE_SECONDS = 1.0
+REDIS_TIMEOUT_SECONDS = 2.0
 
 UNLIMITED = Counter(
     "billing_api_rate_limit_unavailable_total",

@@ -13,6 +13,7 @@ from bench.run_figures import (
     longest,
     outbox_lag,
     percentile,
+    receipts,
     rss_growth,
 )
 
@@ -124,3 +125,18 @@ def test_the_longest_held_transaction_is_kept_across_samples() -> None:
     for seen in (None, relay, notifier, None, relay):
         held = longest(held, seen)
     assert held == notifier
+
+
+def test_receipts_keep_pace_when_each_payment_has_one_and_99_percent_left_within_5_minutes() -> (
+    None
+):
+    # 990 receipts 2.5 s after their payment, 10 at 400 s: the 99th is still 2.5 s.
+    paid = receipts({250: 990, 40_000: 10}, payments=1_000)
+    assert (paid.sent, paid.p50_s, paid.p99_s) == (1_000, 2.5, 2.5)
+    assert paid.kept_pace
+
+
+def test_receipts_fall_behind_when_the_p99_is_over_five_minutes_or_one_is_missing() -> None:
+    assert not receipts({250: 980, 40_000: 20}, payments=1_000).kept_pace
+    assert not receipts({250: 999}, payments=1_000).kept_pace
+    assert not receipts({}, payments=0).kept_pace
