@@ -68,16 +68,6 @@ _BACKLOG = pg.Statement(
     """
 )
 
-# Receipts still owed: the run's payments less the receipts sent (read once the rest is done).
-_RECEIPTS_OWED = pg.Statement(
-    """
-    SELECT (SELECT count(*) FROM outbox_event
-              WHERE event_type = 'InvoicePaid' AND occurred_at >= :since)
-         - (SELECT count(*) FROM notifier_email
-              WHERE event_type = 'InvoicePaid' AND sent_at IS NOT NULL)
-    """
-)
-
 
 def metric(body: str, name: str, **labels: str) -> float:
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
@@ -220,8 +210,8 @@ async def run(
                 drained_at = sample.t
             if drained_at is not None and sample.unpublished == 0 and sample.webhook_backlog == 0:
                 async with pool.acquire() as conn:
-                    owed = await pg.fetchval(conn, _RECEIPTS_OWED, {"since": due_at})
-                if owed <= 0:
+                    receipts = await run_figures.read_receipts(conn, due_at)
+                if receipts.all_sent:
                     break
             await asyncio.sleep(args.sample_s)
         finished = time.monotonic() - started

@@ -273,13 +273,13 @@ class Receipts:
     p99_s: float | None
 
     @property
+    def all_sent(self) -> bool:
+        return self.sent >= self.payments
+
+    @property
     def kept_pace(self) -> bool:
         """Every payment's receipt sent, 99 % of them within the target."""
-        return (
-            self.sent >= self.payments
-            and self.p99_s is not None
-            and self.p99_s <= RECEIPT_DELAY_TARGET_S
-        )
+        return self.all_sent and self.p99_s is not None and self.p99_s <= RECEIPT_DELAY_TARGET_S
 
 
 def receipts(delays_cs: Mapping[int, int], payments: int) -> Receipts:
